@@ -1,0 +1,141 @@
+// swift-tools-version:6.0
+//
+// CamRig: synchronized capture across many camera hosts.
+//
+// Targets follow the architecture:
+//   CamRigWire         wire protocol: schema (generated), frame codec, connection state machines
+//   CamRigSecurity     certificate authority, peer roles, TLS 1.3 with client certificates
+//   CamRigDevices      the device model and its backends
+//   CamRigAgent        the server that runs on each camera host
+//   CamRigCoordinator  the client side: connections to agents, sessions
+//   camrig, camrig-agent   the command-line executables
+//   CamRigTestSupport  helpers any test can use: a throwaway PKI, agent processes, raw TLS peers
+import PackageDescription
+
+let package = Package(
+    name: "CamRig",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "camrig", targets: ["camrig"]),
+        .executable(name: "camrig-agent", targets: ["camrig-agent"]),
+        .library(name: "CamRigWire", targets: ["CamRigWire"]),
+        .library(name: "CamRigCoordinator", targets: ["CamRigCoordinator"]),
+        .library(name: "CamRigTestSupport", targets: ["CamRigTestSupport"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-protobuf.git", from: "1.39.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
+        .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+    ],
+    targets: [
+        .target(
+            name: "CamRigWire",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+            ]
+        ),
+        .target(
+            name: "CamRigSecurity",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
+            name: "CamRigDevices",
+            dependencies: []
+        ),
+        .target(
+            name: "CamRigAgent",
+            dependencies: [
+                "CamRigWire", "CamRigSecurity", "CamRigDevices",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .target(
+            name: "CamRigCoordinator",
+            dependencies: [
+                "CamRigWire", "CamRigSecurity",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
+            name: "camrig",
+            dependencies: [
+                "CamRigCoordinator", "CamRigSecurity", "CamRigWire",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
+            name: "camrig-agent",
+            dependencies: [
+                "CamRigAgent", "CamRigSecurity",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .target(
+            name: "CamRigTestSupport",
+            dependencies: [
+                "CamRigWire", "CamRigSecurity", "CamRigCoordinator",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        .testTarget(
+            name: "CamRigWireTests",
+            dependencies: [
+                "CamRigWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOTestUtils", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "CamRigSecurityTests",
+            dependencies: ["CamRigSecurity", "CamRigTestSupport"]
+        ),
+        .testTarget(
+            name: "CamRigDevicesTests",
+            dependencies: ["CamRigDevices"]
+        ),
+        .testTarget(
+            name: "CamRigAgentTests",
+            dependencies: [
+                "CamRigAgent", "CamRigWire", "CamRigCoordinator", "CamRigTestSupport",
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: ["camrig", "camrig-agent", "CamRigTestSupport", "CamRigCoordinator", "CamRigWire"]
+        ),
+    ]
+)

@@ -1,0 +1,69 @@
+import CamRigSecurity
+import CamRigWire
+import NIOCore
+
+/// Everything `AgentServer` needs to run.
+public struct AgentConfiguration: Sendable {
+    /// How clients are authenticated.
+    public enum Security: Sendable {
+        /// TLS 1.3 with client certificates from the rig's CA (the default).
+        case tls(MutualTLS)
+        /// Plaintext, no authentication: every client is treated as a coordinator. For development only.
+        case insecure
+    }
+
+    /// Address to listen on; port 0 picks a free port (reported by `AgentServer.localAddress`).
+    public var host: String
+    public var port: Int
+    public var security: Security
+    /// Stable id announced in `Welcome` (by default the certificate's common name).
+    public var agentID: String
+    /// A client must complete TLS and send hello within this time.
+    public var handshakeTimeout: TimeAmount
+    /// A ready connection with nothing received for this long is closed (clients ping meanwhile).
+    public var idleTimeout: TimeAmount
+    /// Connections beyond this are closed at once.
+    public var maxConnections: Int
+    /// Largest frame accepted from a client.
+    public var maxFrameLength: UInt32
+
+    public init(
+        host: String = "0.0.0.0",
+        port: Int = WireProtocol.defaultPort,
+        security: Security,
+        agentID: String,
+        handshakeTimeout: TimeAmount = .seconds(10),
+        idleTimeout: TimeAmount = .seconds(120),
+        maxConnections: Int = 64,
+        maxFrameLength: UInt32 = WireProtocol.defaultMaxFrameLength
+    ) {
+        self.host = host
+        self.port = port
+        self.security = security
+        self.agentID = agentID
+        self.handshakeTimeout = handshakeTimeout
+        self.idleTimeout = idleTimeout
+        self.maxConnections = maxConnections
+        self.maxFrameLength = maxFrameLength
+    }
+
+    /// What the connection state machine announces.
+    var handshake: ServerConnectionStateMachine.Configuration {
+        ServerConnectionStateMachine.Configuration(
+            agentID: agentID,
+            agentSoftware: "camrig-agent \(CamRigVersion.string)",
+            maxFrameLength: maxFrameLength
+        )
+    }
+}
+
+extension PeerRole {
+    /// The role as the wire protocol spells it.
+    public var wire: WirePeerRole {
+        switch self {
+        case .agent: .agent
+        case .coordinator: .coordinator
+        case .viewer: .viewer
+        }
+    }
+}

@@ -1,0 +1,173 @@
+import CamRigSecurity
+import CamRigWire
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+import NIOSSL
+import ServiceLifecycle
+
+/// The agent's network service: accepts client connections and serves the wire protocol on each.
+///
+/// Runs as a swift-service-lifecycle `Service`: on graceful shutdown (SIGTERM/SIGINT) it stops
+/// accepting, tells every connected client goodbye, and returns once they are closed.
+public final class AgentServer: Service, Sendable {
+    public let configuration: AgentConfiguration
+    private let group: any EventLoopGroup
+    private let logger: Logger
+    private let connections = ConnectionRegistry()
+    private let bound = NIOLockedValueBox<(channel: any Channel, promise: EventLoopPromise<SocketAddress>)?>(nil)
+    private let addressPromise: EventLoopPromise<SocketAddress>
+
+    public init(configuration: AgentConfiguration, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger) {
+        self.configuration = configuration
+        self.group = group
+        self.logger = logger
+        self.addressPromise = group.any().makePromise(of: SocketAddress.self)
+    }
+
+    /// The address the server listens on, once bound (useful with port 0).
+    public var localAddress: SocketAddress {
+        get async throws { try await addressPromise.futureResult.get() }
+    }
+
+    /// Number of open client connections.
+    public var connectionCount: Int { connections.count }
+
+    public func run() async throws {
+        let channel: any Channel
+        do {
+            channel = try await makeBootstrap().bind(host: configuration.host, port: configuration.port).get()
+        } catch {
+            let failure = AgentServerError(
+                "cannot listen on \(configuration.host):\(configuration.port): \(error). Is another agent running, or is the address wrong?"
+            )
+            addressPromise.fail(failure)
+            throw failure
+        }
+        if let address = channel.localAddress {
+            addressPromise.succeed(address)
+            logger.info("listening", metadata: ["address": "\(address)", "agent": "\(configuration.agentID)"])
+        }
+        if case .insecure = configuration.security {
+            logger.warning("running WITHOUT TLS (--insecure): any client on the network has full control of this agent")
+        }
+        try await withGracefulShutdownHandler {
+            try await channel.closeFuture.get()
+        } onGracefulShutdown: {
+            self.logger.info("shutting down: closing the listener and saying goodbye to clients")
+            channel.close(promise: nil)
+        }
+        await connections.closeAll(reason: "agent \(configuration.agentID) is shutting down")
+    }
+
+    private func makeBootstrap() -> ServerBootstrap {
+        let configuration = self.configuration
+        let connections = self.connections
+        let logger = self.logger
+        let router = AgentRequestRouter(agentID: configuration.agentID)
+        return ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelInitializer { channel in
+                var connectionLogger = logger
+                connectionLogger[metadataKey: "peer"] = "\(channel.remoteAddress.map { "\($0)" } ?? "?")"
+                guard connections.add(channel, limit: configuration.maxConnections) else {
+                    connectionLogger.warning("refusing connection: already \(configuration.maxConnections) clients (--max-connections)")
+                    return channel.close()
+                }
+                do {
+                    try Self.configurePipeline(
+                        channel: channel,
+                        configuration: configuration,
+                        router: router,
+                        logger: connectionLogger
+                    )
+                    return channel.eventLoop.makeSucceededVoidFuture()
+                } catch {
+                    return channel.eventLoop.makeFailedFuture(error)
+                }
+            }
+    }
+
+    /// Installs the connection's handlers. Exposed to the module for tests over `EmbeddedChannel`.
+    static func configurePipeline(
+        channel: any Channel,
+        configuration: AgentConfiguration,
+        router: AgentRequestRouter,
+        logger: Logger
+    ) throws {
+        let handlers = channel.pipeline.syncOperations
+        var verification: ClientVerification?
+        var insecureClient: ServerConnectionStateMachine.Client?
+        switch configuration.security {
+        case .tls(let tls):
+            let box = ClientVerification()
+            verification = box
+            try handlers.addHandler(
+                tls.makeServerHandler { outcome in
+                    box.outcome = outcome
+                }
+            )
+        case .insecure:
+            insecureClient = .init(role: .coordinator, name: "insecure-client")
+        }
+        try handlers.addHandler(IdleStateHandler(readTimeout: configuration.idleTimeout))
+        try handlers.addHandler(ByteToMessageHandler(WireFrameDecoder(maxFrameLength: configuration.maxFrameLength)))
+        try handlers.addHandler(WireFrameEncoder())
+        try handlers.addHandler(
+            AgentConnectionHandler(
+                configuration: configuration.handshake,
+                handshakeTimeout: configuration.handshakeTimeout,
+                verification: verification,
+                insecureClient: insecureClient,
+                router: router,
+                logger: logger
+            )
+        )
+    }
+}
+
+/// The agent could not start or run.
+public struct AgentServerError: Error, CustomStringConvertible, Sendable {
+    public var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// The open client connections, so shutdown can reach each one.
+final class ConnectionRegistry: Sendable {
+    private let channels = NIOLockedValueBox<[ObjectIdentifier: any Channel]>([:])
+
+    var count: Int { channels.withLockedValue { $0.count } }
+
+    /// Adds the channel unless `limit` connections are open; removes it again when it closes.
+    func add(_ channel: any Channel, limit: Int) -> Bool {
+        let id = ObjectIdentifier(channel)
+        let added = channels.withLockedValue { channels in
+            guard channels.count < limit else { return false }
+            channels[id] = channel
+            return true
+        }
+        if added {
+            channel.closeFuture.whenComplete { _ in
+                _ = self.channels.withLockedValue { $0.removeValue(forKey: id) }
+            }
+        }
+        return added
+    }
+
+    /// Asks every connection to say goodbye and close; waits up to five seconds for them.
+    func closeAll(reason: String) async {
+        let open = channels.withLockedValue { Array($0.values) }
+        for channel in open {
+            channel.pipeline.fireUserInboundEventTriggered(AgentShutdownEvent(reason: reason))
+        }
+        for channel in open {
+            let closed = channel.closeFuture
+            let timeout = channel.eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
+            try? await closed.get()
+            timeout.cancel()
+        }
+    }
+}

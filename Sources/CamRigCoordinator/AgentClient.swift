@@ -1,0 +1,163 @@
+import CamRigSecurity
+import CamRigWire
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+
+/// A connection to one agent, ready to use: TLS and the protocol handshake are done when `connect`
+/// returns.
+///
+/// Requests may be sent from any task; each waits for its own reply, matched by request id.
+public final class AgentClient: Sendable {
+    /// Where the agent is.
+    public let endpoint: AgentEndpoint
+    /// What the agent said about itself and about us.
+    public let welcome: WireWelcome
+    /// The agent's certificate identity, for TLS connections.
+    public let agentIdentity: PeerIdentity?
+    private let channel: any Channel
+    private let handler: NIOLoopBound<AgentClientHandler>
+
+    private init(
+        endpoint: AgentEndpoint,
+        welcome: WireWelcome,
+        agentIdentity: PeerIdentity?,
+        channel: any Channel,
+        handler: NIOLoopBound<AgentClientHandler>
+    ) {
+        self.endpoint = endpoint
+        self.welcome = welcome
+        self.agentIdentity = agentIdentity
+        self.channel = channel
+        self.handler = handler
+    }
+
+    /// Connects, completes TLS (when `security` is `.tls`) and the hello/welcome handshake.
+    ///
+    /// - Parameter timeout: for the TCP connect and, again, for TLS plus handshake.
+    public static func connect(
+        to endpoint: AgentEndpoint,
+        security: ClientSecurity,
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        timeout: TimeAmount = .seconds(5),
+        keepAliveInterval: TimeAmount = .seconds(30),
+        logger: Logger = Logger(label: "camrig.client")
+    ) async throws -> AgentClient {
+        let name = endpoint.description
+        let verification: NIOLockedValueBox<PeerCertificateVerifier.Outcome?>? =
+            if case .tls = security { NIOLockedValueBox(nil) } else { nil }
+        let eventLoop = group.next()
+        let handshake = eventLoop.makePromise(of: WireWelcome.self)
+        let bootstrap = ClientBootstrap(group: eventLoop)
+            .connectTimeout(timeout)
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelInitializer { channel in
+                do {
+                    let handlers = channel.pipeline.syncOperations
+                    if case .tls(let tls) = security {
+                        try handlers.addHandler(
+                            try tls.makeClientHandler { outcome in verification?.withLockedValue { $0 = outcome } }
+                        )
+                    }
+                    try handlers.addHandler(IdleStateHandler(writeTimeout: keepAliveInterval))
+                    try handlers.addHandler(ByteToMessageHandler(WireFrameDecoder()))
+                    try handlers.addHandler(WireFrameEncoder())
+                    try handlers.addHandler(
+                        AgentClientHandler(
+                            agent: name,
+                            handshakePromise: handshake,
+                            verification: verification,
+                            logger: logger
+                        )
+                    )
+                    return channel.eventLoop.makeSucceededVoidFuture()
+                } catch {
+                    return channel.eventLoop.makeFailedFuture(error)
+                }
+            }
+        let channel: any Channel
+        do {
+            channel = try await bootstrap.connect(host: endpoint.host, port: endpoint.port).get()
+        } catch {
+            let failure = AgentClientError(
+                .connectFailed,
+                agent: name,
+                "cannot connect (\(error)); is camrig-agent running there and listening on port \(endpoint.port)?"
+            )
+            handshake.fail(failure)
+            throw failure
+        }
+        let timer = channel.eventLoop.scheduleTask(in: timeout) {
+            handshake.fail(
+                AgentClientError(
+                    .timeout,
+                    agent: name,
+                    "no welcome within \(timeout.nanoseconds / 1_000_000) ms; is this a camrig-agent, and does it use TLS like this client?"
+                )
+            )
+            channel.close(promise: nil)
+        }
+        defer { timer.cancel() }
+        let welcome = try await handshake.futureResult.get()
+        let handler = try await channel.eventLoop.submit {
+            NIOLoopBound(try channel.pipeline.syncOperations.handler(type: AgentClientHandler.self), eventLoop: channel.eventLoop)
+        }.get()
+        var identity: PeerIdentity?
+        if case .accepted(let accepted) = verification?.withLockedValue({ $0 }) { identity = accepted }
+        return AgentClient(endpoint: endpoint, welcome: welcome, agentIdentity: identity, channel: channel, handler: handler)
+    }
+
+    /// Sends a request and returns the agent's reply. An `Error` reply is thrown as `.remoteError`.
+    public func request(
+        _ body: WireEnvelope.OneOf_Body,
+        payload: ByteBuffer? = nil,
+        timeout: TimeAmount = .seconds(10)
+    ) async throws -> WireFrame {
+        let promise = channel.eventLoop.makePromise(of: WireFrame.self)
+        let handler = self.handler
+        let agent = endpoint.description
+        channel.eventLoop.execute {
+            handler.value.send(body, payload: payload, promise: promise)
+        }
+        let timer = channel.eventLoop.scheduleTask(in: timeout) {
+            if handler.value.abandon(promise) {
+                promise.fail(
+                    AgentClientError(.timeout, agent: agent, "no reply to \(body.messageName) within \(timeout.nanoseconds / 1_000_000) ms")
+                )
+            }
+        }
+        defer { timer.cancel() }
+        let reply = try await promise.futureResult.get()
+        if case .error(let error) = reply.envelope.body {
+            throw AgentClientError(.remoteError, agent: agent, error.message, code: error.code)
+        }
+        return reply
+    }
+
+    /// One ping; returns the round trip on the monotonic clock.
+    public func ping(timeout: TimeAmount = .seconds(5)) async throws -> Duration {
+        var ping = WirePing()
+        ping.nonce = UInt64.random(in: 1...UInt64.max)
+        let start = MonotonicClock.now()
+        let reply = try await request(.ping(ping), timeout: timeout)
+        let elapsed = MonotonicClock.now() - start
+        guard case .pong(let pong) = reply.envelope.body, pong.nonce == ping.nonce else {
+            throw AgentClientError(.protocolViolation, agent: endpoint.description, "answered ping with \(reply.envelope.messageName)")
+        }
+        return .nanoseconds(elapsed)
+    }
+
+    /// Says goodbye and closes the connection.
+    public func close() async {
+        var goodbye = WireGoodbye()
+        goodbye.reason = "client done"
+        try? await channel.writeAndFlush(WireFrame(requestID: 0, .goodbye(goodbye)))
+        try? await channel.close()
+    }
+
+    /// Completes when the connection closes.
+    public var closed: Void {
+        get async { try? await channel.closeFuture.get() }
+    }
+}

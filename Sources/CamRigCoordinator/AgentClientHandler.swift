@@ -1,0 +1,162 @@
+import CamRigSecurity
+import CamRigWire
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOSSL
+
+/// The client end of one agent connection: drives `ClientConnectionStateMachine`, correlates replies
+/// with requests by request id, and fails everything pending with a clear error when the connection ends.
+final class AgentClientHandler: ChannelInboundHandler {
+    typealias InboundIn = WireFrame
+    typealias OutboundOut = WireFrame
+
+    private var machine = ClientConnectionStateMachine()
+    private let agent: String
+    private let handshakePromise: EventLoopPromise<WireWelcome>
+    private let verification: NIOLockedValueBox<PeerCertificateVerifier.Outcome?>?
+    private var pending: [UInt64: EventLoopPromise<WireFrame>] = [:]
+    private var nextRequestID: UInt64 = 2  // 1 is the hello
+    private var closeError: AgentClientError?
+    private var context: ChannelHandlerContext?
+    private let logger: Logger
+
+    init(
+        agent: String,
+        handshakePromise: EventLoopPromise<WireWelcome>,
+        verification: NIOLockedValueBox<PeerCertificateVerifier.Outcome?>?,
+        logger: Logger
+    ) {
+        self.agent = agent
+        self.handshakePromise = handshakePromise
+        self.verification = verification
+        self.logger = logger
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        if context.channel.isActive { start(context: context) }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        start(context: context)
+        context.fireChannelActive()
+    }
+
+    private func start(context: ChannelHandlerContext) {
+        // NIOSSL holds the hello until TLS completes.
+        run(machine.start(requestID: 1, software: "camrig \(CamRigVersion.string)"), context: context)
+    }
+
+    /// Sends a request; the promise gets the first frame answering it. Call on the event loop.
+    func send(_ body: WireEnvelope.OneOf_Body, payload: ByteBuffer? = nil, promise: EventLoopPromise<WireFrame>) {
+        guard let context, machine.welcome != nil else {
+            promise.fail(closeError ?? AgentClientError(.connectionClosed, agent: agent, "connection is not ready"))
+            return
+        }
+        let requestID = nextRequestID
+        nextRequestID &+= 1
+        pending[requestID] = promise
+        context.writeAndFlush(wrapOutboundOut(WireFrame(requestID: requestID, body, payload: payload))).assumeIsolated()
+            .whenFailure { [weak self] error in
+                self?.pending.removeValue(forKey: requestID)?.fail(
+                    AgentClientError(.connectionClosed, agent: self?.agent ?? "?", "could not send \(body.messageName): \(error)")
+                )
+            }
+    }
+
+    /// Forgets a request whose caller gave up (timeout), so a late reply is ignored. Returns whether it
+    /// was still waiting.
+    func abandon(_ promise: EventLoopPromise<WireFrame>) -> Bool {
+        guard let entry = pending.first(where: { $0.value.futureResult === promise.futureResult }) else { return false }
+        pending.removeValue(forKey: entry.key)
+        return true
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        // Keep-alive: agents close connections that stay silent past their idle timeout.
+        if let idle = event as? IdleStateHandler.IdleStateEvent, idle == .write, machine.welcome != nil {
+            let requestID = nextRequestID
+            nextRequestID &+= 1
+            context.writeAndFlush(wrapOutboundOut(WireFrame(requestID: requestID, .ping(WirePing()))), promise: nil)
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        run(machine.frameReceived(unwrapInboundIn(data)), context: context)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if let protocolError = error as? WireProtocolError {
+            run(machine.decodingFailed(protocolError), context: context)
+            return
+        }
+        if error is ByteToMessageDecoderError { return }
+        let failure: AgentClientError
+        if error is NIOSSLError || error is BoringSSLError {
+            if case .refused(let refusal) = verification?.withLockedValue({ $0 }) {
+                failure = AgentClientError(.tlsFailed, agent: agent, "refused the agent's certificate: \(refusal.message)")
+            } else {
+                failure = AgentClientError(.tlsFailed, agent: agent, "TLS failed: \(MutualTLS.explain(error))")
+            }
+        } else {
+            failure = AgentClientError(.connectionClosed, agent: agent, "connection error: \(error)")
+        }
+        closeError = closeError ?? failure
+        context.close(promise: nil)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        machine.channelClosed()
+        let error = closeError ?? AgentClientError(.connectionClosed, agent: agent, "connection closed by the agent")
+        handshakePromise.fail(error)
+        let waiting = pending
+        pending.removeAll()
+        for promise in waiting.values { promise.fail(error) }
+        context.fireChannelInactive()
+    }
+
+    private func run(_ action: ClientConnectionStateMachine.Action, context: ChannelHandlerContext) {
+        switch action {
+        case .none:
+            break
+        case .send(let frame):
+            context.writeAndFlush(wrapOutboundOut(frame), promise: nil)
+        case .sendAndClose(let frame, let error):
+            closeError = AgentClientError(.protocolViolation, agent: agent, error.message, code: error.code)
+            logger.warning("agent broke the protocol; closing", metadata: ["agent": "\(agent)", "error": "\(error)"])
+            context.writeAndFlush(wrapOutboundOut(frame)).assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+        case .handshakeSucceeded(let welcome):
+            if let encoder = try? context.pipeline.syncOperations.handler(type: WireFrameEncoder.self) {
+                encoder.peerMaxFrameLength = WireProtocol.effectiveMaxFrameLength(announced: welcome.maxFrameLength)
+            }
+            handshakePromise.succeed(welcome)
+        case .handshakeFailed(let error):
+            closeError = AgentClientError(.handshakeFailed, agent: agent, "refused the hello: \(error.message)", code: error.code)
+            context.close(promise: nil)
+        case .deliver(let frame):
+            if let promise = pending.removeValue(forKey: frame.requestID) {
+                promise.succeed(frame)
+            } else {
+                logger.debug("reply for a request nobody waits for", metadata: ["request": "\(frame.requestID)"])
+            }
+        case .closeWithError(let error):
+            closeError = AgentClientError(
+                error.code == .shuttingDown ? .connectionClosed : .remoteError,
+                agent: agent,
+                error.message,
+                code: error.code
+            )
+            context.close(promise: nil)
+        }
+    }
+}
+
+@available(*, unavailable)
+extension AgentClientHandler: Sendable {}

@@ -1,0 +1,137 @@
+import Crypto
+import Foundation
+import SwiftASN1
+import X509
+
+/// A rig's own certificate authority: it signs every agent, coordinator and viewer certificate, and
+/// peers accept only certificates it signed.
+///
+/// Keys are ECDSA P-256; certificates are X.509 v3 with the role in the subject's OU.
+public struct CertificateAuthority: Sendable {
+    /// The CA's self-signed certificate: the trust root every peer loads.
+    public let certificate: Certificate
+    let privateKey: P256.Signing.PrivateKey
+
+    /// A certificate and its private key.
+    public struct IssuedCertificate: Sendable {
+        public let certificate: Certificate
+        public let privateKey: P256.Signing.PrivateKey
+        public let identity: PeerIdentity
+    }
+
+    /// Loads an existing authority.
+    public init(certificate: Certificate, privateKey: P256.Signing.PrivateKey) throws {
+        guard certificate.publicKey == Certificate.PublicKey(privateKey.publicKey) else {
+            throw SecurityError("the CA key does not belong to the CA certificate")
+        }
+        self.certificate = certificate
+        self.privateKey = privateKey
+    }
+
+    /// Creates a new authority with a fresh key.
+    public static func create(
+        name: String = "CamRig CA",
+        notValidBefore: Date = Date().addingTimeInterval(-300),
+        validFor days: Int = 3650
+    ) throws -> CertificateAuthority {
+        let key = P256.Signing.PrivateKey()
+        let subject = try DistinguishedName {
+            OrganizationName("CamRig")
+            CommonName(name)
+        }
+        let publicKey = Certificate.PublicKey(key.publicKey)
+        let certificate = try Certificate(
+            version: .v3,
+            serialNumber: Certificate.SerialNumber(),
+            publicKey: publicKey,
+            notValidBefore: notValidBefore,
+            notValidAfter: notValidBefore.addingTimeInterval(Double(days) * 86_400),
+            issuer: subject,
+            subject: subject,
+            signatureAlgorithm: .ecdsaWithSHA256,
+            extensions: Certificate.Extensions {
+                Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
+                Critical(KeyUsage(keyCertSign: true, cRLSign: true))
+                SubjectKeyIdentifier(hash: publicKey)
+            },
+            issuerPrivateKey: Certificate.PrivateKey(key)
+        )
+        return try CertificateAuthority(certificate: certificate, privateKey: key)
+    }
+
+    /// Issues a certificate for `name` in `role`.
+    ///
+    /// - Parameters:
+    ///   - hostnames: DNS names and IP addresses put in the subject alternative names, for tools that
+    ///     check them (CamRig itself authorizes by role and name).
+    public func issue(
+        name: String,
+        role: PeerRole,
+        hostnames: [String] = [],
+        notValidBefore: Date = Date().addingTimeInterval(-300),
+        notValidAfter: Date? = nil,
+        validFor days: Int = 825
+    ) throws -> IssuedCertificate {
+        try TLSDirectory.validateName(name)
+        let key = P256.Signing.PrivateKey()
+        let publicKey = Certificate.PublicKey(key.publicKey)
+        let subject = try DistinguishedName {
+            OrganizationName("CamRig")
+            OrganizationalUnitName(role.rawValue)
+            CommonName(name)
+        }
+        var alternativeNames: [GeneralName] = [.dnsName(name)]
+        for host in hostnames {
+            if let address = IPAddressBytes(host) {
+                alternativeNames.append(.ipAddress(ASN1OctetString(contentBytes: address.bytes[...])))
+            } else {
+                alternativeNames.append(.dnsName(host))
+            }
+        }
+        let usages: [ExtendedKeyUsage.Usage] = role == .agent ? [.serverAuth, .clientAuth] : [.clientAuth, .serverAuth]
+        let notAfter = notValidAfter ?? notValidBefore.addingTimeInterval(Double(days) * 86_400)
+        let certificate = try Certificate(
+            version: .v3,
+            serialNumber: Certificate.SerialNumber(),
+            publicKey: publicKey,
+            notValidBefore: notValidBefore,
+            notValidAfter: min(notAfter, self.certificate.notValidAfter),
+            issuer: self.certificate.subject,
+            subject: subject,
+            signatureAlgorithm: .ecdsaWithSHA256,
+            extensions: Certificate.Extensions {
+                Critical(BasicConstraints.notCertificateAuthority)
+                Critical(KeyUsage(digitalSignature: true))
+                try ExtendedKeyUsage(usages)
+                SubjectKeyIdentifier(hash: publicKey)
+                AuthorityKeyIdentifier(keyIdentifier: try self.certificate.extensions.subjectKeyIdentifier?.keyIdentifier)
+                SubjectAlternativeNames(alternativeNames)
+            },
+            issuerPrivateKey: Certificate.PrivateKey(privateKey)
+        )
+        return IssuedCertificate(
+            certificate: certificate,
+            privateKey: key,
+            identity: PeerIdentity(name: name, role: role, notValidAfter: certificate.notValidAfter)
+        )
+    }
+}
+
+/// The bytes of a textual IPv4 or IPv6 address.
+struct IPAddressBytes {
+    let bytes: [UInt8]
+
+    init?(_ text: String) {
+        var v4 = in_addr()
+        if inet_pton(AF_INET, text, &v4) == 1 {
+            bytes = withUnsafeBytes(of: &v4) { Array($0) }
+            return
+        }
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, text, &v6) == 1 {
+            bytes = withUnsafeBytes(of: &v6) { Array($0) }
+            return
+        }
+        return nil
+    }
+}

@@ -1,0 +1,156 @@
+import Foundation
+import NIOCore
+import NIOSSL
+import X509
+
+/// TLS 1.3 with certificates on both sides, all issued by the rig's CA.
+///
+/// Each side verifies the other with `PeerCertificateVerifier` (not BoringSSL's own verifier) so a
+/// refusal comes with a precise reason, reported through the `onVerification` callback of the handler
+/// factories. Host names are not checked: peers are addressed by IP and identified by the name and role
+/// in their certificate.
+public struct MutualTLS: Sendable {
+    /// This side's identity.
+    public let identity: PeerIdentity
+    /// How this side judges the peer.
+    public let verifier: PeerCertificateVerifier
+    let context: NIOSSLContext
+
+    /// The agent's side: presents an agent certificate; accepts coordinators and viewers.
+    public static func agent(directory: TLSDirectory, identityName: String? = nil) throws -> MutualTLS {
+        try make(
+            directory: directory,
+            identityName: identityName,
+            ownRoles: [.agent],
+            acceptedPeerRoles: [.coordinator, .viewer],
+            server: true
+        )
+    }
+
+    /// A client's side (coordinator or viewer): accepts only agents.
+    public static func client(
+        directory: TLSDirectory,
+        identityName: String? = nil,
+        roles: Set<PeerRole> = [.coordinator, .viewer]
+    ) throws -> MutualTLS {
+        try make(
+            directory: directory,
+            identityName: identityName,
+            ownRoles: roles,
+            acceptedPeerRoles: [.agent],
+            server: false
+        )
+    }
+
+    static func make(
+        directory: TLSDirectory,
+        identityName: String?,
+        ownRoles: Set<PeerRole>,
+        acceptedPeerRoles: Set<PeerRole>,
+        server: Bool
+    ) throws -> MutualTLS {
+        let trustRoot = try directory.trustRoot()
+        let (entry, keyPEM) = try directory.identity(named: identityName, roles: ownRoles)
+        if entry.certificate.notValidAfter < Date() {
+            throw SecurityError(
+                "this host's certificate '\(entry.name)' expired at \(PeerCertificateVerifier.format(entry.certificate.notValidAfter)): "
+                    + "issue a new one with `camrig certs issue --dir DIR --name \(entry.name) --role \(entry.identity.role.rawValue)`"
+            )
+        }
+        do {
+            let certificate = try NIOSSLCertificate(bytes: Array(try entry.certificate.serializeAsPEM().pemString.utf8), format: .pem)
+            let key = try NIOSSLPrivateKey(bytes: Array(keyPEM.utf8), format: .pem)
+            let root = try NIOSSLCertificate(bytes: Array(try trustRoot.serializeAsPEM().pemString.utf8), format: .pem)
+            var configuration: TLSConfiguration
+            if server {
+                configuration = TLSConfiguration.makeServerConfiguration(
+                    certificateChain: [.certificate(certificate)],
+                    privateKey: .privateKey(key)
+                )
+            } else {
+                configuration = TLSConfiguration.makeClientConfiguration()
+                configuration.certificateChain = [.certificate(certificate)]
+                configuration.privateKey = .privateKey(key)
+            }
+            configuration.minimumTLSVersion = .tlsv13
+            configuration.maximumTLSVersion = .tlsv13
+            // Requests (server) and requires a peer certificate; the chain itself is checked by `verifier`.
+            configuration.certificateVerification = .noHostnameVerification
+            configuration.trustRoots = .certificates([root])
+            return MutualTLS(
+                identity: entry.identity,
+                verifier: PeerCertificateVerifier(trustRoot: trustRoot, acceptedRoles: acceptedPeerRoles),
+                context: try NIOSSLContext(configuration: configuration)
+            )
+        } catch let error as SecurityError {
+            throw error
+        } catch {
+            throw SecurityError("cannot set up TLS with certificate '\(entry.name)' from \(directory.path): \(error)")
+        }
+    }
+
+    /// A server handler for one accepted connection.
+    public func makeServerHandler(
+        onVerification: @escaping @Sendable (PeerCertificateVerifier.Outcome) -> Void
+    ) -> NIOSSLServerHandler {
+        NIOSSLServerHandler(context: context, customVerificationCallback: verificationCallback(onVerification))
+    }
+
+    /// A client handler for one outgoing connection.
+    public func makeClientHandler(
+        onVerification: @escaping @Sendable (PeerCertificateVerifier.Outcome) -> Void
+    ) throws -> NIOSSLClientHandler {
+        try NIOSSLClientHandler(
+            context: context,
+            serverHostname: nil,
+            customVerificationCallback: verificationCallback(onVerification)
+        )
+    }
+
+    private func verificationCallback(
+        _ onVerification: @escaping @Sendable (PeerCertificateVerifier.Outcome) -> Void
+    ) -> NIOSSLCustomVerificationCallback {
+        let verifier = self.verifier
+        return { certificates, promise in
+            let chain: [Certificate]
+            do {
+                chain = try certificates.map { try Certificate(derEncoded: try $0.toDERBytes()) }
+            } catch {
+                onVerification(.refused(PeerRefusal(.invalid, "presented a certificate that cannot be parsed: \(error)")))
+                promise.succeed(.failed)
+                return
+            }
+            promise.completeWithTask {
+                let outcome = await verifier.verify(chain: chain)
+                onVerification(outcome)
+                if case .accepted = outcome { return .certificateVerified }
+                return .failed
+            }
+        }
+    }
+
+    /// Explains a TLS failure seen on a connection, for logs: why the handshake did not complete.
+    public static func explain(_ error: any Error) -> String {
+        let text = String(describing: error)
+        let known: [(String, String)] = [
+            ("PEER_DID_NOT_RETURN_A_CERTIFICATE", "presented no certificate"),
+            ("CERTIFICATE_REQUIRED", "the peer requires a certificate and this side presented none"),
+            ("WRONG_VERSION_NUMBER", "did not speak TLS (plaintext or garbage on a TLS port?)"),
+            ("HTTP_REQUEST", "sent HTTP, not TLS"),
+            ("UNSUPPORTED_PROTOCOL", "offered no TLS 1.3 (CamRig requires TLS 1.3)"),
+            ("TLSV1_ALERT_PROTOCOL_VERSION", "refused TLS 1.3 (CamRig requires TLS 1.3)"),
+            ("CERTIFICATE_EXPIRED", "the peer says this side's certificate has expired"),
+            ("ALERT_UNKNOWN_CA", "the peer does not trust this side's CA"),
+            ("ALERT_BAD_CERTIFICATE", "the peer refused this side's certificate (see the peer's log for why)"),
+            ("ALERT_CERTIFICATE_UNKNOWN", "the peer refused this side's certificate (see the peer's log for why)"),
+            ("CERTIFICATE_VERIFY_FAILED", "the peer's certificate failed verification"),
+        ]
+        for (marker, explanation) in known where text.contains(marker) {
+            return explanation
+        }
+        if let ssl = error as? NIOSSLError, case .uncleanShutdown = ssl {
+            return "the peer closed the connection without ending TLS"
+        }
+        return text
+    }
+}

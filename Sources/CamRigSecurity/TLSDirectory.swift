@@ -1,0 +1,192 @@
+import Crypto
+import Foundation
+import X509
+
+/// A directory of PEM files: the rig's CA and the identities issued by it.
+///
+/// Layout (what `camrig certs init` and `camrig certs issue` write):
+///
+///     ca.pem            the CA certificate: every peer's trust root
+///     ca-key.pem        the CA private key (mode 0600): needed only where certificates are issued
+///     NAME.pem          a certificate issued to NAME (its role is in the subject's OU)
+///     NAME-key.pem      its private key (mode 0600)
+///
+/// A camera host needs only `ca.pem` and its own `NAME.pem` / `NAME-key.pem`.
+public struct TLSDirectory: Sendable {
+    public static let caCertificateFile = "ca.pem"
+    public static let caKeyFile = "ca-key.pem"
+
+    /// The directory.
+    public let path: String
+
+    public init(path: String) {
+        self.path = path
+    }
+
+    /// A certificate with its file-system name and role.
+    public struct Entry: Sendable {
+        public let name: String
+        public let identity: PeerIdentity
+        public let certificate: Certificate
+    }
+
+    /// Names become file names: letters, digits, `.`, `_` and `-`, not starting with `.`, and not `ca`.
+    public static func validateName(_ name: String) throws {
+        let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+        guard !name.isEmpty, name.count <= 64, name.allSatisfy(allowed.contains), !name.hasPrefix("."),
+            name != "ca", !name.hasSuffix("-key")
+        else {
+            throw SecurityError(
+                "'\(name)' is not a usable certificate name: use 1–64 letters, digits, '.', '_' or '-', not starting with '.', not 'ca'"
+            )
+        }
+    }
+
+    func file(_ name: String) -> String { (path as NSString).appendingPathComponent(name) }
+    func certificateFile(for name: String) -> String { file("\(name).pem") }
+    func keyFile(for name: String) -> String { file("\(name)-key.pem") }
+
+    // MARK: Creating
+
+    /// Creates the directory, a new CA and a coordinator certificate named `coordinatorName`.
+    ///
+    /// Refuses to overwrite an existing CA: a new CA would orphan every certificate issued by the old one.
+    @discardableResult
+    public func initialize(
+        caName: String? = nil,
+        coordinatorName: String = "coordinator",
+        validFor days: Int = 3650
+    ) throws -> (authority: CertificateAuthority, coordinator: CertificateAuthority.IssuedCertificate) {
+        if FileManager.default.fileExists(atPath: file(Self.caCertificateFile)) {
+            throw SecurityError(
+                "\(file(Self.caCertificateFile)) already exists: this directory has a CA. Issue more certificates with "
+                    + "`camrig certs issue --dir \(path) --name NAME --role ROLE`, or choose another directory"
+            )
+        }
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        // A unique default name lets a refusal say "issued by another rig's CA" by name.
+        let name = caName ?? "CamRig CA \(String(UInt32.random(in: 0...UInt32.max), radix: 16))"
+        let authority = try CertificateAuthority.create(name: name, validFor: days)
+        try write(pem: try authority.certificate.serializeAsPEM().pemString, to: file(Self.caCertificateFile), secret: false)
+        try write(pem: authority.privateKey.pemRepresentation, to: file(Self.caKeyFile), secret: true)
+        let coordinator = try issue(name: coordinatorName, role: .coordinator, authority: authority)
+        return (authority, coordinator)
+    }
+
+    /// Issues a certificate with this directory's CA and writes it as `NAME.pem` and `NAME-key.pem`.
+    @discardableResult
+    public func issue(
+        name: String,
+        role: PeerRole,
+        hostnames: [String] = [],
+        validFor days: Int = 825,
+        authority: CertificateAuthority? = nil
+    ) throws -> CertificateAuthority.IssuedCertificate {
+        try Self.validateName(name)
+        if FileManager.default.fileExists(atPath: certificateFile(for: name)) {
+            throw SecurityError("\(certificateFile(for: name)) already exists: choose another name or remove it first")
+        }
+        let authority = try authority ?? loadAuthority()
+        let issued = try authority.issue(name: name, role: role, hostnames: hostnames, validFor: days)
+        try write(issued, as: name)
+        return issued
+    }
+
+    /// Writes a certificate and key under `name` (used by `issue`, and by tests that need odd certificates).
+    public func write(_ issued: CertificateAuthority.IssuedCertificate, as name: String) throws {
+        try write(pem: issued.privateKey.pemRepresentation, to: keyFile(for: name), secret: true)
+        try write(pem: try issued.certificate.serializeAsPEM().pemString, to: certificateFile(for: name), secret: false)
+    }
+
+    private func write(pem: String, to file: String, secret: Bool) throws {
+        let created = FileManager.default.createFile(
+            atPath: file,
+            contents: Data(pem.utf8),
+            attributes: [.posixPermissions: secret ? 0o600 : 0o644]
+        )
+        guard created else { throw SecurityError("cannot write \(file): check the directory exists and is writable") }
+    }
+
+    // MARK: Loading
+
+    /// The CA with its key, for issuing.
+    public func loadAuthority() throws -> CertificateAuthority {
+        let certificate = try trustRoot()
+        let keyPath = file(Self.caKeyFile)
+        guard let keyPEM = try? String(contentsOfFile: keyPath, encoding: .utf8) else {
+            throw SecurityError("no CA key at \(keyPath): issue certificates where `camrig certs init` was run")
+        }
+        do {
+            return try CertificateAuthority(certificate: certificate, privateKey: P256.Signing.PrivateKey(pemRepresentation: keyPEM))
+        } catch {
+            throw SecurityError("cannot read the CA key \(keyPath): \(error)")
+        }
+    }
+
+    /// The CA certificate every peer trusts.
+    public func trustRoot() throws -> Certificate {
+        let caPath = file(Self.caCertificateFile)
+        guard let pem = try? String(contentsOfFile: caPath, encoding: .utf8) else {
+            throw SecurityError(
+                "no CA certificate at \(caPath): create one with `camrig certs init --dir \(path)` or copy the rig's ca.pem there"
+            )
+        }
+        do {
+            return try Certificate(pemEncoded: pem)
+        } catch {
+            throw SecurityError("\(caPath) is not a PEM certificate: \(error)")
+        }
+    }
+
+    /// Every certificate in the directory except the CA's, sorted by name.
+    public func entries() throws -> [Entry] {
+        let files: [String]
+        do {
+            files = try FileManager.default.contentsOfDirectory(atPath: path)
+        } catch {
+            throw SecurityError("cannot read TLS directory \(path): \(error.localizedDescription)")
+        }
+        return files.sorted().compactMap { file -> Entry? in
+            guard file.hasSuffix(".pem"), !file.hasSuffix("-key.pem"), file != Self.caCertificateFile else { return nil }
+            let name = String(file.dropLast(4))
+            guard let pem = try? String(contentsOfFile: certificateFile(for: name), encoding: .utf8),
+                let certificate = try? Certificate(pemEncoded: pem),
+                let identity = try? PeerIdentity(certificate: certificate)
+            else { return nil }
+            return Entry(name: name, identity: identity, certificate: certificate)
+        }
+    }
+
+    /// Picks the identity to present: `name` when given, else the only certificate with one of `roles`.
+    public func identity(named name: String?, roles: Set<PeerRole>) throws -> (entry: Entry, keyPEM: String) {
+        let roleList = roles.map(\.rawValue).sorted().joined(separator: " or ")
+        let entry: Entry
+        if let name {
+            guard let found = try entries().first(where: { $0.name == name }) else {
+                throw SecurityError("no certificate \(certificateFile(for: name)): issue one with `camrig certs issue --dir \(path) --name \(name) --role ...`")
+            }
+            guard roles.contains(found.identity.role) else {
+                throw SecurityError("certificate '\(name)' has role \(found.identity.role.rawValue), but this program needs \(roleList)")
+            }
+            entry = found
+        } else {
+            let candidates = try entries().filter { roles.contains($0.identity.role) }
+            switch candidates.count {
+            case 1:
+                entry = candidates[0]
+            case 0:
+                throw SecurityError(
+                    "no \(roleList) certificate in \(path): issue one with `camrig certs issue --dir \(path) --name NAME --role \(roles.map(\.rawValue).sorted()[0])`"
+                )
+            default:
+                throw SecurityError(
+                    "\(path) holds several \(roleList) certificates (\(candidates.map(\.name).joined(separator: ", "))): choose one with --identity NAME"
+                )
+            }
+        }
+        guard let keyPEM = try? String(contentsOfFile: keyFile(for: entry.name), encoding: .utf8) else {
+            throw SecurityError("no private key \(keyFile(for: entry.name)) for certificate '\(entry.name)'")
+        }
+        return (entry, keyPEM)
+    }
+}

@@ -1,0 +1,70 @@
+extension WireEnvelope {
+    /// The message's name as the schema spells it (`hello`, `video_frame`, …), for logs and errors.
+    public var messageName: String {
+        guard let body else { return "(none)" }
+        return body.messageName
+    }
+}
+
+extension WireEnvelope.OneOf_Body {
+    /// The schema's field name of this message.
+    public var messageName: String {
+        switch self {
+        case .hello: "hello"
+        case .welcome: "welcome"
+        case .error: "error"
+        case .goodbye: "goodbye"
+        case .ping: "ping"
+        case .pong: "pong"
+        case .clockProbe: "clock_probe"
+        case .clockProbeReply: "clock_probe_reply"
+        case .ok: "ok"
+        case .listDevices: "list_devices"
+        case .discoveryQuery: "discovery_query"
+        case .deviceList: "device_list"
+        case .describeDevice: "describe_device"
+        case .deviceDescription: "device_description"
+        case .lock: "lock"
+        case .lease: "lease"
+        case .renewLease: "renew_lease"
+        case .unlock: "unlock"
+        case .configure: "configure"
+        case .deviceState: "device_state"
+        case .startStream: "start_stream"
+        case .streamStarted: "stream_started"
+        case .stopStream: "stop_stream"
+        case .streamEnded: "stream_ended"
+        case .videoFrame: "video_frame"
+        case .capturePhoto: "capture_photo"
+        case .scheduleTrigger: "schedule_trigger"
+        case .triggerScheduled: "trigger_scheduled"
+        case .triggerFired: "trigger_fired"
+        case .fetchResults: "fetch_results"
+        case .photoResult: "photo_result"
+        case .resultsEnd: "results_end"
+        case .acknowledgeResults: "acknowledge_results"
+        case .subscribe: "subscribe"
+        case .event: "event"
+        }
+    }
+
+    /// Whether the message may be followed by a payload of raw bytes in its frame.
+    public var carriesPayload: Bool {
+        switch self {
+        case .videoFrame, .photoResult: true
+        default: false
+        }
+    }
+
+    /// Whether the message is a request a client sends to an agent (and so needs a non-zero request id).
+    public var isClientRequest: Bool {
+        switch self {
+        case .ping, .clockProbe, .listDevices, .discoveryQuery, .describeDevice, .lock, .renewLease, .unlock,
+            .configure, .startStream, .stopStream, .capturePhoto, .scheduleTrigger, .fetchResults,
+            .acknowledgeResults, .subscribe:
+            true
+        default:
+            false
+        }
+    }
+}
