@@ -85,6 +85,7 @@ let package = Package(
             name: "camrig",
             dependencies: [
                 "CamRigCoordinator", "CamRigSecurity", "CamRigWire",
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -92,7 +93,9 @@ let package = Package(
         .executableTarget(
             name: "camrig-agent",
             dependencies: [
-                "CamRigAgent", "CamRigSecurity",
+                "CamRigAgent", "CamRigSecurity", "CamRigWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -103,7 +106,9 @@ let package = Package(
             dependencies: [
                 "CamRigWire", "CamRigSecurity", "CamRigCoordinator",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -24,7 +24,7 @@ final class ClientVerification: Sendable {
 /// Serves one client connection: runs `ServerConnectionStateMachine`, answers pings and clock probes on
 /// the event loop, and passes other requests to the router.
 ///
-/// Pipeline (client → agent): [NIOSSLServerHandler] → IdleStateHandler → ByteToMessageHandler(WireFrameDecoder)
+/// Pipeline (client → agent): [NIOSSLServerHandler] → ByteToMessageHandler(WireFrameDecoder)
 /// → WireFrameEncoder → AgentConnectionHandler.
 final class AgentConnectionHandler: ChannelInboundHandler {
     typealias InboundIn = WireFrame
@@ -32,12 +32,17 @@ final class AgentConnectionHandler: ChannelInboundHandler {
 
     private let configuration: ServerConnectionStateMachine.Configuration
     private let handshakeTimeout: TimeAmount
+    private let idleTimeout: TimeAmount
     private let verification: ClientVerification?
     private let insecureClient: ServerConnectionStateMachine.Client?
     private let router: AgentRequestRouter
     private var logger: Logger
     private var machine: ServerConnectionStateMachine?
     private var handshakeTimer: Scheduled<Void>?
+    private var idleTimer: RepeatedTask?
+    /// Whether a complete frame arrived since the last idle tick. Partial frames do not count, so a
+    /// client trickling bytes of a frame it never finishes is closed like a silent one.
+    private var frameSinceIdleTick = false
     private var tlsFailureLogged = false
 
     /// - Parameters:
@@ -46,6 +51,7 @@ final class AgentConnectionHandler: ChannelInboundHandler {
     init(
         configuration: ServerConnectionStateMachine.Configuration,
         handshakeTimeout: TimeAmount,
+        idleTimeout: TimeAmount,
         verification: ClientVerification?,
         insecureClient: ServerConnectionStateMachine.Client?,
         router: AgentRequestRouter,
@@ -53,6 +59,7 @@ final class AgentConnectionHandler: ChannelInboundHandler {
     ) {
         self.configuration = configuration
         self.handshakeTimeout = handshakeTimeout
+        self.idleTimeout = idleTimeout
         self.verification = verification
         self.insecureClient = insecureClient
         self.router = router
@@ -79,6 +86,19 @@ final class AgentConnectionHandler: ChannelInboundHandler {
             let (handler, context) = loopBound.value
             handler.handshakeTimedOut(context: context, seconds: seconds)
         }
+        // Silence is detected between one and two idle timeouts after the last complete frame.
+        idleTimer = context.eventLoop.scheduleRepeatedTask(initialDelay: idleTimeout, delay: idleTimeout) { _ in
+            let (handler, context) = loopBound.value
+            handler.idleTick(context: context)
+        }
+    }
+
+    private func idleTick(context: ChannelHandlerContext) {
+        defer { frameSinceIdleTick = false }
+        guard !frameSinceIdleTick, machine?.isReady == true else { return }
+        let seconds = idleTimeout.nanoseconds / 1_000_000_000
+        logger.notice("closing idle connection: no complete message for \(seconds) s")
+        shutdown(context: context, reason: "idle: no complete message within \(seconds) s")
     }
 
     private func handshakeTimedOut(context: ChannelHandlerContext, seconds: Int) {
@@ -109,11 +129,6 @@ final class AgentConnectionHandler: ChannelInboundHandler {
             }
             return
         }
-        if let idle = event as? IdleStateHandler.IdleStateEvent, idle == .read {
-            logger.notice("closing idle connection: nothing received for the idle timeout")
-            shutdown(context: context, reason: "idle: nothing received within the agent's idle timeout")
-            return
-        }
         if let shutdownEvent = event as? AgentShutdownEvent {
             shutdown(context: context, reason: shutdownEvent.reason)
             return
@@ -135,6 +150,7 @@ final class AgentConnectionHandler: ChannelInboundHandler {
         // Taken first, as near the socket as this handler gets: t2 of a clock probe.
         let receivedAt = MonotonicClock.now()
         let frame = unwrapInboundIn(data)
+        frameSinceIdleTick = true
         guard var machine else {
             // Frames only arrive after TLS completed, which sets the machine; fail closed regardless.
             context.close(promise: nil)
@@ -181,6 +197,7 @@ final class AgentConnectionHandler: ChannelInboundHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         handshakeTimer?.cancel()
+        idleTimer?.cancel()
         machine?.channelClosed()
         logger.debug("connection closed")
         context.fireChannelInactive()

@@ -113,13 +113,13 @@ public final class AgentServer: Service, Sendable {
         case .insecure:
             insecureClient = .init(role: .coordinator, name: "insecure-client")
         }
-        try handlers.addHandler(IdleStateHandler(readTimeout: configuration.idleTimeout))
         try handlers.addHandler(ByteToMessageHandler(WireFrameDecoder(maxFrameLength: configuration.maxFrameLength)))
         try handlers.addHandler(WireFrameEncoder())
         try handlers.addHandler(
             AgentConnectionHandler(
                 configuration: configuration.handshake,
                 handshakeTimeout: configuration.handshakeTimeout,
+                idleTimeout: configuration.idleTimeout,
                 verification: verification,
                 insecureClient: insecureClient,
                 router: router,

@@ -108,13 +108,14 @@ public final class AgentClient: Sendable {
         return AgentClient(endpoint: endpoint, welcome: welcome, agentIdentity: identity, channel: channel, handler: handler)
     }
 
-    /// Sends a request and returns the agent's reply. An `Error` reply is thrown as `.remoteError`.
+    /// Sends a request and returns the agent's reply with its send and receive times. An `Error` reply is
+    /// thrown as `.remoteError`.
     public func request(
         _ body: WireEnvelope.OneOf_Body,
         payload: ByteBuffer? = nil,
         timeout: TimeAmount = .seconds(10)
-    ) async throws -> WireFrame {
-        let promise = channel.eventLoop.makePromise(of: WireFrame.self)
+    ) async throws -> AgentReply {
+        let promise = channel.eventLoop.makePromise(of: AgentReply.self)
         let handler = self.handler
         let agent = endpoint.description
         channel.eventLoop.execute {
@@ -129,23 +130,21 @@ public final class AgentClient: Sendable {
         }
         defer { timer.cancel() }
         let reply = try await promise.futureResult.get()
-        if case .error(let error) = reply.envelope.body {
+        if case .error(let error) = reply.frame.envelope.body {
             throw AgentClientError(.remoteError, agent: agent, error.message, code: error.code)
         }
         return reply
     }
 
-    /// One ping; returns the round trip on the monotonic clock.
+    /// One ping; returns the round trip, from writing the ping to reading the pong on the event loop.
     public func ping(timeout: TimeAmount = .seconds(5)) async throws -> Duration {
         var ping = WirePing()
         ping.nonce = UInt64.random(in: 1...UInt64.max)
-        let start = MonotonicClock.now()
         let reply = try await request(.ping(ping), timeout: timeout)
-        let elapsed = MonotonicClock.now() - start
-        guard case .pong(let pong) = reply.envelope.body, pong.nonce == ping.nonce else {
-            throw AgentClientError(.protocolViolation, agent: endpoint.description, "answered ping with \(reply.envelope.messageName)")
+        guard case .pong(let pong) = reply.frame.envelope.body, pong.nonce == ping.nonce else {
+            throw AgentClientError(.protocolViolation, agent: endpoint.description, "answered ping with \(reply.frame.envelope.messageName)")
         }
-        return .nanoseconds(elapsed)
+        return reply.roundTrip
     }
 
     /// Says goodbye and closes the connection.

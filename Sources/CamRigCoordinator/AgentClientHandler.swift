@@ -15,7 +15,7 @@ final class AgentClientHandler: ChannelInboundHandler {
     private let agent: String
     private let handshakePromise: EventLoopPromise<WireWelcome>
     private let verification: NIOLockedValueBox<PeerCertificateVerifier.Outcome?>?
-    private var pending: [UInt64: EventLoopPromise<WireFrame>] = [:]
+    private var pending: [UInt64: (promise: EventLoopPromise<AgentReply>, sentAt: Int64)] = [:]
     private var nextRequestID: UInt64 = 2  // 1 is the hello
     private var closeError: AgentClientError?
     private var context: ChannelHandlerContext?
@@ -53,17 +53,17 @@ final class AgentClientHandler: ChannelInboundHandler {
     }
 
     /// Sends a request; the promise gets the first frame answering it. Call on the event loop.
-    func send(_ body: WireEnvelope.OneOf_Body, payload: ByteBuffer? = nil, promise: EventLoopPromise<WireFrame>) {
+    func send(_ body: WireEnvelope.OneOf_Body, payload: ByteBuffer? = nil, promise: EventLoopPromise<AgentReply>) {
         guard let context, machine.welcome != nil else {
             promise.fail(closeError ?? AgentClientError(.connectionClosed, agent: agent, "connection is not ready"))
             return
         }
         let requestID = nextRequestID
         nextRequestID &+= 1
-        pending[requestID] = promise
+        pending[requestID] = (promise, MonotonicClock.now())
         context.writeAndFlush(wrapOutboundOut(WireFrame(requestID: requestID, body, payload: payload))).assumeIsolated()
             .whenFailure { [weak self] error in
-                self?.pending.removeValue(forKey: requestID)?.fail(
+                self?.pending.removeValue(forKey: requestID)?.promise.fail(
                     AgentClientError(.connectionClosed, agent: self?.agent ?? "?", "could not send \(body.messageName): \(error)")
                 )
             }
@@ -71,8 +71,8 @@ final class AgentClientHandler: ChannelInboundHandler {
 
     /// Forgets a request whose caller gave up (timeout), so a late reply is ignored. Returns whether it
     /// was still waiting.
-    func abandon(_ promise: EventLoopPromise<WireFrame>) -> Bool {
-        guard let entry = pending.first(where: { $0.value.futureResult === promise.futureResult }) else { return false }
+    func abandon(_ promise: EventLoopPromise<AgentReply>) -> Bool {
+        guard let entry = pending.first(where: { $0.value.promise.futureResult === promise.futureResult }) else { return false }
         pending.removeValue(forKey: entry.key)
         return true
     }
@@ -89,7 +89,9 @@ final class AgentClientHandler: ChannelInboundHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        run(machine.frameReceived(unwrapInboundIn(data)), context: context)
+        // Taken first: the reply's arrival as near the socket as this handler gets.
+        let receivedAt = MonotonicClock.now()
+        run(machine.frameReceived(unwrapInboundIn(data)), context: context, receivedAt: receivedAt)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
@@ -118,11 +120,11 @@ final class AgentClientHandler: ChannelInboundHandler {
         handshakePromise.fail(error)
         let waiting = pending
         pending.removeAll()
-        for promise in waiting.values { promise.fail(error) }
+        for entry in waiting.values { entry.promise.fail(error) }
         context.fireChannelInactive()
     }
 
-    private func run(_ action: ClientConnectionStateMachine.Action, context: ChannelHandlerContext) {
+    private func run(_ action: ClientConnectionStateMachine.Action, context: ChannelHandlerContext, receivedAt: Int64 = 0) {
         switch action {
         case .none:
             break
@@ -141,8 +143,8 @@ final class AgentClientHandler: ChannelInboundHandler {
             closeError = AgentClientError(.handshakeFailed, agent: agent, "refused the hello: \(error.message)", code: error.code)
             context.close(promise: nil)
         case .deliver(let frame):
-            if let promise = pending.removeValue(forKey: frame.requestID) {
-                promise.succeed(frame)
+            if let entry = pending.removeValue(forKey: frame.requestID) {
+                entry.promise.succeed(AgentReply(frame: frame, sentAt: entry.sentAt, receivedAt: receivedAt))
             } else {
                 logger.debug("reply for a request nobody waits for", metadata: ["request": "\(frame.requestID)"])
             }
