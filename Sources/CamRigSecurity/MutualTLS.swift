@@ -27,11 +27,12 @@ public struct MutualTLS: Sendable {
         )
     }
 
-    /// A client's side (coordinator or viewer): accepts only agents.
+    /// A client's side: presents a coordinator certificate (or, when the directory has none, a viewer
+    /// certificate); accepts only agents.
     public static func client(
         directory: TLSDirectory,
         identityName: String? = nil,
-        roles: Set<PeerRole> = [.coordinator, .viewer]
+        roles: [PeerRole] = [.coordinator, .viewer]
     ) throws -> MutualTLS {
         try make(
             directory: directory,
@@ -45,7 +46,7 @@ public struct MutualTLS: Sendable {
     static func make(
         directory: TLSDirectory,
         identityName: String?,
-        ownRoles: Set<PeerRole>,
+        ownRoles: [PeerRole],
         acceptedPeerRoles: Set<PeerRole>,
         server: Bool
     ) throws -> MutualTLS {

@@ -157,9 +157,10 @@ public struct TLSDirectory: Sendable {
         }
     }
 
-    /// Picks the identity to present: `name` when given, else the only certificate with one of `roles`.
-    public func identity(named name: String?, roles: Set<PeerRole>) throws -> (entry: Entry, keyPEM: String) {
-        let roleList = roles.map(\.rawValue).sorted().joined(separator: " or ")
+    /// Picks the identity to present: `name` when given; otherwise the only certificate of the first role
+    /// in `roles` (in order of preference) that has any.
+    public func identity(named name: String?, roles: [PeerRole]) throws -> (entry: Entry, keyPEM: String) {
+        let roleList = roles.map(\.rawValue).joined(separator: " or ")
         let entry: Entry
         if let name {
             guard let found = try entries().first(where: { $0.name == name }) else {
@@ -170,19 +171,19 @@ public struct TLSDirectory: Sendable {
             }
             entry = found
         } else {
-            let candidates = try entries().filter { roles.contains($0.identity.role) }
-            switch candidates.count {
-            case 1:
-                entry = candidates[0]
-            case 0:
+            let all = try entries()
+            guard let role = roles.first(where: { role in all.contains { $0.identity.role == role } }) else {
                 throw SecurityError(
-                    "no \(roleList) certificate in \(path): issue one with `camrig certs issue --dir \(path) --name NAME --role \(roles.map(\.rawValue).sorted()[0])`"
-                )
-            default:
-                throw SecurityError(
-                    "\(path) holds several \(roleList) certificates (\(candidates.map(\.name).joined(separator: ", "))): choose one with --identity NAME"
+                    "no \(roleList) certificate in \(path): issue one with `camrig certs issue --dir \(path) --name NAME --role \(roles[0].rawValue)`"
                 )
             }
+            let candidates = all.filter { $0.identity.role == role }
+            guard candidates.count == 1 else {
+                throw SecurityError(
+                    "\(path) holds several \(role.rawValue) certificates (\(candidates.map(\.name).joined(separator: ", "))): choose one with --identity NAME"
+                )
+            }
+            entry = candidates[0]
         }
         guard let keyPEM = try? String(contentsOfFile: keyFile(for: entry.name), encoding: .utf8) else {
             throw SecurityError("no private key \(keyFile(for: entry.name)) for certificate '\(entry.name)'")

@@ -14,7 +14,7 @@ struct ConnectionOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("Directory with ca.pem and this client's certificate.", valueName: "dir"))
     var tlsDir: String?
 
-    @Option(name: .long, help: ArgumentHelp("Certificate name to present (default: the only coordinator or viewer certificate in --tls-dir).", valueName: "name"))
+    @Option(name: .long, help: ArgumentHelp("Certificate name to present (default: the only coordinator certificate in --tls-dir, else the only viewer certificate).", valueName: "name"))
     var identity: String?
 
     @Flag(name: .long, help: "Connect without TLS, to agents started with --insecure. Development only.")

@@ -37,11 +37,12 @@ struct TLSDirectoryTests {
         #expect(throws: SecurityError.self) { try pki.directory.issue(name: "agent-1", role: .agent) }
     }
 
-    @Test("the identity to present is picked by role when there is one, and must be named when there are several")
+    @Test("the identity to present is picked by role preference, and must be named when a role has several")
     func identitySelection() throws {
         let pki = try TestPKI(agents: ["agent-1", "agent-2"])
         defer { pki.remove() }
-        #expect(try pki.directory.identity(named: nil, roles: [.coordinator]).entry.name == "coordinator")
+        #expect(try pki.directory.identity(named: nil, roles: [.coordinator, .viewer]).entry.name == "coordinator")
+        #expect(try pki.directory.identity(named: nil, roles: [.viewer, .coordinator]).entry.name == "viewer-1")
         let ambiguous = #expect(throws: SecurityError.self) { try pki.directory.identity(named: nil, roles: [.agent]) }
         #expect(ambiguous?.message.contains("agent-1, agent-2") == true)
         #expect(ambiguous?.message.contains("--identity") == true)

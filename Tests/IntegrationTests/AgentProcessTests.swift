@@ -1,0 +1,196 @@
+import CamRigCoordinator
+import CamRigSecurity
+import CamRigTestSupport
+import CamRigWire
+import Foundation
+import Testing
+
+/// `camrig-agent` and `camrig` as real processes over TLS on loopback.
+@Suite("Agent and CLI over TLS", .serialized)
+struct AgentProcessTests {
+    @Test("camrig ping reaches a camrig-agent over TLS and reports its id, protocol version and round trips")
+    func pingOverTLS() throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1"])
+        defer { agent.stop() }
+
+        let result = try Executables.run("camrig", ["ping", "--agent", agent.address, "--tls-dir", pki.path, "--count", "3", "--interval-ms", "0", "--json"])
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+        let agentInfo = try #require(json["agent"] as? [String: Any])
+        #expect(agentInfo["id"] as? String == "agent-1")
+        #expect(agentInfo["protocol_version"] as? Int == 1)
+        #expect((json["client"] as? [String: Any])?["role"] as? String == "coordinator")
+        let rtts = try #require(json["rtt_us"] as? [Double])
+        #expect(rtts.count == 3)
+        #expect(rtts.allSatisfy { $0 > 0 && $0 < 1_000_000 })
+
+        let text = try Executables.run("camrig", ["ping", "--agent", agent.address, "--tls-dir", pki.path, "--count", "1"])
+        #expect(text.status == 0)
+        #expect(text.stdout.contains("agent agent-1 at \(agent.address): protocol 1"))
+        #expect(agent.log().contains("client ready"))
+    }
+
+    @Test("a viewer certificate is accepted and the agent tells the client its role")
+    func viewer() async throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let agent = try AgentProcess(["--tls-dir", pki.path])
+        defer { agent.stop() }
+        let client = try await AgentClient.connect(
+            to: AgentEndpoint(host: agent.host, port: agent.port),
+            security: .tls(try MutualTLS.client(directory: pki.directory, identityName: "viewer-1"))
+        )
+        #expect(client.welcome.clientRole == .viewer)
+        #expect(client.welcome.clientName == "viewer-1")
+        #expect(client.agentIdentity?.name == "agent-1")
+        #expect(client.agentIdentity?.role == .agent)
+        _ = try await client.ping()
+        await client.close()
+    }
+
+    @Test("an agent survives hostile clients while serving a good one, with flat memory")
+    func survivesBadClients() async throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--log-level", "notice"])
+        defer { agent.stop() }
+        let good = try await AgentClient.connect(
+            to: AgentEndpoint(host: agent.host, port: agent.port),
+            security: .tls(try MutualTLS.client(directory: pki.directory))
+        )
+        let coordinator = RawPeer.Transport.tls(directory: pki.directory, name: "coordinator")
+        let garbage: [UInt8] = (0..<65_536).map { _ in UInt8.random(in: 0...255) }
+
+        // 0xFFFFFFFF length over an authenticated connection: a FRAME_TOO_LARGE error, then close.
+        let huge = try await RawPeer.exchange(port: agent.port, transport: coordinator, chunks: [RawPeer.hello, [0xFF, 0xFF, 0xFF, 0xFF]])
+        #expect(huge.closedByAgent)
+        #expect(huge.errors.map(\.code) == [.frameTooLarge])
+        #expect(huge.errors.first?.message.contains("4294967295") == true)
+
+        // Garbage after a valid TLS handshake.
+        let noise = try await RawPeer.exchange(port: agent.port, transport: coordinator, chunks: [garbage])
+        #expect(noise.closedByAgent)
+        #expect(noise.errors.count == 1 && noise.errors.first?.fatal == true)
+
+        // Garbage where TLS is expected, and a TLS client without a certificate.
+        let plaintext = try await RawPeer.exchange(port: agent.port, transport: .plaintext, chunks: [garbage])
+        #expect(plaintext.closedByAgent)
+        let anonymous = try await RawPeer.exchange(port: agent.port, transport: .tlsWithoutCertificate, chunks: [RawPeer.hello])
+        #expect(anonymous.closedByAgent)
+        #expect(anonymous.frames.isEmpty, "an unauthenticated client must get no protocol message")
+
+        _ = try await good.ping()
+        let baseline = try #require(agent.residentKilobytes)
+
+        // Many more of each: memory must not follow the claimed lengths.
+        for round in 0..<60 {
+            async let a = RawPeer.exchange(port: agent.port, transport: coordinator, chunks: [RawPeer.hello, [0xFF, 0xFF, 0xFF, 0xFF]])
+            // A legal 64 MiB claim with 64 KiB sent, then the client gives up: the agent holds only what arrived.
+            async let b = RawPeer.exchange(
+                port: agent.port,
+                transport: coordinator,
+                chunks: [RawPeer.hello, [0x03, 0xFF, 0xFF, 0xFF], garbage],
+                timeout: .milliseconds(200)
+            )
+            async let c = RawPeer.exchange(port: agent.port, transport: .plaintext, chunks: [garbage])
+            async let d = RawPeer.exchange(port: agent.port, transport: .tlsWithoutCertificate, chunks: [garbage])
+            _ = try await (a, b, c, d)
+            if round % 20 == 0 { _ = try await good.ping() }
+        }
+        _ = try await good.ping()
+        let after = try #require(agent.residentKilobytes)
+        #expect(after - baseline < 16 * 1024, "resident memory grew from \(baseline) KiB to \(after) KiB")
+        #expect(agent.isRunning)
+
+        let log = agent.log()
+        #expect(log.contains("refused client: presented no certificate"))
+        #expect(log.contains("FRAME_TOO_LARGE"))
+        await good.close()
+    }
+
+    @Test(
+        "certificates that do not belong are refused in the handshake, and the agent's log says which and why",
+        arguments: [
+            ("expired", "expired at"),
+            ("stranger", "was issued by 'CN=Other Rig CA"),
+            ("agent-2", "has role agent, but only coordinator or viewer may connect"),
+        ]
+    )
+    func refusedCertificates(name: String, logged: String) async throws {
+        let pki = try TestPKI(agents: ["agent-1", "agent-2"])
+        defer { pki.remove() }
+        try pki.issueExpired(name: "expired", role: .coordinator)
+        try pki.issueFromOtherCA(name: "stranger", role: .coordinator)
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1"])
+        defer { agent.stop() }
+
+        let exchange = try await RawPeer.exchange(port: agent.port, transport: .tls(directory: pki.directory, name: name), chunks: [RawPeer.hello])
+        #expect(exchange.closedByAgent)
+        #expect(exchange.frames.isEmpty, "a refused client must get no welcome")
+        try await Task.sleep(for: .milliseconds(200))
+        let refusals = agent.log().split(separator: "\n").filter { $0.contains("refused client") }
+        #expect(refusals.count == 1)
+        #expect(refusals.first?.contains(logged) == true, "log: \(refusals)")
+        #expect(refusals.first?.contains("'\(name)'") == true)
+    }
+
+    @Test("camrig ping explains a refused or expired certificate and exits non-zero")
+    func pingWithBadCertificates() throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        try pki.issueExpired(name: "expired", role: .coordinator)
+        try pki.issueFromOtherCA(name: "stranger", role: .coordinator)
+        let agent = try AgentProcess(["--tls-dir", pki.path])
+        defer { agent.stop() }
+
+        let expired = try Executables.run("camrig", ["ping", "--agent", agent.address, "--tls-dir", pki.path, "--identity", "expired"])
+        #expect(expired.status != 0)
+        #expect(expired.stderr.contains("certificate 'expired' expired at"))
+
+        let stranger = try Executables.run("camrig", ["ping", "--agent", agent.address, "--tls-dir", pki.path, "--identity", "stranger", "--timeout", "3"])
+        #expect(stranger.status != 0)
+        #expect(stranger.stderr.contains("agent \(agent.address)"), "stderr: \(stranger.stderr)")
+
+        let unreachable = try Executables.run("camrig", ["ping", "--agent", "127.0.0.1:1", "--tls-dir", pki.path, "--identity", "coordinator"])
+        #expect(unreachable.status != 0)
+        #expect(unreachable.stderr.contains("cannot connect"))
+    }
+
+    @Test("plaintext needs --insecure on both sides, and the agent warns about it")
+    func insecure() throws {
+        let refused = try Executables.run("camrig-agent", ["--listen", "127.0.0.1:0"], timeout: 10)
+        #expect(refused.status != 0)
+        #expect(refused.stderr.contains("TLS is required"))
+
+        let agent = try AgentProcess(["--insecure", "--agent-id", "bench-agent"])
+        defer { agent.stop() }
+        let ping = try Executables.run("camrig", ["ping", "--agent", agent.address, "--insecure", "--count", "1", "--json"])
+        #expect(ping.status == 0, "stderr: \(ping.stderr)")
+        #expect(ping.stdout.contains("\"id\" : \"bench-agent\""))
+        #expect(agent.log().contains("WITHOUT TLS"))
+
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let mismatched = try Executables.run("camrig", ["ping", "--agent", agent.address, "--tls-dir", pki.path, "--timeout", "3"])
+        #expect(mismatched.status != 0)
+    }
+
+    @Test("SIGTERM: the agent says goodbye to connected clients and exits cleanly")
+    func gracefulShutdown() async throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let agent = try AgentProcess(["--tls-dir", pki.path])
+        let client = try await AgentClient.connect(
+            to: AgentEndpoint(host: agent.host, port: agent.port),
+            security: .tls(try MutualTLS.client(directory: pki.directory))
+        )
+        _ = try await client.ping()
+        let status = agent.stop()
+        #expect(status == 0)
+        await client.closed
+        let error = await #expect(throws: AgentClientError.self) { try await client.ping() }
+        #expect(error?.message.contains("shutting down") == true, "got \(String(describing: error))")
+    }
+}
