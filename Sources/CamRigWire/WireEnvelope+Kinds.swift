@@ -68,3 +68,23 @@ extension WireEnvelope.OneOf_Body {
         }
     }
 }
+
+extension WirePeerRole {
+    /// Whether a client with this role may send `request` (coordinators anything; viewers only what
+    /// describes devices or watches them).
+    public func mayRequest(_ request: WireEnvelope.OneOf_Body) -> Bool {
+        switch self {
+        case .coordinator:
+            return true
+        case .viewer:
+            switch request {
+            case .ping, .clockProbe, .listDevices, .discoveryQuery, .describeDevice, .startStream, .stopStream, .subscribe:
+                return true
+            default:
+                return false
+            }
+        case .agent, .unspecified, .UNRECOGNIZED:
+            return false
+        }
+    }
+}

@@ -36,6 +36,28 @@ struct WireFrameEncoderTests {
     }
 }
 
+@Suite("PROTOCOL.md examples")
+struct ProtocolDocumentTests {
+    @Test("the ping example of §3 is exactly what the encoder writes")
+    func pingExample() throws {
+        var ping = WirePing()
+        ping.nonce = 7
+        let bytes = Array(try WireFrame(requestID: 2, .ping(ping)).encoded().readableBytesView)
+        #expect(bytes == [0x00, 0x00, 0x00, 0x0A, 0x00, 0x00, 0x00, 0x06, 0x08, 0x02, 0x72, 0x02, 0x08, 0x07])
+    }
+
+    @Test("viewers may only describe and watch; coordinators may do everything")
+    func roles() {
+        #expect(WirePeerRole.viewer.mayRequest(.describeDevice(.init())))
+        #expect(WirePeerRole.viewer.mayRequest(.startStream(.init())))
+        #expect(!WirePeerRole.viewer.mayRequest(.lock(.init())))
+        #expect(!WirePeerRole.viewer.mayRequest(.configure(.init())))
+        #expect(!WirePeerRole.viewer.mayRequest(.scheduleTrigger(.init())))
+        #expect(WirePeerRole.coordinator.mayRequest(.configure(.init())))
+        #expect(!WirePeerRole.agent.mayRequest(.ping(.init())))
+    }
+}
+
 @Suite("Version negotiation")
 struct NegotiationTests {
     @Test("the highest common version wins; no overlap gives none")

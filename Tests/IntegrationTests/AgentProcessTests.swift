@@ -47,6 +47,12 @@ struct AgentProcessTests {
         #expect(client.agentIdentity?.name == "agent-1")
         #expect(client.agentIdentity?.role == .agent)
         _ = try await client.ping()
+        var lock = WireLock()
+        lock.deviceID = "cam0"
+        let denied = await #expect(throws: AgentClientError.self) { try await client.request(.lock(lock)) }
+        #expect(denied?.code == .permissionDenied)
+        #expect(denied?.message.contains("'viewer-1' has a viewer certificate") == true)
+        _ = try await client.ping()  // a refused request leaves the connection usable
         await client.close()
     }
 

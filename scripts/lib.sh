@@ -1,0 +1,45 @@
+# Shared by scripts/bootstrap, scripts/test and .ci/run. Source it; do not run it.
+
+# Debian packages CamRig builds and tests with.
+CAMRIG_PACKAGES=(
+    libv4l-dev        # V4L2 cameras through libv4l2
+    v4l-utils         # v4l2-ctl, v4l2-compliance
+    protobuf-compiler # protoc, to regenerate proto/ and for the interoperability test
+    python3-protobuf  # the interoperability test's independent Python client
+    iproute2          # network namespaces for multi-host tests
+    ca-certificates
+    git
+)
+
+# Installs the packages that are missing (apt-get update only when something is).
+install_system_packages() {
+    local missing=()
+    for package in "${CAMRIG_PACKAGES[@]}"; do
+        dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+    done
+    if [ ${#missing[@]} -eq 0 ]; then
+        echo "system packages: all present"
+        return
+    fi
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null || { echo "need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+        sudo="sudo"
+    fi
+    echo "installing: ${missing[*]}"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# Puts Swift on PATH (it lives in /opt/swift on CamRig's build machines) or explains how to get it.
+ensure_swift() {
+    if ! command -v swift >/dev/null; then
+        for dir in /opt/swift/usr/bin /opt/swift/bin /usr/share/swift/usr/bin; do
+            [ -x "$dir/swift" ] && export PATH="$dir:$PATH" && break
+        done
+    fi
+    command -v swift >/dev/null || {
+        echo "Swift 6 is needed: install a Swift 6.x toolchain for Debian 12 from https://swift.org/install and put it on PATH" >&2
+        exit 1
+    }
+}
