@@ -24,7 +24,8 @@ public struct AgentConfiguration: Sendable {
     public var idleTimeout: TimeAmount
     /// Connections beyond this are closed at once.
     public var maxConnections: Int
-    /// Largest frame accepted from a client.
+    /// Largest frame accepted from a client. Clients send only control messages, so the default is the
+    /// protocol's minimum (1 MiB + 4): a client can make the agent buffer at most that much.
     public var maxFrameLength: UInt32
 
     public init(
@@ -35,7 +36,7 @@ public struct AgentConfiguration: Sendable {
         handshakeTimeout: TimeAmount = .seconds(10),
         idleTimeout: TimeAmount = .seconds(120),
         maxConnections: Int = 64,
-        maxFrameLength: UInt32 = WireProtocol.defaultMaxFrameLength
+        maxFrameLength: UInt32 = WireProtocol.minimumMaxFrameLength
     ) {
         self.host = host
         self.port = port

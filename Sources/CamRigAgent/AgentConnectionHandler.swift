@@ -11,16 +11,6 @@ struct AgentShutdownEvent: Sendable {
     var reason: String
 }
 
-/// What the TLS verification callback learned about the client, read by the connection handler.
-final class ClientVerification: Sendable {
-    private let box = NIOLockedValueBox<PeerCertificateVerifier.Outcome?>(nil)
-
-    var outcome: PeerCertificateVerifier.Outcome? {
-        get { box.withLockedValue { $0 } }
-        set { box.withLockedValue { $0 = newValue } }
-    }
-}
-
 /// Serves one client connection: runs `ServerConnectionStateMachine`, answers pings and clock probes on
 /// the event loop, and passes other requests to the router.
 ///
@@ -33,7 +23,7 @@ final class AgentConnectionHandler: ChannelInboundHandler {
     private let configuration: ServerConnectionStateMachine.Configuration
     private let handshakeTimeout: TimeAmount
     private let idleTimeout: TimeAmount
-    private let verification: ClientVerification?
+    private let verification: PeerVerificationRecord?
     private let insecureClient: ServerConnectionStateMachine.Client?
     private let router: AgentRequestRouter
     private var logger: Logger
@@ -52,7 +42,7 @@ final class AgentConnectionHandler: ChannelInboundHandler {
         configuration: ServerConnectionStateMachine.Configuration,
         handshakeTimeout: TimeAmount,
         idleTimeout: TimeAmount,
-        verification: ClientVerification?,
+        verification: PeerVerificationRecord?,
         insecureClient: ServerConnectionStateMachine.Client?,
         router: AgentRequestRouter,
         logger: Logger
@@ -115,7 +105,7 @@ final class AgentConnectionHandler: ChannelInboundHandler {
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let tlsEvent = event as? TLSUserEvent, case .handshakeCompleted = tlsEvent {
-            if case .accepted(let identity) = verification?.outcome {
+            if let identity = verification?.acceptedIdentity {
                 machine = ServerConnectionStateMachine(
                     configuration: configuration,
                     client: .init(role: identity.role.wire, name: identity.name)
@@ -180,7 +170,7 @@ final class AgentConnectionHandler: ChannelInboundHandler {
         if error is NIOSSLError || error is BoringSSLError {
             if !tlsFailureLogged {
                 tlsFailureLogged = true
-                if case .refused(let refusal) = verification?.outcome {
+                if let refusal = verification?.refusal {
                     logger.warning("refused client: \(refusal.message)", metadata: ["reason": "\(refusal.reason.rawValue)"])
                 } else if machine == nil {
                     logger.warning("refused client: \(MutualTLS.explain(error))")

@@ -16,7 +16,6 @@ public final class AgentServer: Service, Sendable {
     private let group: any EventLoopGroup
     private let logger: Logger
     private let connections = ConnectionRegistry()
-    private let bound = NIOLockedValueBox<(channel: any Channel, promise: EventLoopPromise<SocketAddress>)?>(nil)
     private let addressPromise: EventLoopPromise<SocketAddress>
 
     public init(configuration: AgentConfiguration, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger) {
@@ -99,17 +98,13 @@ public final class AgentServer: Service, Sendable {
         logger: Logger
     ) throws {
         let handlers = channel.pipeline.syncOperations
-        var verification: ClientVerification?
+        var verification: PeerVerificationRecord?
         var insecureClient: ServerConnectionStateMachine.Client?
         switch configuration.security {
         case .tls(let tls):
-            let box = ClientVerification()
-            verification = box
-            try handlers.addHandler(
-                tls.makeServerHandler { outcome in
-                    box.outcome = outcome
-                }
-            )
+            let record = PeerVerificationRecord()
+            verification = record
+            try handlers.addHandler(tls.makeServerHandler(recordingInto: record))
         case .insecure:
             insecureClient = .init(role: .coordinator, name: "insecure-client")
         }

@@ -45,8 +45,7 @@ public final class AgentClient: Sendable {
         logger: Logger = Logger(label: "camrig.client")
     ) async throws -> AgentClient {
         let name = endpoint.description
-        let verification: NIOLockedValueBox<PeerCertificateVerifier.Outcome?>? =
-            if case .tls = security { NIOLockedValueBox(nil) } else { nil }
+        let verification: PeerVerificationRecord? = if case .tls = security { PeerVerificationRecord() } else { nil }
         let eventLoop = group.next()
         let handshake = eventLoop.makePromise(of: WireWelcome.self)
         let bootstrap = ClientBootstrap(group: eventLoop)
@@ -56,9 +55,7 @@ public final class AgentClient: Sendable {
                 do {
                     let handlers = channel.pipeline.syncOperations
                     if case .tls(let tls) = security {
-                        try handlers.addHandler(
-                            try tls.makeClientHandler { outcome in verification?.withLockedValue { $0 = outcome } }
-                        )
+                        try handlers.addHandler(try tls.makeClientHandler(recordingInto: verification!))
                     }
                     try handlers.addHandler(IdleStateHandler(writeTimeout: keepAliveInterval))
                     try handlers.addHandler(ByteToMessageHandler(WireFrameDecoder()))
@@ -103,9 +100,13 @@ public final class AgentClient: Sendable {
         let handler = try await channel.eventLoop.submit {
             NIOLoopBound(try channel.pipeline.syncOperations.handler(type: AgentClientHandler.self), eventLoop: channel.eventLoop)
         }.get()
-        var identity: PeerIdentity?
-        if case .accepted(let accepted) = verification?.withLockedValue({ $0 }) { identity = accepted }
-        return AgentClient(endpoint: endpoint, welcome: welcome, agentIdentity: identity, channel: channel, handler: handler)
+        return AgentClient(
+            endpoint: endpoint,
+            welcome: welcome,
+            agentIdentity: verification?.acceptedIdentity,
+            channel: channel,
+            handler: handler
+        )
     }
 
     /// Sends a request and returns the agent's reply with its send and receive times. An `Error` reply is

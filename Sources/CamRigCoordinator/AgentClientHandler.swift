@@ -14,7 +14,7 @@ final class AgentClientHandler: ChannelInboundHandler {
     private var machine = ClientConnectionStateMachine()
     private let agent: String
     private let handshakePromise: EventLoopPromise<WireWelcome>
-    private let verification: NIOLockedValueBox<PeerCertificateVerifier.Outcome?>?
+    private let verification: PeerVerificationRecord?
     private var pending: [UInt64: (promise: EventLoopPromise<AgentReply>, sentAt: Int64)] = [:]
     private var nextRequestID: UInt64 = 2  // 1 is the hello
     private var closeError: AgentClientError?
@@ -24,7 +24,7 @@ final class AgentClientHandler: ChannelInboundHandler {
     init(
         agent: String,
         handshakePromise: EventLoopPromise<WireWelcome>,
-        verification: NIOLockedValueBox<PeerCertificateVerifier.Outcome?>?,
+        verification: PeerVerificationRecord?,
         logger: Logger
     ) {
         self.agent = agent
@@ -102,7 +102,7 @@ final class AgentClientHandler: ChannelInboundHandler {
         if error is ByteToMessageDecoderError { return }
         let failure: AgentClientError
         if error is NIOSSLError || error is BoringSSLError {
-            if case .refused(let refusal) = verification?.withLockedValue({ $0 }) {
+            if let refusal = verification?.refusal {
                 failure = AgentClientError(.tlsFailed, agent: agent, "refused the agent's certificate: \(refusal.message)")
             } else {
                 failure = AgentClientError(.tlsFailed, agent: agent, "TLS failed: \(MutualTLS.explain(error))")

@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOSSL
 import X509
@@ -90,40 +91,30 @@ public struct MutualTLS: Sendable {
         }
     }
 
-    /// A server handler for one accepted connection.
-    public func makeServerHandler(
-        onVerification: @escaping @Sendable (PeerCertificateVerifier.Outcome) -> Void
-    ) -> NIOSSLServerHandler {
-        NIOSSLServerHandler(context: context, customVerificationCallback: verificationCallback(onVerification))
+    /// A server handler for one accepted connection; the verdict on the client lands in `record`.
+    public func makeServerHandler(recordingInto record: PeerVerificationRecord) -> NIOSSLServerHandler {
+        NIOSSLServerHandler(context: context, customVerificationCallback: verificationCallback(record))
     }
 
-    /// A client handler for one outgoing connection.
-    public func makeClientHandler(
-        onVerification: @escaping @Sendable (PeerCertificateVerifier.Outcome) -> Void
-    ) throws -> NIOSSLClientHandler {
-        try NIOSSLClientHandler(
-            context: context,
-            serverHostname: nil,
-            customVerificationCallback: verificationCallback(onVerification)
-        )
+    /// A client handler for one outgoing connection; the verdict on the agent lands in `record`.
+    public func makeClientHandler(recordingInto record: PeerVerificationRecord) throws -> NIOSSLClientHandler {
+        try NIOSSLClientHandler(context: context, serverHostname: nil, customVerificationCallback: verificationCallback(record))
     }
 
-    private func verificationCallback(
-        _ onVerification: @escaping @Sendable (PeerCertificateVerifier.Outcome) -> Void
-    ) -> NIOSSLCustomVerificationCallback {
+    private func verificationCallback(_ record: PeerVerificationRecord) -> NIOSSLCustomVerificationCallback {
         let verifier = self.verifier
         return { certificates, promise in
             let chain: [Certificate]
             do {
                 chain = try certificates.map { try Certificate(derEncoded: try $0.toDERBytes()) }
             } catch {
-                onVerification(.refused(PeerRefusal(.invalid, "presented a certificate that cannot be parsed: \(error)")))
+                record.outcome = .refused(PeerRefusal(.invalid, "presented a certificate that cannot be parsed: \(error)"))
                 promise.succeed(.failed)
                 return
             }
             promise.completeWithTask {
                 let outcome = await verifier.verify(chain: chain)
-                onVerification(outcome)
+                record.outcome = outcome
                 if case .accepted = outcome { return .certificateVerified }
                 return .failed
             }
@@ -153,5 +144,31 @@ public struct MutualTLS: Sendable {
             return "the peer closed the connection without ending TLS"
         }
         return text
+    }
+}
+
+/// Where a connection's certificate verdict is kept: written by the TLS verification callback (on any
+/// thread), read by the connection's handlers once TLS completes or fails.
+public final class PeerVerificationRecord: Sendable {
+    private let box = NIOLockedValueBox<PeerCertificateVerifier.Outcome?>(nil)
+
+    public init() {}
+
+    /// The verdict, once the peer's certificate was judged.
+    public var outcome: PeerCertificateVerifier.Outcome? {
+        get { box.withLockedValue { $0 } }
+        set { box.withLockedValue { $0 = newValue } }
+    }
+
+    /// The peer's identity, if its certificate was accepted.
+    public var acceptedIdentity: PeerIdentity? {
+        if case .accepted(let identity) = outcome { return identity }
+        return nil
+    }
+
+    /// Why the peer's certificate was refused, if it was.
+    public var refusal: PeerRefusal? {
+        if case .refused(let refusal) = outcome { return refusal }
+        return nil
     }
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CamRigWire
 
 /// `camrig`: the coordinator and command line of a CamRig rig.
 @main
@@ -10,7 +11,7 @@ struct CamRigCommand: AsyncParsableCommand {
             Agents (camrig-agent) run on every camera host; this command talks to them over TLS with \
             client certificates. Start with `camrig certs init --dir DIR`.
             """,
-        version: "camrig \(CamRigVersionText.value)",
+        version: "camrig \(CamRigVersion.string)",
         subcommands: [Certs.self, Ping.self]
     )
 }

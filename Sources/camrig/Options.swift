@@ -5,10 +5,6 @@ import CamRigWire
 import Foundation
 import Logging
 
-enum CamRigVersionText {
-    static let value = CamRigVersion.string
-}
-
 /// How to authenticate to agents.
 struct ConnectionOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("Directory with ca.pem and this client's certificate.", valueName: "dir"))

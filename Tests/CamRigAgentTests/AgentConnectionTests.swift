@@ -107,7 +107,7 @@ struct AgentConnectionTests {
     static let badInputs: [BadInput] = [
         BadInput(name: "length 0xFFFFFFFF", helloFirst: false, bytes: [[0xFF, 0xFF, 0xFF, 0xFF]], code: .frameTooLarge),
         BadInput(name: "length 0xFFFFFFFF after hello", helloFirst: true, bytes: [[0xFF, 0xFF, 0xFF, 0xFF, 1, 2, 3]], code: .frameTooLarge),
-        BadInput(name: "length just over the maximum", helloFirst: true, bytes: [[0x04, 0x00, 0x00, 0x01]], code: .frameTooLarge),
+        BadInput(name: "length just over the agent's 1 MiB + 4 limit for clients", helloFirst: true, bytes: [[0x00, 0x10, 0x00, 0x05]], code: .frameTooLarge),
         BadInput(name: "zero length", helloFirst: false, bytes: [[0, 0, 0, 0]], code: .malformedFrame),
         BadInput(name: "unknown message type", helloFirst: true, bytes: [unknownMessage], code: .unknownMessage),
         BadInput(name: "undecodable protobuf", helloFirst: true, bytes: [undecodable], code: .undecodableMessage),
@@ -177,7 +177,7 @@ struct AgentConnectionTests {
     func stalledFrame() throws {
         let connection = try EmbeddedAgentConnection(idleTimeout: .seconds(30))
         try connection.sendHello()
-        try connection.send([0x00, 0x10, 0x00, 0x00, 0x00])  // claims 1 MiB, sends 1 byte of it
+        try connection.send([0x00, 0x0F, 0x00, 0x00, 0x00])  // claims ~1 MiB, sends 1 byte of it
         _ = try connection.received()
         connection.loop.advanceTime(by: .seconds(61))
         let frames = try connection.received()

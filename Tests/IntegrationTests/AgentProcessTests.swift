@@ -93,11 +93,12 @@ struct AgentProcessTests {
         // Many more of each: memory must not follow the claimed lengths.
         for round in 0..<60 {
             async let a = RawPeer.exchange(port: agent.port, transport: coordinator, chunks: [RawPeer.hello, [0xFF, 0xFF, 0xFF, 0xFF]])
-            // A legal 64 MiB claim with 64 KiB sent, then the client gives up: the agent holds only what arrived.
+            // A legal claim (just under the agent's 1 MiB limit for client frames) with 64 KiB sent, then the
+            // client gives up: the agent holds only what arrived, and frees it.
             async let b = RawPeer.exchange(
                 port: agent.port,
                 transport: coordinator,
-                chunks: [RawPeer.hello, [0x03, 0xFF, 0xFF, 0xFF], garbage],
+                chunks: [RawPeer.hello, [0x00, 0x0F, 0xFF, 0xFF], garbage],
                 timeout: .milliseconds(200)
             )
             async let c = RawPeer.exchange(port: agent.port, transport: .plaintext, chunks: [garbage])
