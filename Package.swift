@@ -55,7 +55,10 @@ let package = Package(
         ),
         .target(
             name: "CamRigDevices",
-            dependencies: []
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ]
         ),
         .target(
             name: "CamRigAgent",

@@ -1,0 +1,55 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The clock a host stamps frames with: `CLOCK_MONOTONIC`, optionally skewed by a fixed offset and a
+/// drift so that several simulated hosts on one machine disagree the way real ones do.
+///
+/// `now = monotonic + offset + drift × (monotonic − epoch)`, with drift in parts per million.
+public struct HostClock: Sendable, Hashable {
+    public var offsetNanoseconds: Int64
+    public var driftPPM: Double
+    /// The monotonic instant from which drift accumulates.
+    public var epoch: Int64
+
+    /// The machine's own clock, unskewed.
+    public static let system = HostClock(offsetNanoseconds: 0, driftPPM: 0, epoch: 0)
+
+    public init(offsetNanoseconds: Int64, driftPPM: Double, epoch: Int64 = HostClock.monotonicNow()) {
+        self.offsetNanoseconds = offsetNanoseconds
+        self.driftPPM = driftPPM
+        self.epoch = epoch
+    }
+
+    /// This clock's reading now.
+    public func now() -> Int64 { reading(atMonotonic: Self.monotonicNow()) }
+
+    /// This clock's reading at a given instant of `CLOCK_MONOTONIC`.
+    public func reading(atMonotonic monotonic: Int64) -> Int64 {
+        guard driftPPM != 0 else { return monotonic + offsetNanoseconds }
+        let drift = Double(monotonic - epoch) * driftPPM / 1_000_000
+        return monotonic + offsetNanoseconds + Int64(drift.rounded())
+    }
+
+    /// The `CLOCK_MONOTONIC` instant at which this clock reads `reading` (inverse of `reading(atMonotonic:)`).
+    public func monotonic(atReading reading: Int64) -> Int64 {
+        let scale = 1 + driftPPM / 1_000_000
+        return epoch + Int64((Double(reading - offsetNanoseconds - epoch) / scale).rounded())
+    }
+
+    /// `CLOCK_MONOTONIC` in nanoseconds.
+    @inline(__always)
+    public static func monotonicNow() -> Int64 {
+        var spec = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &spec)
+        return Int64(spec.tv_sec) * 1_000_000_000 + Int64(spec.tv_nsec)
+    }
+
+    /// Sleeps until `CLOCK_MONOTONIC` reaches `deadline` (absolute, so no drift accumulates).
+    public static func sleep(untilMonotonic deadline: Int64) {
+        var spec = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
+        while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &spec, nil) == EINTR {}
+    }
+}

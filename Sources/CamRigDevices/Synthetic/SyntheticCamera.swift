@@ -1,0 +1,311 @@
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// How a synthetic camera behaves.
+public struct SyntheticCameraConfiguration: Hashable, Sendable {
+    /// Serial number; the device's unique id is `synthetic:<serial>`.
+    public var serial: String
+    public var name: String
+    public var label: String
+    public var position: DevicePosition
+    /// Seeds drops, jitter and noise: the same seed gives the same sequence of them.
+    public var seed: UInt64
+    /// The host clock frames are stamped with (offset and drift of a simulated host).
+    public var clock: HostClock
+    /// Probability that the sensor drops a frame (its sequence number is skipped, as drivers do).
+    public var dropProbability: Double
+    /// Largest timing error added to a frame's stamp, either way, in nanoseconds.
+    public var jitterNanoseconds: Int64
+    /// Amplitude of sensor noise in pixel levels.
+    public var noise: UInt8
+
+    public init(
+        serial: String,
+        name: String = "CamRig Synthetic Camera",
+        label: String = "",
+        position: DevicePosition = .unspecified,
+        seed: UInt64 = 1,
+        clock: HostClock = .system,
+        dropProbability: Double = 0,
+        jitterNanoseconds: Int64 = 0,
+        noise: UInt8 = 2
+    ) {
+        self.serial = serial
+        self.name = name
+        self.label = label
+        self.position = position
+        self.seed = seed
+        self.clock = clock
+        self.dropProbability = dropProbability
+        self.jitterNanoseconds = jitterNanoseconds
+        self.noise = noise
+    }
+}
+
+/// A complete camera in software: real formats and frame intervals, real-time pacing from the active
+/// frame duration, pixels that say which frame they are and when it was exposed, controls with visible
+/// effects, and injectable clock offset, drift, drops, jitter and noise.
+public final class SyntheticCamera: CameraBackend {
+    public let configuration: SyntheticCameraConfiguration
+    public let identity: DeviceIdentity
+    public let typedControlSupport: TypedControlSupport
+    private let formatList: [DeviceFormat]
+    private let controlList: [ControlDescriptor]
+    private let deviceHash: UInt32
+
+    struct State {
+        var format: DeviceFormat
+        var frameDuration: FrameDuration
+        var settings = CameraSettings()
+        var controls: [UInt32: Int64]
+        var streaming: StreamControl?
+        var connected = true
+    }
+
+    final class StreamControl: Sendable {
+        let running = NIOLockedValueBox(true)
+    }
+
+    private let state: NIOLockedValueBox<State>
+
+    public init(_ configuration: SyntheticCameraConfiguration) {
+        self.configuration = configuration
+        identity = DeviceIdentity(
+            uniqueID: "synthetic:\(configuration.serial)",
+            localizedName: "\(configuration.name) \(configuration.serial)",
+            modelID: "camrig-synthetic-1",
+            deviceType: .synthetic,
+            position: configuration.position,
+            label: configuration.label,
+            backend: "synthetic"
+        )
+        var support = TypedControlSupport()
+        support.focusModes = [.locked, .auto, .continuous]
+        support.lensPosition = true
+        support.exposureModes = Set(ExposureMode.allCases)
+        support.whiteBalanceModes = Set(WhiteBalanceMode.allCases)
+        support.zoom = true
+        support.torch = true
+        typedControlSupport = support
+        formatList = Self.standardFormats
+        controlList = Self.standardControls
+        deviceHash = SyntheticFrameHeader.hash(identity.uniqueID)
+        state = NIOLockedValueBox(
+            State(
+                format: formatList[0],
+                frameDuration: formatList[0].defaultFrameDuration!,
+                controls: Dictionary(uniqueKeysWithValues: controlList.map { ($0.id, $0.defaultValue) })
+            )
+        )
+    }
+
+    /// The formats every synthetic camera offers.
+    static let standardFormats: [DeviceFormat] = {
+        func rates(_ fps: [UInt32]) -> [FrameRateRange] { fps.map { FrameRateRange(discrete: FrameDuration(framesPerSecond: $0)!) } }
+        let sizes = [Dimensions(width: 640, height: 480), Dimensions(width: 1280, height: 720), Dimensions(width: 1920, height: 1080)]
+        let yuyvRates: [[UInt32]] = [[60, 30, 15], [30, 15], [30, 15, 5]]
+        var formats: [DeviceFormat] = []
+        for (size, fps) in zip(sizes, yuyvRates) {
+            formats.append(DeviceFormat(pixelFormat: .yuyv, dimensions: size, frameRateRanges: rates(fps), maxZoomFactor: 4))
+        }
+        for size in sizes {
+            formats.append(
+                DeviceFormat(
+                    pixelFormat: .mjpeg,
+                    dimensions: size,
+                    frameRateRanges: [FrameRateRange(min: FrameDuration(framesPerSecond: 60)!, max: FrameDuration(framesPerSecond: 1)!, kind: .continuous)!],
+                    supportedPhotoDimensions: [size, Dimensions(width: 3840, height: 2160)],
+                    maxZoomFactor: 4,
+                    imageSize: UInt32(size.pixelCount)
+                )
+            )
+        }
+        // High-frame-rate mode at low resolution.
+        formats.append(DeviceFormat(pixelFormat: .yuyv, dimensions: Dimensions(width: 320, height: 240), frameRateRanges: rates([120, 90]), maxZoomFactor: 2))
+        // Raw Bayer, stepwise intervals as many sensors declare them: 1/60 s … 1/10 s in steps of 1/60 s.
+        formats.append(
+            DeviceFormat(
+                pixelFormat: .bayerRGGB8,
+                dimensions: Dimensions(width: 1280, height: 720),
+                frameRateRanges: [
+                    FrameRateRange(
+                        min: FrameDuration(framesPerSecond: 60)!,
+                        max: FrameDuration(numerator: 6, denominator: 60)!,
+                        kind: .stepwise(step: FrameDuration(framesPerSecond: 60)!)
+                    )!
+                ]
+            )
+        )
+        return formats
+    }()
+
+    static let standardControls: [ControlDescriptor] = [
+        ControlDescriptor(id: V4L2ControlID.brightness, name: "Brightness", type: .integer, minimum: 0, maximum: 255, defaultValue: 128),
+        ControlDescriptor(id: V4L2ControlID.contrast, name: "Contrast", type: .integer, minimum: 0, maximum: 255, defaultValue: 128),
+        ControlDescriptor(id: V4L2ControlID.gain, name: "Gain", type: .integer, minimum: 0, maximum: 255, defaultValue: 32),
+        ControlDescriptor(
+            id: V4L2ControlID.powerLineFrequency,
+            name: "Power Line Frequency",
+            type: .menu,
+            minimum: 0,
+            maximum: 2,
+            defaultValue: 1,
+            menu: [MenuItem(index: 0, name: "Disabled"), MenuItem(index: 1, name: "50 Hz"), MenuItem(index: 2, name: "60 Hz")]
+        ),
+        ControlDescriptor(
+            id: V4L2ControlID.testPattern,
+            name: "Test Pattern",
+            type: .menu,
+            minimum: 0,
+            maximum: 2,
+            defaultValue: 0,
+            menu: [MenuItem(index: 0, name: "Moving Gradient"), MenuItem(index: 1, name: "Colour Bars"), MenuItem(index: 2, name: "Flat Grey")]
+        ),
+    ]
+
+    // MARK: CameraBackend
+
+    public func formats() throws(DeviceError) -> [DeviceFormat] { formatList }
+    public func controlDescriptors() throws(DeviceError) -> [ControlDescriptor] { controlList }
+
+    public func readControls(_ ids: [UInt32]) throws(DeviceError) -> [UInt32: Int64] {
+        try checkConnected()
+        let values = state.withLockedValue { $0.controls }
+        return values.filter { ids.contains($0.key) }
+    }
+
+    public func writeControls(_ values: [(id: UInt32, value: Int64)]) throws(DeviceError) {
+        try checkConnected()
+        state.withLockedValue { state in
+            for (id, value) in values { state.controls[id] = value }
+        }
+    }
+
+    public func activate(format: DeviceFormat, frameDuration: FrameDuration) throws(DeviceError) -> FrameDuration {
+        try checkConnected()
+        state.withLockedValue { state in
+            state.format = format
+            state.frameDuration = frameDuration
+        }
+        return frameDuration
+    }
+
+    public func apply(settings: CameraSettings) throws(DeviceError) {
+        try checkConnected()
+        state.withLockedValue { $0.settings = settings }
+    }
+
+    public func startStreaming(bufferCount: Int, sink: @escaping @Sendable (FrameEvent) -> Void) throws(DeviceError) {
+        try checkConnected()
+        let control = StreamControl()
+        let busy: Bool = state.withLockedValue { state in
+            guard state.streaming == nil else { return true }
+            state.streaming = control
+            return false
+        }
+        if busy { throw DeviceError(.busy, device: identity.uniqueID, "is already streaming") }
+        let thread = Thread { [self] in
+            self.run(control: control, sink: sink)
+        }
+        thread.name = "camrig-synthetic-\(configuration.serial)"
+        thread.qualityOfService = .userInteractive
+        thread.start()
+    }
+
+    public func stopStreaming() {
+        let control = state.withLockedValue { state -> StreamControl? in
+            defer { state.streaming = nil }
+            return state.streaming
+        }
+        control?.running.withLockedValue { $0 = false }
+    }
+
+    // MARK: Hot-plug
+
+    /// Simulates unplugging: a running stream ends with `.disconnected`, later calls fail.
+    public func unplug() {
+        state.withLockedValue { $0.connected = false }
+    }
+
+    private func checkConnected() throws(DeviceError) {
+        guard state.withLockedValue({ $0.connected }) else {
+            throw DeviceError(.disconnected, device: identity.uniqueID, "was unplugged")
+        }
+    }
+
+    // MARK: Streaming
+
+    private func run(control: StreamControl, sink: @Sendable (FrameEvent) -> Void) {
+        var random = SeededRandom(seed: configuration.seed)
+        let clock = configuration.clock
+        let start = HostClock.monotonicNow()
+        var sequence: UInt64 = 0
+        var due = start
+        while true {
+            let (format, duration, settings, controls, connected) = state.withLockedValue {
+                ($0.format, $0.frameDuration, $0.settings, $0.controls, $0.connected)
+            }
+            due += duration.nanoseconds
+            HostClock.sleep(untilMonotonic: due)
+            guard control.running.withLockedValue({ $0 }) else {
+                sink(.ended(nil))
+                return
+            }
+            guard connected else {
+                sink(.ended(DeviceError(.disconnected, device: identity.uniqueID, "was unplugged while streaming")))
+                return
+            }
+            defer { sequence += 1 }
+            if configuration.dropProbability > 0 && random.nextDouble() < configuration.dropProbability {
+                continue
+            }
+            var jitter: Int64 = 0
+            if configuration.jitterNanoseconds > 0 {
+                jitter = Int64(random.nextDouble() * Double(2 * configuration.jitterNanoseconds)) - configuration.jitterNanoseconds
+            }
+            // The frame was exposed during the last frame period; the stamp marks its start.
+            let exposureStart = clock.reading(atMonotonic: due - duration.nanoseconds) + jitter
+            let header = SyntheticFrameHeader(sequence: sequence, timestamp: exposureStart, deviceHash: deviceHash)
+            let bytes = SyntheticPattern.render(
+                format: format,
+                header: header,
+                settings: settings,
+                pattern: controls[V4L2ControlID.testPattern] ?? 0,
+                brightness: controls[V4L2ControlID.brightness] ?? 128,
+                noise: configuration.noise,
+                random: &random
+            )
+            sink(
+                .frame(
+                    CapturedFrame(
+                        deviceID: identity.uniqueID,
+                        sequence: sequence,
+                        timestamp: exposureStart,
+                        timestampMarks: .startOfExposure,
+                        format: format,
+                        bytes: bytes,
+                        metadata: CaptureMetadata(settings: settings)
+                    )
+                )
+            )
+        }
+    }
+}
+
+/// SplitMix64: small, fast and reproducible from a seed.
+struct SeededRandom: RandomNumberGenerator {
+    var state: UInt64
+
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    mutating func nextDouble() -> Double { Double(next() >> 11) / Double(1 << 53) }
+}
