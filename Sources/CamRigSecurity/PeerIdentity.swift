@@ -22,8 +22,13 @@ public struct PeerIdentity: Sendable, Hashable, CustomStringConvertible {
         guard let name = certificate.subject.firstValue(of: .RDNAttributeType.commonName) else {
             throw SecurityError("certificate \(certificate.subject) has no common name")
         }
-        guard let roleText = certificate.subject.firstValue(of: .RDNAttributeType.organizationalUnitName) else {
-            throw SecurityError("certificate '\(name)' carries no CamRig role (its subject has no OU)")
+        let units = certificate.subject.values(of: .RDNAttributeType.organizationalUnitName)
+        guard units.count == 1, let roleText = units.first else {
+            throw SecurityError(
+                units.isEmpty
+                    ? "certificate '\(name)' carries no CamRig role (its subject has no OU)"
+                    : "certificate '\(name)' has \(units.count) OU attributes (\(units.joined(separator: ", "))); a CamRig certificate has exactly one, its role"
+            )
         }
         guard let role = PeerRole(rawValue: roleText) else {
             throw SecurityError(
@@ -39,11 +44,11 @@ public struct PeerIdentity: Sendable, Hashable, CustomStringConvertible {
 extension DistinguishedName {
     /// The first attribute of `type` as text.
     func firstValue(of type: ASN1ObjectIdentifier) -> String? {
-        for rdn in self {
-            for attribute in rdn where attribute.type == type {
-                if let text = String(attribute.value) { return text }
-            }
-        }
-        return nil
+        values(of: type).first
+    }
+
+    /// Every attribute of `type` as text.
+    func values(of type: ASN1ObjectIdentifier) -> [String] {
+        flatMap { rdn in rdn.filter { $0.type == type }.compactMap { String($0.value) } }
     }
 }

@@ -28,10 +28,15 @@ public enum Executables {
         public var stderr: String
     }
 
-    /// Runs `name` with `arguments`, waiting at most `timeout` seconds (then kills it).
+    /// Runs the package's executable `name` with `arguments`, waiting at most `timeout` seconds (then kills it).
     public static func run(_ name: String, _ arguments: [String], timeout: Double = 60) throws -> Result {
+        try runTool(url(name).path, arguments, timeout: timeout)
+    }
+
+    /// Runs any program by path, like `run`.
+    public static func runTool(_ path: String, _ arguments: [String], timeout: Double = 60) throws -> Result {
         let process = Process()
-        process.executableURL = url(name)
+        process.executableURL = URL(fileURLWithPath: path)
         process.arguments = arguments
         let output = Pipe()
         let errors = Pipe()

@@ -97,6 +97,9 @@ public struct ServerConnectionStateMachine: Sendable {
                     )
                 )
             }
+            guard frame.requestID != 0 else {
+                return fail(WireProtocolError(.invalidRequestID, "hello has request_id 0; requests need a non-zero id"))
+            }
             guard
                 let version = WireProtocol.negotiate(
                     clientMinimum: hello.minProtocolVersion,

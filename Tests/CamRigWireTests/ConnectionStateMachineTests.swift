@@ -45,11 +45,22 @@ struct ServerConnectionStateMachineTests {
         #expect(machine.isReady)
     }
 
+    @Test("a hello with request id 0: INVALID_REQUEST_ID and close")
+    func helloWithoutRequestID() {
+        var machine = machine()
+        expectFatalError(machine.frameReceived(hello(id: 0), agentClockNanoseconds: 0), .invalidRequestID)
+        #expect(!machine.isReady)
+    }
+
     @Test("no common version: UNSUPPORTED_VERSION and close")
     func unsupportedVersion() {
         var machine = machine()
         expectFatalError(machine.frameReceived(hello(min: 3, max: 4), agentClockNanoseconds: 0), .unsupportedVersion)
         #expect(!machine.isReady)
+        for (min, max) in [(UInt32(0), UInt32(0)), (2, 1)] {
+            var other = self.machine()
+            expectFatalError(other.frameReceived(hello(min: min, max: max), agentClockNanoseconds: 0), .unsupportedVersion)
+        }
     }
 
     @Test("any message before hello: UNEXPECTED_MESSAGE and close")

@@ -16,19 +16,7 @@ protoc on PATH: the camrig_pb2 module is generated at run time from ../../proto/
 
 TLS-DIR holds ca.pem, IDENTITY.pem and IDENTITY-key.pem (as `camrig certs init/issue` write them).
 """
-import argparse
-import importlib
-import json
-import os
-import secrets
-import shutil
-import socket
-import ssl
-import struct
-import subprocess
-import sys
-import tempfile
-import time
+import argparse, importlib, json, os, secrets, shutil, socket, ssl, struct, subprocess, sys, tempfile, time
 
 PROTO_DIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "proto"))
 PROTOCOL_VERSION = 1                 # PROTOCOL.md describes version 1 only
@@ -87,13 +75,13 @@ class Connection:
             raise ClientError(f"refusing to send a {length}-byte frame (peer maximum {self.max_out})")
         self.sock.sendall(struct.pack(">II", length, len(data)) + data + payload)
 
-    def recv_exact(self, n):
+    def recv_exact(self, n, frame_start=False):
         """Exactly n bytes; recv may return less (partial reads), so loop. Grows with what arrives."""
         buf = bytearray()
         while len(buf) < n:
             chunk = self.sock.recv(min(n - len(buf), 65536))
             if not chunk:
-                where = "between frames" if not buf and n == 4 else "inside a frame"
+                where = "between frames" if frame_start and not buf else "inside a frame"
                 raise ClientError(f"the agent closed the connection ({where})")
             buf += chunk
         return bytes(buf)
@@ -109,7 +97,7 @@ class Connection:
     def recv(self):
         """Read one frame; return (envelope, body field name, payload). Applies every §3 receiver rule."""
         pb = self.pb
-        (length,) = struct.unpack(">I", self.recv_exact(4))
+        (length,) = struct.unpack(">I", self.recv_exact(4, frame_start=True))
         if length < 4:
             self.violation(pb.ERROR_CODE_MALFORMED_FRAME, f"frame length {length} is below 4")
         if length > self.max_in:    # checked before reading any further (§3)
@@ -144,14 +132,14 @@ def tls_connect(host, port, tls_dir, identity, timeout):
     ctx.minimum_version = ctx.maximum_version = ssl.TLSVersion.TLSv1_3
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_REQUIRED
-    ctx.load_verify_locations(cafile=os.path.join(tls_dir, "ca.pem"))
-    ctx.load_cert_chain(os.path.join(tls_dir, f"{identity}.pem"), os.path.join(tls_dir, f"{identity}-key.pem"))
+    ca, cert, key = (os.path.join(tls_dir, f) for f in ("ca.pem", f"{identity}.pem", f"{identity}-key.pem"))
+    for path in (ca, cert, key):
+        if not os.path.isfile(path):
+            raise ClientError(f"missing {path} (see `camrig certs init/issue`)")
+    ctx.load_verify_locations(cafile=ca)
+    ctx.load_cert_chain(cert, key)
     raw = socket.create_connection((host, port), timeout=timeout)
-    try:
-        sock = ctx.wrap_socket(raw, server_hostname=None)   # no SNI
-    except Exception:
-        raw.close()
-        raise
+    sock = ctx.wrap_socket(raw, server_hostname=None)   # no SNI; on failure the process exits anyway
     # §2 rule 5: a client accepts only a peer whose certificate role (OU) is exactly "agent".
     subject = sock.getpeercert().get("subject", ())
     units = [v for rdn in subject for (k, v) in rdn if k == "organizationalUnitName"]
@@ -170,7 +158,7 @@ def handshake(conn, versions=(PROTOCOL_VERSION, PROTOCOL_VERSION)):
     env, body, _ = conn.recv()
     if body == "error":
         raise conn.agent_error(env.error)
-    if body == "goodbye":
+    if body == "goodbye":   # §4.6: after a Goodbye we send nothing more
         raise ClientError(f"agent said goodbye during the handshake: {env.goodbye.reason!r}")
     if body != "welcome" or env.request_id != 1:
         conn.violation(pb.ERROR_CODE_UNEXPECTED_MESSAGE, f"expected welcome for request 1, got {body} "
@@ -235,8 +223,8 @@ def main(argv=None):
                 pass
     except ClientError as e:
         sys.exit(f"camrig_client: {e}")
-    except ssl.SSLError as e:   # includes a TLS alert when the agent refused our certificate (§2)
-        sys.exit(f"camrig_client: TLS failure (refused certificate?): {e}")
+    except ssl.SSLError as e:   # our verification failed, or the agent's alert refusing our certificate (§2)
+        sys.exit(f"camrig_client: TLS failure: {e}")
     except socket.timeout:
         sys.exit("camrig_client: timed out waiting for the agent")
     except OSError as e:

@@ -93,7 +93,7 @@ public nonisolated enum WireErrorCode: SwiftProtobuf.Enum, Swift.CaseIterable {
   /// the envelope holds no message this peer knows
   case unknownMessage // = 4
 
-  /// valid message in the wrong state: anything before Hello, a second Hello, a reply nobody asked for
+  /// valid message in the wrong state: anything before Hello, a second Hello, a reply-type message (other than Pong) sent to an agent
   case unexpectedMessage // = 5
 
   /// no protocol version in common
@@ -102,7 +102,7 @@ public nonisolated enum WireErrorCode: SwiftProtobuf.Enum, Swift.CaseIterable {
   /// no Hello within the agent's handshake timeout
   case handshakeTimeout // = 7
 
-  /// request_id 0 on a request, or one already in flight
+  /// request_id 0 on a request (Hello included)
   case invalidRequestID // = 8
 
   /// Access (20-29). Not fatal.

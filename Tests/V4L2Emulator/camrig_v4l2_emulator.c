@@ -1,0 +1,2328 @@
+/*
+ * camrig_v4l2_emulator.c - an emulated V4L2 capture device, as a libv4l2 plugin.
+ *
+ * Purpose
+ * -------
+ * Lets the CamRig V4L2 camera backend (and tools such as v4l2-ctl -w and
+ * v4l2-compliance -w) be tested on machines that have no /dev/video* node and
+ * cannot load vivid or v4l2loopback.  libv4l2 dlopen()s every plugin in
+ * /usr/lib/x86_64-linux-gnu/libv4l/plugins/ and offers it each fd opened with
+ * v4l2_open()/v4l2_fd_open().  This plugin claims an fd iff it refers to a
+ * regular file named videoN (N = 0..63) in the emulator directory
+ * ($CAMRIG_V4L2_EMULATOR_DIR, else /dev/shm/camrig-v4l2); every v4l2_ioctl()
+ * on such an fd is then answered here, as a UVC-like camera driver built on
+ * videobuf2 would answer it.
+ *
+ * Files of device N, all in the emulator directory
+ * ------------------------------------------------
+ *   videoN            the "device node" (create it with touch).  Buffer memory
+ *                     lives in this file: buffer i is at offset
+ *                     i * page_align(sizeimage); v4l2_mmap() maps the file
+ *                     itself, and frames are written into it with pwrite().
+ *   videoN.unplugged  if it exists, every ioctl fails with ENODEV (also a
+ *                     DQBUF that is already waiting).
+ *   videoN.lock       flock()ed (LOCK_EX) by the fd that owns the buffers;
+ *                     another fd's REQBUFS/STREAMON/QBUF/DQBUF gets EBUSY.
+ *   videoN.state      format, frame interval and control values, shared by
+ *                     every fd and process that opens the device.
+ *
+ * Layout of this file
+ * -------------------
+ *   1. constants, small helpers
+ *   2. format table (sizes, intervals) and format negotiation
+ *   3. control table and control validation
+ *   4. persistent device state (videoN.state)
+ *   5. per-fd handle, process-wide registry (priorities)
+ *   6. frame generation (test pattern + 16-byte header)
+ *   7. buffer queue and frame pacing
+ *   8. ioctl handlers, grouped by topic
+ *   9. plugin entry points (init/close/ioctl/read/write) and the exported
+ *      struct libv4l_dev_ops libv4l2_plugin
+ *
+ * Limitations, by construction
+ * ----------------------------
+ *   - poll()/select()/epoll on the fd go straight to the kernel, which sees a
+ *     regular file: it is always "readable" and never signals POLLPRI, and
+ *     epoll_ctl() refuses it (EPERM).  Use blocking DQBUF/DQEVENT, or
+ *     O_NONBLOCK + retry on EAGAIN/ENOENT.
+ *   - Priorities (G/S_PRIORITY) are tracked per process, not across
+ *     processes.  Format, interval, controls and buffer ownership are shared
+ *     across processes.
+ *   - Control events are generated lazily by comparing the current state with
+ *     what the subscriber last saw, so changes made by other processes are
+ *     reported too, but only when that fd next calls DQEVENT.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/types.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <linux/videodev2.h>
+#include <libv4l-plugin.h>
+
+/* ======================================================================== */
+/* 1. Constants and small helpers                                           */
+/* ======================================================================== */
+
+#define EMU_ENV_DIR        "CAMRIG_V4L2_EMULATOR_DIR"
+#define EMU_DEFAULT_DIR    "/dev/shm/camrig-v4l2"
+#define EMU_MAX_DEVICES    64
+#define EMU_DRIVER         "camrig-emu"
+#define EMU_MIN_BUFFERS    2
+#define EMU_MAX_BUFFERS    32
+#define EMU_MAX_EVENTS     64
+#define EMU_WAIT_STEP_NS   (5ull * 1000 * 1000)     /* longest single sleep */
+#define EMU_FRAME_MAGIC    0x43524D55u              /* "UMRC" little-endian */
+#define EMU_HEADER_BYTES   16
+#define NSEC_PER_SEC       1000000000ull
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_until_ns(uint64_t t)
+{
+	struct timespec ts = {
+		.tv_sec = (time_t)(t / NSEC_PER_SEC),
+		.tv_nsec = (long)(t % NSEC_PER_SEC),
+	};
+
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+}
+
+static bool file_exists(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0;
+}
+
+static void copy_str(void *dst, size_t size, const char *src)
+{
+	/* Fixed-size, NUL-padded string fields as the kernel fills them. */
+	size_t n = strnlen(src, size - 1);
+
+	memset(dst, 0, size);
+	memcpy(dst, src, n);
+}
+
+static uint32_t gcd_u32(uint32_t a, uint32_t b)
+{
+	while (b) {
+		uint32_t t = a % b;
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint8_t clamp_u8(int v)
+{
+	return v < 0 ? 0 : v > 255 ? 255 : (uint8_t)v;
+}
+
+/* ======================================================================== */
+/* 2. Formats                                                               */
+/* ======================================================================== */
+
+struct emu_fract {
+	uint32_t num, den;             /* seconds per frame = num / den */
+};
+
+struct emu_size {
+	uint32_t width, height;
+	const struct emu_fract *intervals;   /* discrete intervals, fastest first */
+	unsigned n_intervals;
+};
+
+enum emu_kind { EMU_DISCRETE, EMU_STEPWISE, EMU_CONTINUOUS };
+
+struct emu_format {
+	uint32_t fourcc;
+	const char *description;        /* as the kernel's v4l_fill_fmtdesc() */
+	uint32_t bytes_per_pixel;
+	enum emu_kind size_kind;
+	/* EMU_DISCRETE sizes (each with its own discrete intervals) */
+	const struct emu_size *sizes;
+	unsigned n_sizes;
+	/* EMU_STEPWISE / EMU_CONTINUOUS sizes */
+	uint32_t min_w, max_w, step_w, min_h, max_h, step_h;
+	/* intervals for non-discrete sizes: EMU_STEPWISE or EMU_CONTINUOUS */
+	enum emu_kind ival_kind;
+	struct emu_fract ival_min, ival_max, ival_step;
+};
+
+static const struct emu_fract yuyv_480p_ivals[] = { { 1, 60 }, { 1, 30 }, { 1, 15 } };
+static const struct emu_fract yuyv_720p_ivals[] = { { 1, 30 }, { 1, 15 } };
+static const struct emu_fract yuyv_1080p_ivals[] = { { 1, 30 }, { 1, 15 }, { 1, 5 } };
+static const struct emu_fract bayer_ivals[] = { { 1, 90 } };
+
+static const struct emu_size yuyv_sizes[] = {
+	{ 640, 480, yuyv_480p_ivals, ARRAY_SIZE(yuyv_480p_ivals) },
+	{ 1280, 720, yuyv_720p_ivals, ARRAY_SIZE(yuyv_720p_ivals) },
+	{ 1920, 1080, yuyv_1080p_ivals, ARRAY_SIZE(yuyv_1080p_ivals) },
+};
+
+static const struct emu_size bayer_sizes[] = {
+	{ 640, 480, bayer_ivals, ARRAY_SIZE(bayer_ivals) },
+};
+
+static const struct emu_format emu_formats[] = {
+	{
+		.fourcc = V4L2_PIX_FMT_YUYV,
+		.description = "YUYV 4:2:2",
+		.bytes_per_pixel = 2,
+		.size_kind = EMU_DISCRETE,
+		.sizes = yuyv_sizes,
+		.n_sizes = ARRAY_SIZE(yuyv_sizes),
+	},
+	{
+		.fourcc = V4L2_PIX_FMT_RGB24,
+		.description = "24-bit RGB 8-8-8",
+		.bytes_per_pixel = 3,
+		.size_kind = EMU_STEPWISE,
+		.min_w = 64, .max_w = 1920, .step_w = 16,
+		.min_h = 48, .max_h = 1080, .step_h = 8,
+		.ival_kind = EMU_STEPWISE,
+		.ival_min = { 1, 60 }, .ival_max = { 1, 1 }, .ival_step = { 1, 60 },
+	},
+	{
+		.fourcc = V4L2_PIX_FMT_GREY,
+		.description = "8-bit Greyscale",
+		.bytes_per_pixel = 1,
+		.size_kind = EMU_CONTINUOUS,
+		.min_w = 16, .max_w = 1280, .step_w = 1,
+		.min_h = 16, .max_h = 1024, .step_h = 1,
+		.ival_kind = EMU_CONTINUOUS,
+		.ival_min = { 1, 120 }, .ival_max = { 1, 1 }, .ival_step = { 1, 1 },
+	},
+	{
+		.fourcc = V4L2_PIX_FMT_SRGGB8,
+		.description = "8-bit Bayer RGRG/GBGB",
+		.bytes_per_pixel = 1,
+		.size_kind = EMU_DISCRETE,
+		.sizes = bayer_sizes,
+		.n_sizes = ARRAY_SIZE(bayer_sizes),
+	},
+};
+
+#define EMU_DEFAULT_FOURCC  V4L2_PIX_FMT_YUYV
+#define EMU_DEFAULT_WIDTH   640
+#define EMU_DEFAULT_HEIGHT  480
+static const struct emu_fract emu_default_interval = { 1, 30 };
+
+static const struct emu_format *find_format(uint32_t fourcc)
+{
+	for (unsigned i = 0; i < ARRAY_SIZE(emu_formats); i++)
+		if (emu_formats[i].fourcc == fourcc)
+			return &emu_formats[i];
+	return NULL;
+}
+
+static const struct emu_size *find_discrete_size(const struct emu_format *f,
+						 uint32_t w, uint32_t h)
+{
+	if (f->size_kind != EMU_DISCRETE)
+		return NULL;
+	for (unsigned i = 0; i < f->n_sizes; i++)
+		if (f->sizes[i].width == w && f->sizes[i].height == h)
+			return &f->sizes[i];
+	return NULL;
+}
+
+static uint32_t clamp_step(uint32_t v, uint32_t min, uint32_t max, uint32_t step)
+{
+	if (v <= min)
+		return min;
+	if (v >= max)
+		return max;
+	uint32_t k = (v - min + step / 2) / step;
+	uint32_t r = min + k * step;
+
+	return r > max ? max : r;
+}
+
+/* Round a requested size to the nearest supported one, as drivers do. */
+static void adjust_size(const struct emu_format *f, uint32_t *w, uint32_t *h)
+{
+	if (f->size_kind == EMU_DISCRETE) {
+		/* Same metric as the kernel's v4l2_find_nearest_size(). */
+		const struct emu_size *best = &f->sizes[0];
+		uint64_t best_err = UINT64_MAX;
+
+		for (unsigned i = 0; i < f->n_sizes; i++) {
+			int64_t dw = (int64_t)f->sizes[i].width - *w;
+			int64_t dh = (int64_t)f->sizes[i].height - *h;
+			uint64_t err = (uint64_t)llabs(dw) + (uint64_t)llabs(dh);
+
+			if (err < best_err) {
+				best_err = err;
+				best = &f->sizes[i];
+			}
+		}
+		*w = best->width;
+		*h = best->height;
+		return;
+	}
+	*w = clamp_step(*w, f->min_w, f->max_w, f->step_w);
+	*h = clamp_step(*h, f->min_h, f->max_h, f->step_h);
+}
+
+static bool size_is_valid(const struct emu_format *f, uint32_t w, uint32_t h)
+{
+	uint32_t aw = w, ah = h;
+
+	adjust_size(f, &aw, &ah);
+	return aw == w && ah == h;
+}
+
+/* Compare a/b with c/d without floating point: <0, 0, >0. */
+static int fract_cmp(struct emu_fract a, struct emu_fract b)
+{
+	uint64_t l = (uint64_t)a.num * b.den, r = (uint64_t)b.num * a.den;
+
+	return l < r ? -1 : l > r;
+}
+
+static double fract_to_double(struct emu_fract f)
+{
+	return (double)f.num / (double)f.den;
+}
+
+static struct emu_fract fract_reduce(struct emu_fract f)
+{
+	uint32_t g = gcd_u32(f.num, f.den);
+
+	if (g > 1) {
+		f.num /= g;
+		f.den /= g;
+	}
+	return f;
+}
+
+/*
+ * The supported interval nearest to @want for format @f at size w x h.
+ * A zero numerator or denominator means "the default" (1/30, or nearest).
+ */
+static struct emu_fract nearest_interval(const struct emu_format *f, uint32_t w,
+					 uint32_t h, struct emu_fract want)
+{
+	if (want.num == 0 || want.den == 0)
+		want = emu_default_interval;
+	want = fract_reduce(want);
+
+	if (f->size_kind == EMU_DISCRETE) {
+		const struct emu_size *s = find_discrete_size(f, w, h);
+		double t = fract_to_double(want), best_err = 1e300;
+		struct emu_fract best;
+
+		if (!s)
+			s = &f->sizes[0];
+		best = s->intervals[0];
+		for (unsigned i = 0; i < s->n_intervals; i++) {
+			double err = fract_to_double(s->intervals[i]) - t;
+
+			if (err < 0)
+				err = -err;
+
+			if (err < best_err) {
+				best_err = err;
+				best = s->intervals[i];
+			}
+		}
+		return best;
+	}
+	if (fract_cmp(want, f->ival_min) < 0)
+		return f->ival_min;
+	if (fract_cmp(want, f->ival_max) > 0)
+		return f->ival_max;
+	if (f->ival_kind == EMU_CONTINUOUS)
+		return want;
+	/* Stepwise: min + k * step, with min and step sharing a denominator. */
+	{
+		double t = fract_to_double(want);
+		double k = (t - fract_to_double(f->ival_min)) / fract_to_double(f->ival_step);
+		uint64_t kk = (uint64_t)(k + 0.5);
+		struct emu_fract r = {
+			f->ival_min.num + (uint32_t)kk * f->ival_step.num,
+			f->ival_step.den,
+		};
+
+		if (fract_cmp(r, f->ival_max) > 0)
+			r = f->ival_max;
+		return fract_reduce(r);
+	}
+}
+
+static bool interval_is_valid(const struct emu_format *f, uint32_t w, uint32_t h,
+			      struct emu_fract iv)
+{
+	if (iv.num == 0 || iv.den == 0)
+		return false;
+	struct emu_fract n = nearest_interval(f, w, h, iv);
+
+	return fract_cmp(n, iv) == 0;
+}
+
+static void fill_pix_format(struct v4l2_pix_format *pix, const struct emu_format *f,
+			    uint32_t w, uint32_t h)
+{
+	memset(pix, 0, sizeof(*pix));
+	pix->width = w;
+	pix->height = h;
+	pix->pixelformat = f->fourcc;
+	pix->field = V4L2_FIELD_NONE;
+	pix->bytesperline = w * f->bytes_per_pixel;
+	pix->sizeimage = pix->bytesperline * h;
+	pix->colorspace = V4L2_COLORSPACE_SRGB;
+	pix->priv = V4L2_PIX_FMT_PRIV_MAGIC;   /* we advertise V4L2_CAP_EXT_PIX_FORMAT */
+	pix->flags = 0;
+	pix->ycbcr_enc = V4L2_YCBCR_ENC_DEFAULT;
+	pix->quantization = V4L2_QUANTIZATION_DEFAULT;
+	pix->xfer_func = V4L2_XFER_FUNC_DEFAULT;
+}
+
+/* ======================================================================== */
+/* 3. Controls                                                              */
+/* ======================================================================== */
+
+struct emu_ctrl {
+	uint32_t id;
+	uint32_t type;                  /* enum v4l2_ctrl_type */
+	const char *name;
+	int32_t min, max, step, def;
+	uint32_t flags;                 /* static flags */
+	uint32_t menu_skip_mask;        /* menu items that QUERYMENU rejects */
+	const char *const *menu;        /* V4L2_CTRL_TYPE_MENU item names */
+	const int64_t *int_menu;        /* V4L2_CTRL_TYPE_INTEGER_MENU values */
+	/* "Manual" control of an auto cluster: INACTIVE while the auto control
+	 * auto_id has a value other than manual_value. */
+	uint32_t auto_id;
+	int32_t manual_value;
+};
+
+static const char *const power_line_menu[] = {
+	"Disabled", "50 Hz", "60 Hz", "Auto",
+};
+static const char *const exposure_auto_menu[] = {
+	"Auto Mode", "Manual Mode", "Shutter Priority Mode", "Aperture Priority Mode",
+};
+static const char *const test_pattern_menu[] = {
+	"Colour Bars", "Horizontal Gradient", "Checkerboard", "Solid Grey",
+};
+static const int64_t link_freq_menu[] = {
+	192000000, 384000000, 456000000,
+};
+
+#define CLASS_FLAGS (V4L2_CTRL_FLAG_READ_ONLY | V4L2_CTRL_FLAG_WRITE_ONLY)
+
+/* Sorted by id: enumeration with V4L2_CTRL_FLAG_NEXT_CTRL relies on it. */
+static const struct emu_ctrl emu_ctrls[] = {
+	{ V4L2_CID_USER_CLASS, V4L2_CTRL_TYPE_CTRL_CLASS, "User Controls",
+	  0, 0, 0, 0, CLASS_FLAGS, 0, NULL, NULL, 0, 0 },
+	{ V4L2_CID_BRIGHTNESS, V4L2_CTRL_TYPE_INTEGER, "Brightness",
+	  0, 255, 1, 128, V4L2_CTRL_FLAG_SLIDER, 0, NULL, NULL, 0, 0 },
+	{ V4L2_CID_CONTRAST, V4L2_CTRL_TYPE_INTEGER, "Contrast",
+	  0, 255, 1, 128, V4L2_CTRL_FLAG_SLIDER, 0, NULL, NULL, 0, 0 },
+	{ V4L2_CID_SATURATION, V4L2_CTRL_TYPE_INTEGER, "Saturation",
+	  0, 255, 1, 128, V4L2_CTRL_FLAG_SLIDER, 0, NULL, NULL, 0, 0 },
+	{ V4L2_CID_HUE, V4L2_CTRL_TYPE_INTEGER, "Hue",
+	  -180, 180, 1, 0, V4L2_CTRL_FLAG_SLIDER, 0, NULL, NULL, 0, 0 },
+	{ V4L2_CID_AUTO_WHITE_BALANCE, V4L2_CTRL_TYPE_BOOLEAN, "White Balance, Automatic",
+	  0, 1, 1, 1, V4L2_CTRL_FLAG_UPDATE, 0, NULL, NULL, 0, 0 },
+	{ V4L2_CID_GAIN, V4L2_CTRL_TYPE_INTEGER, "Gain",
+	  0, 255, 1, 0, 0, 0, NULL, NULL, 0, 0 },
+	{ V4L2_CID_POWER_LINE_FREQUENCY, V4L2_CTRL_TYPE_MENU, "Power Line Frequency",
+	  0, 3, 1, 1, 0, 0, power_line_menu, NULL, 0, 0 },
+	{ V4L2_CID_WHITE_BALANCE_TEMPERATURE, V4L2_CTRL_TYPE_INTEGER, "White Balance Temperature",
+	  2800, 6500, 10, 4600, 0, 0, NULL, NULL, V4L2_CID_AUTO_WHITE_BALANCE, 0 },
+	{ V4L2_CID_CAMERA_CLASS, V4L2_CTRL_TYPE_CTRL_CLASS, "Camera Controls",
+	  0, 0, 0, 0, CLASS_FLAGS, 0, NULL, NULL, 0, 0 },
+	{ V4L2_CID_EXPOSURE_AUTO, V4L2_CTRL_TYPE_MENU, "Auto Exposure",
+	  0, 3, 1, V4L2_EXPOSURE_APERTURE_PRIORITY, V4L2_CTRL_FLAG_UPDATE,
+	  (1u << V4L2_EXPOSURE_AUTO) | (1u << V4L2_EXPOSURE_SHUTTER_PRIORITY),
+	  exposure_auto_menu, NULL, 0, 0 },
+	{ V4L2_CID_EXPOSURE_ABSOLUTE, V4L2_CTRL_TYPE_INTEGER, "Exposure Time, Absolute",
+	  1, 10000, 1, 156, 0, 0, NULL, NULL, V4L2_CID_EXPOSURE_AUTO, V4L2_EXPOSURE_MANUAL },
+	{ V4L2_CID_FOCUS_ABSOLUTE, V4L2_CTRL_TYPE_INTEGER, "Focus, Absolute",
+	  0, 1023, 1, 0, 0, 0, NULL, NULL, V4L2_CID_FOCUS_AUTO, 0 },
+	{ V4L2_CID_FOCUS_AUTO, V4L2_CTRL_TYPE_BOOLEAN, "Focus, Automatic Continuous",
+	  0, 1, 1, 1, V4L2_CTRL_FLAG_UPDATE, 0, NULL, NULL, 0, 0 },
+	{ V4L2_CID_ZOOM_ABSOLUTE, V4L2_CTRL_TYPE_INTEGER, "Zoom, Absolute",
+	  100, 500, 1, 100, 0, 0, NULL, NULL, 0, 0 },
+	{ V4L2_CID_IMAGE_PROC_CLASS, V4L2_CTRL_TYPE_CTRL_CLASS, "Image Processing Controls",
+	  0, 0, 0, 0, CLASS_FLAGS, 0, NULL, NULL, 0, 0 },
+	{ V4L2_CID_LINK_FREQ, V4L2_CTRL_TYPE_INTEGER_MENU, "Link Frequency",
+	  0, 2, 1, 0, V4L2_CTRL_FLAG_READ_ONLY, 0, NULL, link_freq_menu, 0, 0 },
+	{ V4L2_CID_TEST_PATTERN, V4L2_CTRL_TYPE_MENU, "Test Pattern",
+	  0, 3, 1, 0, 0, 0, test_pattern_menu, NULL, 0, 0 },
+};
+
+#define EMU_NUM_CTRLS ARRAY_SIZE(emu_ctrls)
+
+static int ctrl_index(uint32_t id)
+{
+	for (unsigned i = 0; i < EMU_NUM_CTRLS; i++)
+		if (emu_ctrls[i].id == id)
+			return (int)i;
+	return -1;
+}
+
+static bool ctrl_is_class(const struct emu_ctrl *c)
+{
+	return c->type == V4L2_CTRL_TYPE_CTRL_CLASS;
+}
+
+static bool menu_item_valid(const struct emu_ctrl *c, int64_t v)
+{
+	if (v < c->min || v > c->max)
+		return false;
+	return !(c->menu_skip_mask & (1u << v));
+}
+
+/*
+ * Validate a value for the control, the way v4l2-ctrls does it:
+ * integers are rounded to the step (and clamped if @clamp, else ERANGE when
+ * out of range), booleans become 0/1, menus must name a valid item (ERANGE
+ * when out of range, EINVAL for a skipped item).
+ */
+static int ctrl_validate(const struct emu_ctrl *c, int32_t *value, bool clamp)
+{
+	int64_t v = *value;
+
+	switch (c->type) {
+	case V4L2_CTRL_TYPE_INTEGER:
+		if (v < c->min || v > c->max) {
+			if (!clamp)
+				return ERANGE;
+			v = v < c->min ? c->min : c->max;
+		}
+		v = c->min + ((v - c->min + c->step / 2) / c->step) * c->step;
+		if (v > c->max)
+			v -= c->step;
+		*value = (int32_t)v;
+		return 0;
+	case V4L2_CTRL_TYPE_BOOLEAN:
+		*value = v != 0;
+		return 0;
+	case V4L2_CTRL_TYPE_MENU:
+	case V4L2_CTRL_TYPE_INTEGER_MENU:
+		if (v < c->min || v > c->max)
+			return ERANGE;
+		if (c->menu_skip_mask & (1u << v))
+			return EINVAL;
+		return 0;
+	default:
+		return EINVAL;
+	}
+}
+
+/* ======================================================================== */
+/* 4. Persistent device state (videoN.state)                                */
+/* ======================================================================== */
+
+#define EMU_STATE_MAGIC    0x54534D43u   /* "CMST" */
+#define EMU_STATE_VERSION  1
+
+struct emu_state {
+	uint32_t magic;
+	uint32_t version;
+	uint32_t size;                /* sizeof(struct emu_state) */
+	uint32_t pixelformat, width, height;
+	uint32_t tpf_num, tpf_den;    /* time per frame */
+	uint32_t streaming;           /* owner is streaming (valid while videoN.lock is held) */
+	int32_t ctrl[EMU_NUM_CTRLS];  /* indexed like emu_ctrls[] */
+};
+
+static void state_defaults(struct emu_state *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->magic = EMU_STATE_MAGIC;
+	st->version = EMU_STATE_VERSION;
+	st->size = sizeof(*st);
+	st->pixelformat = EMU_DEFAULT_FOURCC;
+	st->width = EMU_DEFAULT_WIDTH;
+	st->height = EMU_DEFAULT_HEIGHT;
+	st->tpf_num = emu_default_interval.num;
+	st->tpf_den = emu_default_interval.den;
+	for (unsigned i = 0; i < EMU_NUM_CTRLS; i++)
+		st->ctrl[i] = emu_ctrls[i].def;
+}
+
+/* Repair anything in a loaded state that is not valid (e.g. a foreign file). */
+static void state_sanitize(struct emu_state *st)
+{
+	if (st->magic != EMU_STATE_MAGIC || st->version != EMU_STATE_VERSION ||
+	    st->size != sizeof(*st)) {
+		state_defaults(st);
+		return;
+	}
+	const struct emu_format *f = find_format(st->pixelformat);
+
+	if (!f) {
+		f = find_format(EMU_DEFAULT_FOURCC);
+		st->pixelformat = f->fourcc;
+		st->width = EMU_DEFAULT_WIDTH;
+		st->height = EMU_DEFAULT_HEIGHT;
+	}
+	adjust_size(f, &st->width, &st->height);
+	struct emu_fract iv = { st->tpf_num, st->tpf_den };
+
+	if (!interval_is_valid(f, st->width, st->height, iv)) {
+		iv = nearest_interval(f, st->width, st->height, iv);
+		st->tpf_num = iv.num;
+		st->tpf_den = iv.den;
+	}
+	for (unsigned i = 0; i < EMU_NUM_CTRLS; i++) {
+		const struct emu_ctrl *c = &emu_ctrls[i];
+		int32_t v = st->ctrl[i];
+
+		if (ctrl_is_class(c))
+			st->ctrl[i] = 0;
+		else if (ctrl_validate(c, &v, false) || v != st->ctrl[i])
+			st->ctrl[i] = c->def;
+	}
+}
+
+/* ======================================================================== */
+/* 5. Per-fd handle and the process-wide registry                           */
+/* ======================================================================== */
+
+enum emu_buf_state { BUF_DEQUEUED, BUF_QUEUED, BUF_DONE };
+
+struct emu_buffer {
+	enum emu_buf_state state;
+	uint64_t queued_ns;             /* when it was queued (QBUF) */
+	uint32_t sequence;
+	uint64_t timestamp_ns;
+	uint32_t bytesused;
+};
+
+struct emu_sub {                    /* control event subscription */
+	bool active;
+	uint32_t flags;                 /* V4L2_EVENT_SUB_FL_* */
+	int32_t seen_value;             /* what the subscriber was last told */
+	uint32_t seen_flags;
+};
+
+struct emu_handle {
+	struct emu_handle *next;        /* registry list, under g_lock */
+	int fd;
+	unsigned index;                 /* N of videoN */
+	dev_t st_dev;
+	ino_t st_ino;
+	char unplug_path[PATH_MAX];
+	char lock_path[PATH_MAX];
+	char state_path[PATH_MAX];
+
+	pthread_mutex_t lock;           /* protects everything below */
+	pthread_cond_t idle;            /* signalled when active_calls drops to 0 */
+	unsigned active_calls;
+	bool closing;
+
+	uint32_t prio;                  /* V4L2 priority; read/written under g_lock */
+	int state_fd;                   /* videoN.state, or -1 (then g_mem_state) */
+	int lock_fd;                    /* videoN.lock, >= 0 while we own the buffers */
+	int data_fd;                    /* read-write fd on the device file */
+
+	/* Buffers (valid while nbufs > 0; the format is fixed while they exist). */
+	unsigned nbufs;
+	struct emu_buffer bufs[EMU_MAX_BUFFERS];
+	uint32_t pixfmt, width, height, bytesperline, sizeimage;
+	size_t stride;                  /* page-aligned sizeimage */
+	uint8_t *frame;                 /* scratch frame, sizeimage bytes */
+	unsigned queue[EMU_MAX_BUFFERS], q_head, q_count;   /* queued, FIFO */
+	unsigned done[EMU_MAX_BUFFERS], d_head, d_count;    /* filled, FIFO */
+
+	/* Streaming. */
+	bool streaming;
+	uint64_t start_ns;              /* STREAMON time: frame k is due at start + k * tpf */
+	uint64_t next_seq;              /* next frame number to be due */
+	uint32_t tpf_num, tpf_den;
+
+	/* Control events. */
+	struct emu_sub subs[EMU_NUM_CTRLS];
+	struct v4l2_event events[EMU_MAX_EVENTS];
+	unsigned ev_head, ev_count;
+	uint32_t ev_sequence;
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct emu_handle *g_handles;
+/* Fallback state for devices whose videoN.state cannot be opened. */
+static struct emu_state g_mem_state[EMU_MAX_DEVICES];
+static bool g_mem_state_valid[EMU_MAX_DEVICES];
+
+static bool same_device(const struct emu_handle *a, const struct emu_handle *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+static uint32_t prio_max_locked(const struct emu_handle *h)
+{
+	uint32_t max = V4L2_PRIORITY_UNSET;
+
+	for (const struct emu_handle *o = g_handles; o; o = o->next)
+		if (same_device(o, h) && o->prio > max)
+			max = o->prio;
+	return max;
+}
+
+/* EBUSY if another fd of this device (in this process) has a higher priority. */
+static int check_prio(const struct emu_handle *h)
+{
+	int err;
+
+	pthread_mutex_lock(&g_lock);
+	err = h->prio < prio_max_locked(h) ? EBUSY : 0;
+	pthread_mutex_unlock(&g_lock);
+	return err;
+}
+
+static bool is_unplugged(const struct emu_handle *h)
+{
+	return file_exists(h->unplug_path);
+}
+
+/* Read the shared state (shared lock). */
+static void state_read(struct emu_handle *h, struct emu_state *st)
+{
+	if (h->state_fd >= 0) {
+		flock(h->state_fd, LOCK_SH);
+		ssize_t n = pread(h->state_fd, st, sizeof(*st), 0);
+		flock(h->state_fd, LOCK_UN);
+		if (n != (ssize_t)sizeof(*st))
+			state_defaults(st);
+		state_sanitize(st);
+		return;
+	}
+	pthread_mutex_lock(&g_lock);
+	if (!g_mem_state_valid[h->index]) {
+		state_defaults(&g_mem_state[h->index]);
+		g_mem_state_valid[h->index] = true;
+	}
+	*st = g_mem_state[h->index];
+	pthread_mutex_unlock(&g_lock);
+}
+
+/* Begin a read-modify-write of the shared state (exclusive lock). */
+static void state_begin(struct emu_handle *h, struct emu_state *st)
+{
+	if (h->state_fd >= 0) {
+		flock(h->state_fd, LOCK_EX);
+		if (pread(h->state_fd, st, sizeof(*st), 0) != (ssize_t)sizeof(*st))
+			state_defaults(st);
+		state_sanitize(st);
+		return;
+	}
+	pthread_mutex_lock(&g_lock);
+	if (!g_mem_state_valid[h->index]) {
+		state_defaults(&g_mem_state[h->index]);
+		g_mem_state_valid[h->index] = true;
+	}
+	*st = g_mem_state[h->index];
+}
+
+/* End a read-modify-write; store @st if @write. */
+static void state_end(struct emu_handle *h, const struct emu_state *st, bool write)
+{
+	if (h->state_fd >= 0) {
+		if (write && pwrite(h->state_fd, st, sizeof(*st), 0) != (ssize_t)sizeof(*st)) {
+			/* Nothing sensible to do; the next reader sees the old state. */
+		}
+		flock(h->state_fd, LOCK_UN);
+		return;
+	}
+	if (write)
+		g_mem_state[h->index] = *st;
+	pthread_mutex_unlock(&g_lock);
+}
+
+/* Current flags of a control: static flags plus INACTIVE for manual controls
+ * of an auto cluster whose auto control is on. */
+static uint32_t ctrl_cur_flags(const struct emu_ctrl *c, const struct emu_state *st)
+{
+	uint32_t flags = c->flags;
+
+	if (c->auto_id) {
+		int a = ctrl_index(c->auto_id);
+
+		if (a >= 0 && st->ctrl[a] != c->manual_value)
+			flags |= V4L2_CTRL_FLAG_INACTIVE;
+	}
+	return flags;
+}
+
+/* ---- buffer ownership (videoN.lock) ---- */
+
+static int open_lock_file(const struct emu_handle *h)
+{
+	int fd = open(h->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+
+	if (fd < 0)
+		fd = open(h->lock_path, O_RDONLY | O_CLOEXEC);
+	return fd;
+}
+
+/* Does another fd (in any process) own this device's buffers? */
+static bool other_owner(const struct emu_handle *h)
+{
+	if (h->lock_fd >= 0)
+		return false;
+	int fd = open_lock_file(h);
+
+	if (fd < 0)
+		return false;
+	bool busy = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+
+	close(fd);   /* also drops the probe lock if we got it */
+	return busy;
+}
+
+static int acquire_ownership(struct emu_handle *h)
+{
+	if (h->lock_fd >= 0)
+		return 0;
+	int fd = open_lock_file(h);
+
+	if (fd < 0)
+		return errno ? errno : EIO;
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		int err = errno == EWOULDBLOCK ? EBUSY : errno;
+
+		close(fd);
+		return err;
+	}
+	h->lock_fd = fd;
+	return 0;
+}
+
+static void release_ownership(struct emu_handle *h)
+{
+	if (h->lock_fd < 0)
+		return;
+	close(h->lock_fd);   /* releases the flock */
+	h->lock_fd = -1;
+}
+
+/* ======================================================================== */
+/* 6. Frame generation                                                      */
+/* ======================================================================== */
+
+struct rgb {
+	uint8_t r, g, b;
+};
+
+/* 75% colour bars, as vivid/SMPTE: white, yellow, cyan, green, magenta, red, blue, black. */
+static const struct rgb colour_bars[8] = {
+	{ 191, 191, 191 }, { 191, 191, 0 }, { 0, 191, 191 }, { 0, 191, 0 },
+	{ 191, 0, 191 }, { 191, 0, 0 }, { 0, 0, 191 }, { 0, 0, 0 },
+};
+
+enum { PATTERN_BARS, PATTERN_GRADIENT, PATTERN_CHECKER, PATTERN_SOLID };
+
+struct picture_params {
+	int pattern, brightness, contrast, saturation;
+};
+
+static struct rgb adjust_rgb(struct rgb c, const struct picture_params *p)
+{
+	int v[3] = { c.r, c.g, c.b };
+	int y = (77 * v[0] + 150 * v[1] + 29 * v[2]) >> 8;
+
+	for (int i = 0; i < 3; i++) {
+		int x = y + (v[i] - y) * p->saturation / 128;      /* saturation */
+		x = (x - 128) * p->contrast / 128 + 128;            /* contrast */
+		x += p->brightness - 128;                           /* brightness */
+		v[i] = clamp_u8(x);
+	}
+	return (struct rgb){ (uint8_t)v[0], (uint8_t)v[1], (uint8_t)v[2] };
+}
+
+/* One row of the pattern, as RGB.  @phase selects the checkerboard row phase;
+ * @band paints the moving band instead. */
+static void pattern_row(struct rgb *row, uint32_t width, int phase, bool band,
+			const struct picture_params *p)
+{
+	for (uint32_t x = 0; x < width; x++) {
+		struct rgb c;
+
+		if (band) {
+			c = (struct rgb){ 255, 255, 255 };
+		} else {
+			switch (p->pattern) {
+			case PATTERN_GRADIENT: {
+				uint8_t g = (uint8_t)(width > 1 ? x * 255 / (width - 1) : 0);
+				c = (struct rgb){ g, g, g };
+				break;
+			}
+			case PATTERN_CHECKER:
+				c = (((x / 32) + (uint32_t)phase) & 1) ?
+					(struct rgb){ 235, 235, 235 } : (struct rgb){ 16, 16, 16 };
+				break;
+			case PATTERN_SOLID:
+				c = (struct rgb){ 128, 128, 128 };
+				break;
+			default:
+				c = colour_bars[(uint64_t)x * 8 / width];
+				break;
+			}
+		}
+		row[x] = adjust_rgb(c, p);
+	}
+}
+
+/* Convert an RGB row to the pixel format; @parity is the row parity (Bayer). */
+static void convert_row(uint32_t fourcc, const struct rgb *src, uint32_t width,
+			int parity, uint8_t *dst)
+{
+	switch (fourcc) {
+	case V4L2_PIX_FMT_YUYV:
+		/* BT.601 limited range, chroma averaged over each pixel pair. */
+		for (uint32_t x = 0; x + 1 < width; x += 2) {
+			const struct rgb *a = &src[x], *b = &src[x + 1];
+			int r = (a->r + b->r) / 2, g = (a->g + b->g) / 2, bl = (a->b + b->b) / 2;
+
+			dst[2 * x + 0] = clamp_u8(((66 * a->r + 129 * a->g + 25 * a->b + 128) >> 8) + 16);
+			dst[2 * x + 1] = clamp_u8(((-38 * r - 74 * g + 112 * bl + 128) >> 8) + 128);
+			dst[2 * x + 2] = clamp_u8(((66 * b->r + 129 * b->g + 25 * b->b + 128) >> 8) + 16);
+			dst[2 * x + 3] = clamp_u8(((112 * r - 94 * g - 18 * bl + 128) >> 8) + 128);
+		}
+		break;
+	case V4L2_PIX_FMT_RGB24:
+		for (uint32_t x = 0; x < width; x++) {
+			dst[3 * x + 0] = src[x].r;
+			dst[3 * x + 1] = src[x].g;
+			dst[3 * x + 2] = src[x].b;
+		}
+		break;
+	case V4L2_PIX_FMT_GREY:
+		for (uint32_t x = 0; x < width; x++)
+			dst[x] = (uint8_t)((77 * src[x].r + 150 * src[x].g + 29 * src[x].b) >> 8);
+		break;
+	case V4L2_PIX_FMT_SRGGB8:
+		/* Even rows R G R G ..., odd rows G B G B ... */
+		for (uint32_t x = 0; x < width; x++) {
+			if (parity == 0)
+				dst[x] = (x & 1) ? src[x].g : src[x].r;
+			else
+				dst[x] = (x & 1) ? src[x].b : src[x].g;
+		}
+		break;
+	}
+}
+
+/*
+ * Render frame @seq into h->frame: the selected test pattern, a white band
+ * moving down 4 rows per frame (so consecutive frames differ), and the
+ * 16-byte header { u32 magic, u32 sequence, u64 timestamp_ns } (LE).
+ * Rows repeat, so a few distinct rows are rendered and copied.
+ */
+static void render_frame(struct emu_handle *h, uint64_t seq, uint64_t ts_ns)
+{
+	struct emu_state st;
+	struct picture_params p;
+	uint32_t w = h->width, hgt = h->height, bpl = h->bytesperline;
+
+	state_read(h, &st);
+	p.pattern = st.ctrl[ctrl_index(V4L2_CID_TEST_PATTERN)];
+	p.brightness = st.ctrl[ctrl_index(V4L2_CID_BRIGHTNESS)];
+	p.contrast = st.ctrl[ctrl_index(V4L2_CID_CONTRAST)];
+	p.saturation = st.ctrl[ctrl_index(V4L2_CID_SATURATION)];
+
+	struct rgb *rgb = malloc(sizeof(*rgb) * w);
+	uint8_t *rows = malloc((size_t)bpl * 6);   /* [phase 0..1][parity 0..1] + band[parity] */
+
+	if (!rgb || !rows) {
+		free(rgb);
+		free(rows);
+		memset(h->frame, 0, h->sizeimage);
+	} else {
+		for (int phase = 0; phase < 2; phase++) {
+			pattern_row(rgb, w, phase, false, &p);
+			for (int parity = 0; parity < 2; parity++)
+				convert_row(h->pixfmt, rgb, w, parity, rows + (size_t)bpl * (phase * 2 + parity));
+		}
+		pattern_row(rgb, w, 0, true, &p);
+		for (int parity = 0; parity < 2; parity++)
+			convert_row(h->pixfmt, rgb, w, parity, rows + (size_t)bpl * (4 + parity));
+
+		uint32_t band_h = hgt / 24 > 2 ? hgt / 24 : 2;
+		uint32_t band_y = (uint32_t)((seq * 4) % hgt);
+
+		for (uint32_t y = 0; y < hgt; y++) {
+			uint32_t dy = (y + hgt - band_y) % hgt;
+			int parity = (int)(y & 1);
+			size_t variant = dy < band_h ? (size_t)(4 + parity) :
+				(size_t)(((y / 32) & 1) * 2 + (uint32_t)parity);
+
+			memcpy(h->frame + (size_t)y * bpl, rows + variant * bpl, bpl);
+		}
+		free(rgb);
+		free(rows);
+	}
+	if (h->sizeimage >= EMU_HEADER_BYTES) {
+		put_le32(h->frame + 0, EMU_FRAME_MAGIC);
+		put_le32(h->frame + 4, (uint32_t)seq);
+		put_le64(h->frame + 8, ts_ns);
+	}
+}
+
+/* ======================================================================== */
+/* 7. Buffer queue and frame pacing                                         */
+/* ======================================================================== */
+
+static uint64_t frame_due_ns(const struct emu_handle *h, uint64_t seq)
+{
+	unsigned __int128 off = (unsigned __int128)seq * h->tpf_num * NSEC_PER_SEC / h->tpf_den;
+
+	return h->start_ns + (uint64_t)off;
+}
+
+/* The last frame number due at or before time t (t >= start). */
+static uint64_t frame_at(const struct emu_handle *h, uint64_t t)
+{
+	if (t <= h->start_ns)
+		return 0;
+	unsigned __int128 d = (unsigned __int128)(t - h->start_ns) * h->tpf_den;
+
+	return (uint64_t)(d / ((unsigned __int128)h->tpf_num * NSEC_PER_SEC));
+}
+
+/* Bitmask of buffers that this process has mmap()ed (from /proc/self/maps). */
+static uint32_t mapped_mask(const struct emu_handle *h)
+{
+	uint32_t mask = 0;
+
+	if (!h->nbufs)
+		return 0;
+	FILE *f = fopen("/proc/self/maps", "re");
+
+	if (!f)
+		return 0;
+	char *line = NULL;
+	size_t cap = 0;
+
+	while (getline(&line, &cap, f) > 0) {
+		unsigned long start, end;
+		unsigned long long off, ino;
+		unsigned int maj, min;
+
+		if (sscanf(line, "%lx-%lx %*s %llx %x:%x %llu", &start, &end, &off,
+			   &maj, &min, &ino) != 6)
+			continue;
+		if (ino != (unsigned long long)h->st_ino || makedev(maj, min) != h->st_dev)
+			continue;
+		unsigned long long len = end - start;
+
+		for (unsigned i = 0; i < h->nbufs; i++) {
+			unsigned long long b0 = (unsigned long long)i * h->stride;
+			unsigned long long b1 = b0 + h->sizeimage;
+
+			if (off < b1 && off + len > b0)
+				mask |= 1u << i;
+		}
+	}
+	free(line);
+	fclose(f);
+	return mask;
+}
+
+/* Fill a buffer with frame @seq and move it to the done list. */
+static void complete_buffer(struct emu_handle *h, unsigned idx, uint64_t seq, uint64_t due)
+{
+	struct emu_buffer *b = &h->bufs[idx];
+
+	render_frame(h, seq, due);
+	if (pwrite(h->data_fd, h->frame, h->sizeimage, (off_t)(idx * h->stride)) !=
+	    (ssize_t)h->sizeimage) {
+		/* The device file vanished or the disk is full: deliver anyway. */
+	}
+	b->state = BUF_DONE;
+	b->sequence = (uint32_t)seq;
+	b->timestamp_ns = due;
+	b->bytesused = h->sizeimage;
+	h->done[(h->d_head + h->d_count) % EMU_MAX_BUFFERS] = idx;
+	h->d_count++;
+}
+
+/*
+ * Catch up with the clock: every frame due by @now either goes into the
+ * oldest queued buffer (if it was queued by the frame's due time) or is
+ * dropped.  The sequence counts dropped frames, as real drivers do.
+ */
+static void advance_stream(struct emu_handle *h, uint64_t now)
+{
+	while (h->streaming) {
+		uint64_t due = frame_due_ns(h, h->next_seq);
+
+		if (due > now)
+			break;
+		if (h->q_count == 0) {
+			/* Nothing queued: every frame up to now is dropped. */
+			h->next_seq = frame_at(h, now) + 1;
+			break;
+		}
+		unsigned idx = h->queue[h->q_head];
+
+		if (h->bufs[idx].queued_ns > due) {
+			/* Frames due before the buffer was queued are dropped. */
+			uint64_t s = frame_at(h, h->bufs[idx].queued_ns);
+
+			if (frame_due_ns(h, s) < h->bufs[idx].queued_ns)
+				s++;
+			h->next_seq = s > h->next_seq ? s : h->next_seq + 1;
+			continue;
+		}
+		h->q_head = (h->q_head + 1) % EMU_MAX_BUFFERS;
+		h->q_count--;
+		complete_buffer(h, idx, h->next_seq, due);
+		h->next_seq++;
+	}
+}
+
+/* Return every buffer to the dequeued state (STREAMOFF, REQBUFS). */
+static void cancel_buffers(struct emu_handle *h)
+{
+	for (unsigned i = 0; i < h->nbufs; i++)
+		h->bufs[i].state = BUF_DEQUEUED;
+	h->q_head = h->q_count = 0;
+	h->d_head = h->d_count = 0;
+}
+
+static void set_streaming_flag(struct emu_handle *h, bool on)
+{
+	struct emu_state st;
+
+	state_begin(h, &st);
+	st.streaming = on;
+	state_end(h, &st, true);
+}
+
+static void stop_streaming(struct emu_handle *h)
+{
+	if (h->streaming) {
+		h->streaming = false;
+		set_streaming_flag(h, false);
+	}
+	cancel_buffers(h);
+}
+
+/* Shrink the device file to nothing, unless this process still maps it. */
+static void trim_device_file(struct emu_handle *h)
+{
+	if (h->data_fd < 0)
+		return;
+	if (mapped_mask(h) == 0 && ftruncate(h->data_fd, 0) != 0) {
+		/* Best effort only. */
+	}
+}
+
+static void free_buffers(struct emu_handle *h)
+{
+	stop_streaming(h);
+	trim_device_file(h);
+	h->nbufs = 0;
+	free(h->frame);
+	h->frame = NULL;
+	release_ownership(h);
+}
+
+static void fill_v4l2_buffer(const struct emu_handle *h, unsigned idx, uint32_t mapped,
+			     struct v4l2_buffer *b)
+{
+	const struct emu_buffer *eb = &h->bufs[idx];
+
+	memset(b, 0, sizeof(*b));
+	b->index = idx;
+	b->type = V4L2_BUF_TYPE_VIDEO_CAPTURE;
+	b->memory = V4L2_MEMORY_MMAP;
+	b->bytesused = eb->bytesused;
+	b->field = V4L2_FIELD_NONE;
+	b->flags = V4L2_BUF_FLAG_TIMESTAMP_MONOTONIC | V4L2_BUF_FLAG_TSTAMP_SRC_SOE;
+	if (eb->state == BUF_QUEUED)
+		b->flags |= V4L2_BUF_FLAG_QUEUED;
+	else if (eb->state == BUF_DONE)
+		b->flags |= V4L2_BUF_FLAG_DONE;
+	if (mapped & (1u << idx))
+		b->flags |= V4L2_BUF_FLAG_MAPPED;
+	b->timestamp.tv_sec = (time_t)(eb->timestamp_ns / NSEC_PER_SEC);
+	b->timestamp.tv_usec = (suseconds_t)(eb->timestamp_ns % NSEC_PER_SEC / 1000);
+	b->sequence = eb->sequence;
+	b->m.offset = (uint32_t)(idx * h->stride);
+	b->length = h->sizeimage;
+}
+
+/* Unlock, sleep until @until (at most EMU_WAIT_STEP_NS), relock. */
+static void wait_step(struct emu_handle *h, uint64_t until)
+{
+	uint64_t limit = now_ns() + EMU_WAIT_STEP_NS;
+
+	if (until == 0 || until > limit)
+		until = limit;
+	pthread_mutex_unlock(&h->lock);
+	sleep_until_ns(until);
+	pthread_mutex_lock(&h->lock);
+}
+
+static bool fd_nonblocking(const struct emu_handle *h)
+{
+	int fl = fcntl(h->fd, F_GETFL);
+
+	return fl >= 0 && (fl & O_NONBLOCK);
+}
+
+/* ======================================================================== */
+/* 8. ioctl handlers                                                        */
+/* ======================================================================== */
+
+/* ---- identity, inputs, priority ---- */
+
+static uint32_t kernel_version_code(void)
+{
+	struct utsname u;
+	unsigned a = 0, b = 0, c = 0;
+
+	if (uname(&u) == 0)
+		sscanf(u.release, "%u.%u.%u", &a, &b, &c);
+	if (c > 255)
+		c = 255;
+	return (a << 16) | (b << 8) | c;
+}
+
+static int vidioc_querycap(struct emu_handle *h, struct v4l2_capability *cap)
+{
+	char buf[64];
+
+	memset(cap, 0, sizeof(*cap));
+	copy_str(cap->driver, sizeof(cap->driver), EMU_DRIVER);
+	snprintf(buf, sizeof(buf), "CamRig Emulated Camera %u", h->index);
+	copy_str(cap->card, sizeof(cap->card), buf);
+	snprintf(buf, sizeof(buf), "platform:camrig-emu-%u", h->index);
+	copy_str(cap->bus_info, sizeof(cap->bus_info), buf);
+	cap->version = kernel_version_code();
+	cap->device_caps = V4L2_CAP_VIDEO_CAPTURE | V4L2_CAP_STREAMING | V4L2_CAP_EXT_PIX_FORMAT;
+	cap->capabilities = cap->device_caps | V4L2_CAP_DEVICE_CAPS;
+	return 0;
+}
+
+static int vidioc_enuminput(struct v4l2_input *in)
+{
+	uint32_t index = in->index;
+
+	if (index != 0)
+		return EINVAL;
+	memset(in, 0, sizeof(*in));
+	in->index = 0;
+	copy_str(in->name, sizeof(in->name), "Camera");
+	in->type = V4L2_INPUT_TYPE_CAMERA;
+	return 0;
+}
+
+static int vidioc_s_priority(struct emu_handle *h, const uint32_t *p)
+{
+	int err = 0;
+
+	if (*p != V4L2_PRIORITY_BACKGROUND && *p != V4L2_PRIORITY_INTERACTIVE &&
+	    *p != V4L2_PRIORITY_RECORD)
+		return EINVAL;
+	pthread_mutex_lock(&g_lock);
+	if (h->prio < prio_max_locked(h))
+		err = EBUSY;
+	else
+		h->prio = *p;
+	pthread_mutex_unlock(&g_lock);
+	return err;
+}
+
+static int vidioc_g_priority(struct emu_handle *h, uint32_t *p)
+{
+	pthread_mutex_lock(&g_lock);
+	*p = prio_max_locked(h);
+	pthread_mutex_unlock(&g_lock);
+	return 0;
+}
+
+/* ---- formats, sizes, intervals ---- */
+
+static int vidioc_enum_fmt(struct v4l2_fmtdesc *d)
+{
+	uint32_t index = d->index, type = d->type;
+
+	if (type != V4L2_BUF_TYPE_VIDEO_CAPTURE || index >= ARRAY_SIZE(emu_formats))
+		return EINVAL;
+	memset(d, 0, sizeof(*d));
+	d->index = index;
+	d->type = type;
+	copy_str(d->description, sizeof(d->description), emu_formats[index].description);
+	d->pixelformat = emu_formats[index].fourcc;
+	return 0;
+}
+
+static int vidioc_enum_framesizes(struct v4l2_frmsizeenum *fs)
+{
+	uint32_t index = fs->index, fourcc = fs->pixel_format;
+	const struct emu_format *f = find_format(fourcc);
+
+	if (!f)
+		return EINVAL;
+	memset(fs, 0, sizeof(*fs));
+	fs->index = index;
+	fs->pixel_format = fourcc;
+	if (f->size_kind == EMU_DISCRETE) {
+		if (index >= f->n_sizes)
+			return EINVAL;
+		fs->type = V4L2_FRMSIZE_TYPE_DISCRETE;
+		fs->discrete.width = f->sizes[index].width;
+		fs->discrete.height = f->sizes[index].height;
+		return 0;
+	}
+	if (index != 0)
+		return EINVAL;
+	fs->type = f->size_kind == EMU_STEPWISE ? V4L2_FRMSIZE_TYPE_STEPWISE :
+						 V4L2_FRMSIZE_TYPE_CONTINUOUS;
+	fs->stepwise.min_width = f->min_w;
+	fs->stepwise.max_width = f->max_w;
+	fs->stepwise.step_width = f->step_w;
+	fs->stepwise.min_height = f->min_h;
+	fs->stepwise.max_height = f->max_h;
+	fs->stepwise.step_height = f->step_h;
+	return 0;
+}
+
+static int vidioc_enum_frameintervals(struct v4l2_frmivalenum *fi)
+{
+	uint32_t index = fi->index, fourcc = fi->pixel_format, w = fi->width, h = fi->height;
+	const struct emu_format *f = find_format(fourcc);
+
+	if (!f || !size_is_valid(f, w, h))
+		return EINVAL;
+	memset(fi, 0, sizeof(*fi));
+	fi->index = index;
+	fi->pixel_format = fourcc;
+	fi->width = w;
+	fi->height = h;
+	if (f->size_kind == EMU_DISCRETE) {
+		const struct emu_size *s = find_discrete_size(f, w, h);
+
+		if (!s || index >= s->n_intervals)
+			return EINVAL;
+		fi->type = V4L2_FRMIVAL_TYPE_DISCRETE;
+		fi->discrete.numerator = s->intervals[index].num;
+		fi->discrete.denominator = s->intervals[index].den;
+		return 0;
+	}
+	if (index != 0)
+		return EINVAL;
+	fi->type = f->ival_kind == EMU_STEPWISE ? V4L2_FRMIVAL_TYPE_STEPWISE :
+						 V4L2_FRMIVAL_TYPE_CONTINUOUS;
+	fi->stepwise.min.numerator = f->ival_min.num;
+	fi->stepwise.min.denominator = f->ival_min.den;
+	fi->stepwise.max.numerator = f->ival_max.num;
+	fi->stepwise.max.denominator = f->ival_max.den;
+	fi->stepwise.step.numerator = f->ival_step.num;
+	fi->stepwise.step.denominator = f->ival_step.den;
+	return 0;
+}
+
+/* TRY_FMT logic: unsupported formats fall back to the default format. */
+static const struct emu_format *try_format(struct v4l2_format *fmt)
+{
+	const struct emu_format *f = find_format(fmt->fmt.pix.pixelformat);
+	uint32_t w = fmt->fmt.pix.width, h = fmt->fmt.pix.height;
+
+	if (!f)
+		f = find_format(EMU_DEFAULT_FOURCC);
+	adjust_size(f, &w, &h);
+	fill_pix_format(&fmt->fmt.pix, f, w, h);
+	return f;
+}
+
+static int vidioc_g_fmt(struct emu_handle *h, struct v4l2_format *fmt)
+{
+	struct emu_state st;
+
+	if (fmt->type != V4L2_BUF_TYPE_VIDEO_CAPTURE)
+		return EINVAL;
+	state_read(h, &st);
+	fill_pix_format(&fmt->fmt.pix, find_format(st.pixelformat), st.width, st.height);
+	return 0;
+}
+
+static int vidioc_try_fmt(struct v4l2_format *fmt)
+{
+	if (fmt->type != V4L2_BUF_TYPE_VIDEO_CAPTURE)
+		return EINVAL;
+	try_format(fmt);
+	return 0;
+}
+
+static int vidioc_s_fmt(struct emu_handle *h, struct v4l2_format *fmt)
+{
+	struct emu_state st;
+	int err;
+
+	if (fmt->type != V4L2_BUF_TYPE_VIDEO_CAPTURE)
+		return EINVAL;
+	if ((err = check_prio(h)))
+		return err;
+	const struct emu_format *f = try_format(fmt);
+
+	/* Like vb2_is_busy(): no format change while buffers exist anywhere. */
+	if (h->nbufs || other_owner(h))
+		return EBUSY;
+	state_begin(h, &st);
+	st.pixelformat = f->fourcc;
+	st.width = fmt->fmt.pix.width;
+	st.height = fmt->fmt.pix.height;
+	struct emu_fract iv = { st.tpf_num, st.tpf_den };
+
+	if (!interval_is_valid(f, st.width, st.height, iv)) {
+		iv = nearest_interval(f, st.width, st.height, iv);
+		st.tpf_num = iv.num;
+		st.tpf_den = iv.den;
+	}
+	state_end(h, &st, true);
+	return 0;
+}
+
+static void fill_parm(struct v4l2_streamparm *parm, const struct emu_state *st)
+{
+	memset(&parm->parm, 0, sizeof(parm->parm));
+	parm->parm.capture.capability = V4L2_CAP_TIMEPERFRAME;
+	parm->parm.capture.capturemode = 0;
+	parm->parm.capture.timeperframe.numerator = st->tpf_num;
+	parm->parm.capture.timeperframe.denominator = st->tpf_den;
+	parm->parm.capture.extendedmode = 0;
+	parm->parm.capture.readbuffers = 0;
+}
+
+static int vidioc_g_parm(struct emu_handle *h, struct v4l2_streamparm *parm)
+{
+	struct emu_state st;
+
+	if (parm->type != V4L2_BUF_TYPE_VIDEO_CAPTURE)
+		return EINVAL;
+	state_read(h, &st);
+	fill_parm(parm, &st);
+	return 0;
+}
+
+static int vidioc_s_parm(struct emu_handle *h, struct v4l2_streamparm *parm)
+{
+	struct emu_state st;
+	int err;
+
+	if (parm->type != V4L2_BUF_TYPE_VIDEO_CAPTURE)
+		return EINVAL;
+	if ((err = check_prio(h)))
+		return err;
+	struct emu_fract want = {
+		parm->parm.capture.timeperframe.numerator,
+		parm->parm.capture.timeperframe.denominator,
+	};
+
+	state_begin(h, &st);
+	/* Like UVC: the interval cannot change while streaming. */
+	if (h->streaming || (st.streaming && other_owner(h))) {
+		state_end(h, &st, false);
+		return EBUSY;
+	}
+	struct emu_fract iv = nearest_interval(find_format(st.pixelformat), st.width,
+					       st.height, want);
+
+	st.tpf_num = iv.num;
+	st.tpf_den = iv.den;
+	state_end(h, &st, true);
+	fill_parm(parm, &st);
+	return 0;
+}
+
+/* ---- controls ---- */
+
+static int find_next_ctrl(uint32_t id)
+{
+	const uint32_t next_mask = V4L2_CTRL_FLAG_NEXT_CTRL | V4L2_CTRL_FLAG_NEXT_COMPOUND;
+	uint32_t next = id & next_mask, base = id & ~next_mask;
+
+	if (!next)
+		return ctrl_index(base);
+	/* All our controls are simple (non-compound) ones. */
+	if (!(next & V4L2_CTRL_FLAG_NEXT_CTRL))
+		return -1;
+	for (unsigned i = 0; i < EMU_NUM_CTRLS; i++)
+		if (emu_ctrls[i].id > base)
+			return (int)i;
+	return -1;
+}
+
+static int vidioc_query_ext_ctrl(struct emu_handle *h, struct v4l2_query_ext_ctrl *q)
+{
+	int i = find_next_ctrl(q->id);
+	struct emu_state st;
+
+	if (i < 0)
+		return EINVAL;
+	const struct emu_ctrl *c = &emu_ctrls[i];
+
+	state_read(h, &st);
+	memset(q, 0, sizeof(*q));
+	q->id = c->id;
+	q->type = c->type;
+	copy_str(q->name, sizeof(q->name), c->name);
+	q->minimum = c->min;
+	q->maximum = c->max;
+	q->step = (uint64_t)c->step;
+	q->default_value = c->def;
+	q->flags = ctrl_cur_flags(c, &st);
+	q->elem_size = sizeof(int32_t);
+	q->elems = 1;
+	q->nr_of_dims = 0;
+	return 0;
+}
+
+static int vidioc_queryctrl(struct emu_handle *h, struct v4l2_queryctrl *qc)
+{
+	struct v4l2_query_ext_ctrl q = { .id = qc->id };
+	int err = vidioc_query_ext_ctrl(h, &q);
+
+	if (err)
+		return err;
+	memset(qc, 0, sizeof(*qc));
+	qc->id = q.id;
+	qc->type = q.type;
+	copy_str(qc->name, sizeof(qc->name), q.name);
+	qc->minimum = (int32_t)q.minimum;
+	qc->maximum = (int32_t)q.maximum;
+	qc->step = (int32_t)q.step;
+	qc->default_value = (int32_t)q.default_value;
+	qc->flags = q.flags;
+	return 0;
+}
+
+static int vidioc_querymenu(struct v4l2_querymenu *m)
+{
+	uint32_t id = m->id, index = m->index;
+	int i = ctrl_index(id);
+
+	if (i < 0)
+		return EINVAL;
+	const struct emu_ctrl *c = &emu_ctrls[i];
+
+	if (c->type != V4L2_CTRL_TYPE_MENU && c->type != V4L2_CTRL_TYPE_INTEGER_MENU)
+		return EINVAL;
+	if (!menu_item_valid(c, index))
+		return EINVAL;
+	memset(m, 0, sizeof(*m));
+	m->id = id;
+	m->index = index;
+	if (c->type == V4L2_CTRL_TYPE_MENU)
+		copy_str(m->name, sizeof(m->name), c->menu[index]);
+	else
+		m->value = c->int_menu[index];
+	return 0;
+}
+
+/* Remember a value this fd set itself, so it gets no event for it (unless
+ * the subscription asked for feedback). */
+static void note_own_change(struct emu_handle *h, int i, int32_t value)
+{
+	if (h->subs[i].active && !(h->subs[i].flags & V4L2_EVENT_SUB_FL_ALLOW_FEEDBACK))
+		h->subs[i].seen_value = value;
+}
+
+static int vidioc_g_ctrl(struct emu_handle *h, struct v4l2_control *ctrl)
+{
+	int i = ctrl_index(ctrl->id);
+	struct emu_state st;
+
+	if (i < 0)
+		return EINVAL;
+	if (emu_ctrls[i].flags & V4L2_CTRL_FLAG_WRITE_ONLY)
+		return EACCES;
+	state_read(h, &st);
+	ctrl->value = st.ctrl[i];
+	return 0;
+}
+
+static int vidioc_s_ctrl(struct emu_handle *h, struct v4l2_control *ctrl)
+{
+	int i = ctrl_index(ctrl->id), err;
+	struct emu_state st;
+
+	if (i < 0)
+		return EINVAL;
+	const struct emu_ctrl *c = &emu_ctrls[i];
+
+	if (c->flags & V4L2_CTRL_FLAG_READ_ONLY)
+		return EACCES;
+	if ((err = check_prio(h)))
+		return err;
+	/* VIDIOC_S_CTRL clamps integers (menus still get ERANGE/EINVAL). */
+	if ((err = ctrl_validate(c, &ctrl->value, true)))
+		return err;
+	state_begin(h, &st);
+	st.ctrl[i] = ctrl->value;
+	state_end(h, &st, true);
+	note_own_change(h, i, ctrl->value);
+	return 0;
+}
+
+enum ext_op { EXT_GET, EXT_TRY, EXT_SET };
+
+static bool which_is_class(uint32_t which)
+{
+	return which != V4L2_CTRL_WHICH_CUR_VAL && which != V4L2_CTRL_WHICH_DEF_VAL &&
+	       which != V4L2_CTRL_WHICH_REQUEST_VAL;
+}
+
+static bool class_exists(uint32_t which)
+{
+	return ctrl_index(which | 1) >= 0;
+}
+
+/*
+ * G/TRY/S_EXT_CTRLS.  error_idx follows the spec: TRY reports the failing
+ * control; G and S report count for errors found while validating (nothing
+ * was read or written).
+ */
+static int vidioc_ext_ctrls(struct emu_handle *h, struct v4l2_ext_controls *cs, enum ext_op op)
+{
+	uint32_t which = cs->which;
+	struct emu_state st;
+	int err = 0;
+
+	cs->error_idx = cs->count;
+	if (which == V4L2_CTRL_WHICH_REQUEST_VAL)
+		return EINVAL;   /* no request API */
+	if (op != EXT_GET && which == V4L2_CTRL_WHICH_DEF_VAL)
+		return EINVAL;   /* defaults cannot be changed */
+	if (which_is_class(which) && !class_exists(V4L2_CTRL_ID2WHICH(which)))
+		return EINVAL;
+	if (cs->count == 0)
+		return 0;
+	if (!cs->controls)
+		return EFAULT;
+	if (cs->count > 1024)
+		return ENOMEM;
+
+	/* Validation pass: every id known, of the requested class, accessible. */
+	for (uint32_t k = 0; k < cs->count; k++) {
+		struct v4l2_ext_control *x = &cs->controls[k];
+		int i = ctrl_index(x->id);
+
+		if (i < 0 || (which_is_class(which) && V4L2_CTRL_ID2WHICH(x->id) != V4L2_CTRL_ID2WHICH(which)))
+			err = EINVAL;
+		else if (op == EXT_GET && (emu_ctrls[i].flags & V4L2_CTRL_FLAG_WRITE_ONLY))
+			err = EACCES;
+		else if (op != EXT_GET && (emu_ctrls[i].flags & V4L2_CTRL_FLAG_READ_ONLY))
+			err = EACCES;
+		if (err) {
+			cs->error_idx = op == EXT_TRY ? k : cs->count;
+			return err;
+		}
+	}
+
+	if (op == EXT_GET) {
+		if (which == V4L2_CTRL_WHICH_DEF_VAL)
+			state_defaults(&st);
+		else
+			state_read(h, &st);
+		for (uint32_t k = 0; k < cs->count; k++)
+			cs->controls[k].value = st.ctrl[ctrl_index(cs->controls[k].id)];
+		return 0;
+	}
+	if (op == EXT_SET && (err = check_prio(h)))
+		return err;
+
+	/* Value validation: out-of-range values give ERANGE (no clamping). */
+	for (uint32_t k = 0; k < cs->count; k++) {
+		struct v4l2_ext_control *x = &cs->controls[k];
+		int32_t v = x->value;
+
+		if ((err = ctrl_validate(&emu_ctrls[ctrl_index(x->id)], &v, false))) {
+			cs->error_idx = op == EXT_TRY ? k : cs->count;
+			return err;
+		}
+		x->value = v;
+	}
+	if (op == EXT_TRY)
+		return 0;
+
+	state_begin(h, &st);
+	for (uint32_t k = 0; k < cs->count; k++)
+		st.ctrl[ctrl_index(cs->controls[k].id)] = cs->controls[k].value;
+	state_end(h, &st, true);
+	for (uint32_t k = 0; k < cs->count; k++)
+		note_own_change(h, ctrl_index(cs->controls[k].id), cs->controls[k].value);
+	return 0;
+}
+
+/* ---- control events ---- */
+
+static void queue_ctrl_event(struct emu_handle *h, int i, uint32_t changes,
+			     int32_t value, uint32_t flags)
+{
+	const struct emu_ctrl *c = &emu_ctrls[i];
+	struct v4l2_event *ev = NULL;
+
+	/* Like the kernel's one-element queue per control: merge into a
+	 * pending event for the same control. */
+	for (unsigned k = 0; k < h->ev_count; k++) {
+		struct v4l2_event *e = &h->events[(h->ev_head + k) % EMU_MAX_EVENTS];
+
+		if (e->id == c->id) {
+			ev = e;
+			changes |= e->u.ctrl.changes;
+			break;
+		}
+	}
+	if (!ev) {
+		if (h->ev_count == EMU_MAX_EVENTS) {   /* drop the oldest */
+			h->ev_head = (h->ev_head + 1) % EMU_MAX_EVENTS;
+			h->ev_count--;
+		}
+		ev = &h->events[(h->ev_head + h->ev_count) % EMU_MAX_EVENTS];
+		h->ev_count++;
+		memset(ev, 0, sizeof(*ev));
+		ev->type = V4L2_EVENT_CTRL;
+		ev->id = c->id;
+		ev->sequence = h->ev_sequence++;
+		struct timespec ts;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ev->timestamp = ts;
+	}
+	ev->u.ctrl.changes = changes;
+	ev->u.ctrl.type = c->type;
+	ev->u.ctrl.value = value;
+	ev->u.ctrl.flags = flags;
+	ev->u.ctrl.minimum = c->min;
+	ev->u.ctrl.maximum = c->max;
+	ev->u.ctrl.step = c->step;
+	ev->u.ctrl.default_value = c->def;
+}
+
+/* Queue events for whatever changed since each subscriber last looked. */
+static void refresh_events(struct emu_handle *h)
+{
+	struct emu_state st;
+	bool any = false;
+
+	for (unsigned i = 0; i < EMU_NUM_CTRLS; i++)
+		any |= h->subs[i].active;
+	if (!any)
+		return;
+	state_read(h, &st);
+	for (unsigned i = 0; i < EMU_NUM_CTRLS; i++) {
+		struct emu_sub *s = &h->subs[i];
+
+		if (!s->active || ctrl_is_class(&emu_ctrls[i]))
+			continue;
+		uint32_t flags = ctrl_cur_flags(&emu_ctrls[i], &st), changes = 0;
+
+		if (st.ctrl[i] != s->seen_value)
+			changes |= V4L2_EVENT_CTRL_CH_VALUE;
+		if (flags != s->seen_flags)
+			changes |= V4L2_EVENT_CTRL_CH_FLAGS;
+		if (changes)
+			queue_ctrl_event(h, (int)i, changes, st.ctrl[i], flags);
+		s->seen_value = st.ctrl[i];
+		s->seen_flags = flags;
+	}
+}
+
+static int vidioc_subscribe_event(struct emu_handle *h, const struct v4l2_event_subscription *sub)
+{
+	if (sub->type != V4L2_EVENT_CTRL)
+		return EINVAL;
+	int i = ctrl_index(sub->id);
+	struct emu_state st;
+
+	if (i < 0)
+		return EINVAL;
+	refresh_events(h);   /* settle older subscriptions first */
+	state_read(h, &st);
+	struct emu_sub *s = &h->subs[i];
+
+	s->active = true;
+	s->flags = sub->flags;
+	s->seen_value = st.ctrl[i];
+	s->seen_flags = ctrl_cur_flags(&emu_ctrls[i], &st);
+	if ((sub->flags & V4L2_EVENT_SUB_FL_SEND_INITIAL) && !ctrl_is_class(&emu_ctrls[i])) {
+		uint32_t changes = V4L2_EVENT_CTRL_CH_FLAGS;
+
+		if (!(emu_ctrls[i].flags & V4L2_CTRL_FLAG_WRITE_ONLY))
+			changes |= V4L2_EVENT_CTRL_CH_VALUE;
+		queue_ctrl_event(h, i, changes, s->seen_value, s->seen_flags);
+	}
+	return 0;
+}
+
+static void drop_events_for(struct emu_handle *h, uint32_t id)
+{
+	unsigned kept = 0;
+	struct v4l2_event tmp[EMU_MAX_EVENTS];
+
+	for (unsigned k = 0; k < h->ev_count; k++) {
+		const struct v4l2_event *e = &h->events[(h->ev_head + k) % EMU_MAX_EVENTS];
+
+		if (id == 0 || e->id != id)
+			tmp[kept++] = *e;
+	}
+	if (id == 0)
+		kept = 0;
+	memcpy(h->events, tmp, sizeof(tmp[0]) * kept);
+	h->ev_head = 0;
+	h->ev_count = kept;
+}
+
+static int vidioc_unsubscribe_event(struct emu_handle *h, const struct v4l2_event_subscription *sub)
+{
+	if (sub->type == V4L2_EVENT_ALL) {
+		memset(h->subs, 0, sizeof(h->subs));
+		drop_events_for(h, 0);
+		return 0;
+	}
+	if (sub->type == V4L2_EVENT_CTRL) {
+		int i = ctrl_index(sub->id);
+
+		if (i >= 0 && h->subs[i].active) {
+			memset(&h->subs[i], 0, sizeof(h->subs[i]));
+			drop_events_for(h, sub->id);
+		}
+	}
+	return 0;   /* like the kernel: unsubscribing something unknown is fine */
+}
+
+static int vidioc_dqevent(struct emu_handle *h, struct v4l2_event *ev)
+{
+	for (;;) {
+		if (h->closing)
+			return EBADF;
+		if (is_unplugged(h))
+			return ENODEV;
+		refresh_events(h);
+		if (h->ev_count) {
+			*ev = h->events[h->ev_head];
+			h->ev_head = (h->ev_head + 1) % EMU_MAX_EVENTS;
+			h->ev_count--;
+			ev->pending = h->ev_count;
+			return 0;
+		}
+		if (fd_nonblocking(h))
+			return ENOENT;
+		wait_step(h, 0);
+	}
+}
+
+/* ---- buffers and streaming ---- */
+
+static int vidioc_reqbufs(struct emu_handle *h, struct v4l2_requestbuffers *rb)
+{
+	struct emu_state st;
+	int err;
+
+	if (rb->type != V4L2_BUF_TYPE_VIDEO_CAPTURE)
+		return EINVAL;
+	if (rb->memory != V4L2_MEMORY_MMAP)
+		return EINVAL;   /* USERPTR and DMABUF are not supported */
+	if ((err = check_prio(h)))
+		return err;
+	if (other_owner(h))
+		return EBUSY;
+	if (h->streaming)
+		return EBUSY;
+	rb->capabilities = V4L2_BUF_CAP_SUPPORTS_MMAP;
+	rb->flags = 0;
+	memset(rb->reserved, 0, sizeof(rb->reserved));
+
+	if (rb->count == 0) {
+		free_buffers(h);
+		return 0;
+	}
+	if ((err = acquire_ownership(h)))
+		return err;
+	if (h->data_fd < 0) {
+		char path[64];
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", h->fd);
+		h->data_fd = open(path, O_RDWR | O_CLOEXEC);
+		if (h->data_fd < 0) {
+			err = errno;
+			release_ownership(h);
+			return err;
+		}
+	}
+
+	uint32_t count = rb->count;
+
+	if (count < EMU_MIN_BUFFERS)
+		count = EMU_MIN_BUFFERS;
+	if (count > EMU_MAX_BUFFERS)
+		count = EMU_MAX_BUFFERS;
+
+	/* The format is frozen while buffers exist (S_FMT returns EBUSY). */
+	state_read(h, &st);
+	const struct emu_format *f = find_format(st.pixelformat);
+	long page = sysconf(_SC_PAGESIZE);
+	size_t psz = page > 0 ? (size_t)page : 4096;
+
+	cancel_buffers(h);
+	h->pixfmt = f->fourcc;
+	h->width = st.width;
+	h->height = st.height;
+	h->bytesperline = st.width * f->bytes_per_pixel;
+	h->sizeimage = h->bytesperline * st.height;
+	h->stride = (h->sizeimage + psz - 1) / psz * psz;
+
+	uint8_t *frame = realloc(h->frame, h->sizeimage);
+
+	if (!frame) {
+		free_buffers(h);
+		return ENOMEM;
+	}
+	h->frame = frame;
+
+	/* Make the device file large enough for every buffer; shrink it only
+	 * when nothing in this process maps it (shrinking under a mapping
+	 * would SIGBUS). */
+	struct stat sb;
+	off_t need = (off_t)(count * h->stride);
+
+	h->nbufs = count;   /* so mapped_mask() looks at the new layout */
+	if (fstat(h->data_fd, &sb) == 0 &&
+	    (sb.st_size < need || (sb.st_size > need && mapped_mask(h) == 0))) {
+		if (ftruncate(h->data_fd, need) != 0 && sb.st_size < need) {
+			err = errno;
+			free_buffers(h);
+			return err;
+		}
+	}
+	memset(h->bufs, 0, sizeof(h->bufs));
+	rb->count = count;
+	return 0;
+}
+
+/* Common checks of QUERYBUF/QBUF/DQBUF. */
+static int check_buffer_arg(struct emu_handle *h, const struct v4l2_buffer *b, bool need_index)
+{
+	if (b->type != V4L2_BUF_TYPE_VIDEO_CAPTURE)
+		return EINVAL;
+	if (!h->nbufs && other_owner(h))
+		return EBUSY;
+	if (!h->nbufs)
+		return EINVAL;
+	if (need_index && b->index >= h->nbufs)
+		return EINVAL;
+	return 0;
+}
+
+static int vidioc_querybuf(struct emu_handle *h, struct v4l2_buffer *b)
+{
+	int err = check_buffer_arg(h, b, true);
+
+	if (err)
+		return err;
+	fill_v4l2_buffer(h, b->index, mapped_mask(h), b);
+	return 0;
+}
+
+static int vidioc_qbuf(struct emu_handle *h, struct v4l2_buffer *b)
+{
+	int err = check_buffer_arg(h, b, true);
+
+	if (err)
+		return err;
+	if (b->memory != V4L2_MEMORY_MMAP)
+		return EINVAL;
+	if (b->flags & V4L2_BUF_FLAG_REQUEST_FD)
+		return EBADR;    /* as vb2 does for queues without request support */
+	unsigned idx = b->index;
+	struct emu_buffer *eb = &h->bufs[idx];
+
+	if (eb->state != BUF_DEQUEUED)
+		return EINVAL;
+	uint64_t now = now_ns();
+
+	if (h->streaming)
+		advance_stream(h, now);
+	eb->state = BUF_QUEUED;
+	eb->queued_ns = now;
+	h->queue[(h->q_head + h->q_count) % EMU_MAX_BUFFERS] = idx;
+	h->q_count++;
+	fill_v4l2_buffer(h, idx, mapped_mask(h), b);
+	return 0;
+}
+
+static int vidioc_dqbuf(struct emu_handle *h, struct v4l2_buffer *b)
+{
+	int err = check_buffer_arg(h, b, false);
+
+	if (err)
+		return err;
+	if (b->memory != V4L2_MEMORY_MMAP)
+		return EINVAL;
+	for (;;) {
+		if (h->closing)
+			return EBADF;
+		if (is_unplugged(h))
+			return ENODEV;
+		if (!h->streaming || !h->nbufs)
+			return EINVAL;   /* as vb2: "streaming off, will not wait for buffers" */
+		uint64_t now = now_ns();
+
+		advance_stream(h, now);
+		if (h->d_count) {
+			unsigned idx = h->done[h->d_head];
+
+			h->d_head = (h->d_head + 1) % EMU_MAX_BUFFERS;
+			h->d_count--;
+			fill_v4l2_buffer(h, idx, mapped_mask(h), b);   /* reports DONE */
+			h->bufs[idx].state = BUF_DEQUEUED;
+			return 0;
+		}
+		if (fd_nonblocking(h))
+			return EAGAIN;
+		wait_step(h, h->q_count ? frame_due_ns(h, h->next_seq) : 0);
+	}
+}
+
+static int vidioc_streamon(struct emu_handle *h, const int *type)
+{
+	struct emu_state st;
+	int err;
+
+	if (*type != V4L2_BUF_TYPE_VIDEO_CAPTURE)
+		return EINVAL;
+	if ((err = check_prio(h)))
+		return err;
+	if (!h->nbufs)
+		return other_owner(h) ? EBUSY : EINVAL;
+	if (h->streaming)
+		return 0;
+	state_begin(h, &st);
+	st.streaming = 1;
+	state_end(h, &st, true);
+	h->tpf_num = st.tpf_num;
+	h->tpf_den = st.tpf_den;
+	h->start_ns = now_ns();
+	h->next_seq = 0;
+	h->streaming = true;
+	return 0;
+}
+
+static int vidioc_streamoff(struct emu_handle *h, const int *type)
+{
+	int err;
+
+	if (*type != V4L2_BUF_TYPE_VIDEO_CAPTURE)
+		return EINVAL;
+	if ((err = check_prio(h)))
+		return err;
+	if (!h->nbufs)
+		return other_owner(h) ? EBUSY : 0;
+	stop_streaming(h);
+	return 0;
+}
+
+/* ---- dispatcher ---- */
+
+static int dispatch(struct emu_handle *h, unsigned int request, void *arg)
+{
+	if (is_unplugged(h))
+		return ENODEV;
+	if (!arg && request != VIDIOC_LOG_STATUS)
+		return EFAULT;
+
+	switch (request) {
+	case VIDIOC_QUERYCAP:
+		return vidioc_querycap(h, arg);
+	case VIDIOC_LOG_STATUS:
+		return 0;
+
+	case VIDIOC_ENUMINPUT:
+		return vidioc_enuminput(arg);
+	case VIDIOC_G_INPUT:
+		*(int *)arg = 0;
+		return 0;
+	case VIDIOC_S_INPUT: {
+		int err = check_prio(h);
+
+		if (err)
+			return err;
+		return *(int *)arg == 0 ? 0 : EINVAL;
+	}
+	case VIDIOC_G_PRIORITY:
+		return vidioc_g_priority(h, arg);
+	case VIDIOC_S_PRIORITY:
+		return vidioc_s_priority(h, arg);
+
+	case VIDIOC_ENUM_FMT:
+		return vidioc_enum_fmt(arg);
+	case VIDIOC_ENUM_FRAMESIZES:
+		return vidioc_enum_framesizes(arg);
+	case VIDIOC_ENUM_FRAMEINTERVALS:
+		return vidioc_enum_frameintervals(arg);
+	case VIDIOC_G_FMT:
+		return vidioc_g_fmt(h, arg);
+	case VIDIOC_TRY_FMT:
+		return vidioc_try_fmt(arg);
+	case VIDIOC_S_FMT:
+		return vidioc_s_fmt(h, arg);
+	case VIDIOC_G_PARM:
+		return vidioc_g_parm(h, arg);
+	case VIDIOC_S_PARM:
+		return vidioc_s_parm(h, arg);
+
+	case VIDIOC_QUERYCTRL:
+		return vidioc_queryctrl(h, arg);
+	case VIDIOC_QUERY_EXT_CTRL:
+		return vidioc_query_ext_ctrl(h, arg);
+	case VIDIOC_QUERYMENU:
+		return vidioc_querymenu(arg);
+	case VIDIOC_G_CTRL:
+		return vidioc_g_ctrl(h, arg);
+	case VIDIOC_S_CTRL:
+		return vidioc_s_ctrl(h, arg);
+	case VIDIOC_G_EXT_CTRLS:
+		return vidioc_ext_ctrls(h, arg, EXT_GET);
+	case VIDIOC_TRY_EXT_CTRLS:
+		return vidioc_ext_ctrls(h, arg, EXT_TRY);
+	case VIDIOC_S_EXT_CTRLS:
+		return vidioc_ext_ctrls(h, arg, EXT_SET);
+
+	case VIDIOC_SUBSCRIBE_EVENT:
+		return vidioc_subscribe_event(h, arg);
+	case VIDIOC_UNSUBSCRIBE_EVENT:
+		return vidioc_unsubscribe_event(h, arg);
+	case VIDIOC_DQEVENT:
+		return vidioc_dqevent(h, arg);
+
+	case VIDIOC_REQBUFS:
+		return vidioc_reqbufs(h, arg);
+	case VIDIOC_QUERYBUF:
+		return vidioc_querybuf(h, arg);
+	case VIDIOC_QBUF:
+		return vidioc_qbuf(h, arg);
+	case VIDIOC_DQBUF:
+		return vidioc_dqbuf(h, arg);
+	case VIDIOC_STREAMON:
+		return vidioc_streamon(h, arg);
+	case VIDIOC_STREAMOFF:
+		return vidioc_streamoff(h, arg);
+
+	/* CREATE_BUFS, PREPARE_BUF, EXPBUF, cropping/selection, standards,
+	 * DV timings, tuners, audio, overlay, JPEG, codec and debug ioctls
+	 * are not implemented, which the API reports as ENOTTY. */
+	default:
+		return ENOTTY;
+	}
+}
+
+/* ======================================================================== */
+/* 9. Plugin entry points                                                   */
+/* ======================================================================== */
+
+/* Is @name "videoN" with N in 0..63 (no leading zeros)? */
+static bool parse_video_name(const char *name, unsigned *index)
+{
+	if (strncmp(name, "video", 5) != 0)
+		return false;
+	const char *d = name + 5;
+	size_t n = strlen(d);
+
+	if (n < 1 || n > 2 || (n == 2 && d[0] == '0'))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (d[i] < '0' || d[i] > '9')
+			return false;
+	unsigned v = (unsigned)atoi(d);
+
+	if (v >= EMU_MAX_DEVICES)
+		return false;
+	*index = v;
+	return true;
+}
+
+static void *plugin_init(int fd)
+{
+	char link[64], path[PATH_MAX], dir_real[PATH_MAX];
+	struct stat st;
+	unsigned index;
+
+	/* Only regular files can be emulated devices (real nodes are char devices). */
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+		return NULL;
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(link, path, sizeof(path) - 1);
+
+	if (n <= 0)
+		return NULL;
+	path[n] = '\0';
+
+	const char *dir = getenv(EMU_ENV_DIR);
+
+	if (!dir || !*dir)
+		dir = EMU_DEFAULT_DIR;
+	if (!realpath(dir, dir_real))
+		return NULL;
+
+	char *slash = strrchr(path, '/');
+
+	if (!slash)
+		return NULL;
+	*slash = '\0';
+	const char *base = slash + 1;
+
+	if (strcmp(path, dir_real) != 0 || !parse_video_name(base, &index))
+		return NULL;
+
+	struct emu_handle *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return NULL;
+	h->fd = fd;
+	h->index = index;
+	h->st_dev = st.st_dev;
+	h->st_ino = st.st_ino;
+	if (snprintf(h->unplug_path, sizeof(h->unplug_path), "%s/video%u.unplugged",
+		     dir_real, index) >= (int)sizeof(h->unplug_path) ||
+	    snprintf(h->lock_path, sizeof(h->lock_path), "%s/video%u.lock",
+		     dir_real, index) >= (int)sizeof(h->lock_path) ||
+	    snprintf(h->state_path, sizeof(h->state_path), "%s/video%u.state",
+		     dir_real, index) >= (int)sizeof(h->state_path)) {
+		free(h);
+		return NULL;
+	}
+	pthread_mutex_init(&h->lock, NULL);
+	pthread_cond_init(&h->idle, NULL);
+	h->lock_fd = -1;
+	h->data_fd = -1;
+	h->prio = V4L2_PRIORITY_DEFAULT;
+	h->state_fd = open(h->state_path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+
+	pthread_mutex_lock(&g_lock);
+	h->next = g_handles;
+	g_handles = h;
+	pthread_mutex_unlock(&g_lock);
+	return h;
+}
+
+static void plugin_close(void *priv)
+{
+	struct emu_handle *h = priv;
+
+	/* Make blocked calls in other threads (DQBUF, DQEVENT) return, and
+	 * wait for them to leave before freeing the handle. */
+	pthread_mutex_lock(&h->lock);
+	h->closing = true;
+	while (h->active_calls)
+		pthread_cond_wait(&h->idle, &h->lock);
+	if (h->nbufs || h->lock_fd >= 0)
+		free_buffers(h);
+	pthread_mutex_unlock(&h->lock);
+
+	pthread_mutex_lock(&g_lock);
+	for (struct emu_handle **pp = &g_handles; *pp; pp = &(*pp)->next) {
+		if (*pp == h) {
+			*pp = h->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&g_lock);
+
+	if (h->data_fd >= 0)
+		close(h->data_fd);
+	if (h->state_fd >= 0)
+		close(h->state_fd);
+	pthread_cond_destroy(&h->idle);
+	pthread_mutex_destroy(&h->lock);
+	free(h->frame);
+	free(h);
+}
+
+static int plugin_ioctl(void *priv, int fd, unsigned long int request, void *arg)
+{
+	struct emu_handle *h = priv;
+	int err;
+
+	(void)fd;
+	pthread_mutex_lock(&h->lock);
+	if (h->closing) {
+		pthread_mutex_unlock(&h->lock);
+		errno = EBADF;
+		return -1;
+	}
+	h->active_calls++;
+	/* Callers may pass a sign-extended int; the kernel ignores the upper bits. */
+	err = dispatch(h, (unsigned int)request, arg);
+	h->active_calls--;
+	if (h->closing && h->active_calls == 0)
+		pthread_cond_broadcast(&h->idle);
+	pthread_mutex_unlock(&h->lock);
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return 0;
+}
+
+/* No read()/write() I/O (V4L2_CAP_READWRITE is not advertised; libv4l2
+ * emulates read() on top of MMAP streaming when conversion is enabled). */
+static ssize_t plugin_read(void *priv, int fd, void *buffer, size_t n)
+{
+	(void)priv; (void)fd; (void)buffer; (void)n;
+	errno = EINVAL;
+	return -1;
+}
+
+static ssize_t plugin_write(void *priv, int fd, const void *buffer, size_t n)
+{
+	(void)priv; (void)fd; (void)buffer; (void)n;
+	errno = EINVAL;
+	return -1;
+}
+
+__attribute__((visibility("default")))
+const struct libv4l_dev_ops libv4l2_plugin = {
+	.init = plugin_init,
+	.close = plugin_close,
+	.ioctl = plugin_ioctl,
+	.read = plugin_read,
+	.write = plugin_write,
+};
