@@ -5,7 +5,7 @@
 // Targets follow the architecture:
 //   CamRigWire         wire protocol: schema (generated), frame codec, connection state machines
 //   CamRigSecurity     certificate authority, peer roles, TLS 1.3 with client certificates
-//   CamRigDevices      the device model and its backends
+//   CamRigDevices      the device model and its backends (synthetic, V4L2 through CLibV4L2)
 //   CamRigAgent        the server that runs on each camera host
 //   CamRigCoordinator  the client side: connections to agents, sessions
 //   camrig, camrig-agent   the command-line executables
@@ -53,9 +53,15 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        .systemLibrary(
+            name: "CLibV4L2",
+            pkgConfig: "libv4l2",
+            providers: [.apt(["libv4l-dev"])]
+        ),
         .target(
             name: "CamRigDevices",
             dependencies: [
+                "CLibV4L2",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
@@ -97,7 +103,7 @@ let package = Package(
         .executableTarget(
             name: "camrig-agent",
             dependencies: [
-                "CamRigAgent", "CamRigSecurity", "CamRigWire",
+                "CamRigAgent", "CamRigSecurity", "CamRigWire", "CamRigDevices",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

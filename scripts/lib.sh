@@ -7,6 +7,7 @@ CAMRIG_PACKAGES=(
     protobuf-compiler # protoc, to regenerate proto/ and for the interoperability test
     python3-protobuf  # the interoperability test's independent Python client
     iproute2          # network namespaces for multi-host tests
+    gcc make libc6-dev pkg-config  # the emulated V4L2 device (Tests/V4L2Emulator) and libv4l2's flags
     ca-certificates
     git
 )
@@ -29,6 +30,15 @@ install_system_packages() {
     echo "installing: ${missing[*]}"
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# Builds the emulated V4L2 camera (a libv4l2 plugin) and installs it where libv4l2 loads plugins, so
+# the V4L2 backend's tests have a device on machines without cameras.
+install_v4l2_emulator() {
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    make -s -C Tests/V4L2Emulator all
+    $sudo make -s -C Tests/V4L2Emulator install
 }
 
 # Puts Swift on PATH (it lives in /opt/swift on CamRig's build machines) or explains how to get it.

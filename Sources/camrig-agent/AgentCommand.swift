@@ -1,5 +1,6 @@
 import ArgumentParser
 import CamRigAgent
+import CamRigDevices
 import CamRigSecurity
 import CamRigWire
 import Foundation
@@ -48,7 +49,34 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: Logger.Level = .info
 
+    @Flag(name: .long, help: "Print the devices this agent would serve (formats, frame-rate ranges, controls) and exit.")
+    var listDevices = false
+
+    @Option(name: .long, help: "Serve N synthetic cameras.")
+    var synthetic = 0
+
+    @Option(name: .long, help: ArgumentHelp("V4L2 device nodes to serve, as a glob (repeatable; default /dev/video* unless --synthetic is given).", valueName: "glob"))
+    var v4l2: [String] = []
+
+    @Flag(name: .long, help: "With --list-devices: print JSON.")
+    var json = false
+
+    /// The device sources the options select.
+    func providers() -> (providers: [any DeviceProvider], v4l2: V4L2DeviceProvider?) {
+        var providers: [any DeviceProvider] = []
+        if synthetic > 0 { providers.append(SyntheticDeviceProvider(count: synthetic)) }
+        var v4l2Provider: V4L2DeviceProvider?
+        if !v4l2.isEmpty || synthetic == 0 {
+            let provider = V4L2DeviceProvider(patterns: v4l2.isEmpty ? ["/dev/video*"] : v4l2)
+            providers.append(provider)
+            v4l2Provider = provider
+        }
+        return (providers, v4l2Provider)
+    }
+
     func validate() throws {
+        guard synthetic >= 0, synthetic <= 64 else { throw ValidationError("--synthetic must be within 0…64") }
+        if listDevices { return }
         guard let (_, port) = Self.split(listen), (0...65535).contains(port) else {
             throw ValidationError("--listen '\(listen)' is not HOST:PORT")
         }
@@ -62,6 +90,19 @@ struct AgentCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        if listDevices {
+            let (providers, v4l2Provider) = providers()
+            let discovery = DeviceDiscovery(providers: providers)
+            let listing = DeviceListing(devices: discovery.devices, skipped: v4l2Provider?.skipped ?? [:])
+            if json {
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+                print(String(decoding: try encoder.encode(listing), as: UTF8.self))
+            } else {
+                print(listing.text)
+            }
+            return
+        }
         let level = logLevel
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)

@@ -201,3 +201,45 @@ struct AgentProcessTests {
         #expect(error?.message.contains("shutting down") == true, "got \(String(describing: error))")
     }
 }
+
+@Suite("camrig-agent --list-devices")
+struct ListDevicesTests {
+    @Test("synthetic cameras: formats with frame-rate ranges and controls, as JSON and as text")
+    func synthetic() throws {
+        let result = try Executables.run("camrig-agent", ["--list-devices", "--synthetic", "2", "--json"])
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+        let devices = try #require(json["devices"] as? [[String: Any]])
+        #expect(devices.map { $0["unique_id"] as? String } == ["synthetic:SYN0001", "synthetic:SYN0002"])
+        let formats = try #require(devices[0]["formats"] as? [[String: Any]])
+        let hfr = try #require(formats.first { $0["id"] as? String == "YUYV-320x240" })
+        let ranges = try #require(hfr["frame_rate_ranges"] as? [[String: Any]])
+        #expect(ranges.first?["min_frame_duration"] as? String == "1/120")
+        #expect(ranges.first?["kind"] as? String == "discrete")
+        #expect(formats.contains { $0["fourcc"] as? String == "MJPG" })
+        let bayer = try #require(formats.first { $0["fourcc"] as? String == "RGGB" })
+        #expect((bayer["frame_rate_ranges"] as? [[String: Any]])?.first?["step"] as? String == "1/60")
+        let controls = try #require(devices[0]["controls"] as? [[String: Any]])
+        let power = try #require(controls.first { $0["name"] as? String == "Power Line Frequency" })
+        #expect((power["menu"] as? [[String: Any]])?.count == 3)
+        #expect(power["value"] as? Int == 1)
+
+        let text = try Executables.run("camrig-agent", ["--list-devices", "--synthetic", "1"])
+        #expect(text.stdout.contains("interval: discrete 1/120 s (120 fps)"))
+        #expect(text.stdout.contains("interval: stepwise 1/60 s - 6/60 s with step 1/60 s (10-60 fps)"))
+        #expect(text.stdout.contains("0x00980900 Brightness (integer): min=0 max=255 step=1 default=128 value=128"))
+    }
+
+    @Test("nodes that are not cameras are skipped with the reason")
+    func notCameras() throws {
+        let directory = NSTemporaryDirectory() + "camrig-nodes-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        _ = FileManager.default.createFile(atPath: directory + "/video7", contents: Data("not a device".utf8))
+        let result = try Executables.run("camrig-agent", ["--list-devices", "--v4l2", directory + "/video*", "--json"])
+        #expect(result.status == 0)
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+        #expect((json["devices"] as? [Any])?.isEmpty == true)
+        #expect((json["skipped"] as? [String: String])?[directory + "/video7"]?.isEmpty == false)
+    }
+}

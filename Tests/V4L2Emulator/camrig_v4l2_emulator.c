@@ -11,7 +11,8 @@
  * regular file named videoN (N = 0..63) in the emulator directory
  * ($CAMRIG_V4L2_EMULATOR_DIR, else /dev/shm/camrig-v4l2); every v4l2_ioctl()
  * on such an fd is then answered here, as a UVC-like camera driver built on
- * videobuf2 would answer it.
+ * videobuf2 would answer it: MMAP streaming (and read()), formats, frame
+ * intervals, controls, control events, inputs and priorities.
  *
  * Files of device N, all in the emulator directory
  * ------------------------------------------------
@@ -25,6 +26,24 @@
  *                     another fd's REQBUFS/STREAMON/QBUF/DQBUF gets EBUSY.
  *   videoN.state      format, frame interval and control values, shared by
  *                     every fd and process that opens the device.
+ * The lock and state files are created on first use (mode 0666), so the
+ * directory must be writable by the users of the emulator (e.g. 1777), or
+ * they must exist already.  If videoN.state cannot be opened read-write, the
+ * state is kept per process (seeded from the file when readable).
+ *
+ * Frames
+ * ------
+ * Frame k of a stream is due at STREAMON time + k * interval
+ * (CLOCK_MONOTONIC).  It goes into the oldest buffer that was queued by then,
+ * or is dropped if there is none (the sequence still counts it).  Its
+ * timestamp is the due time; it shows the selected test pattern with a white
+ * band moving down 4 rows per frame, and starts with a 16-byte little-endian
+ * header: u32 0x43524D55 ("UMRC"), u32 sequence, u64 timestamp in ns.
+ * Frames are produced lazily, when DQBUF/QBUF/read() look at the clock;
+ * a DQBUF that has to wait sleeps in steps of at most 5 ms, checking for
+ * STREAMOFF, close() and unplugging in between.
+ *
+ * Debugging: CAMRIG_V4L2_EMULATOR_DEBUG=1 logs every ioctl to stderr.
  *
  * Layout of this file
  * -------------------
@@ -86,6 +105,7 @@
 #define EMU_MIN_BUFFERS    2
 #define EMU_MAX_BUFFERS    32
 #define EMU_MAX_EVENTS     64
+#define EMU_READ_BUFFERS   4                        /* buffers behind read() */
 #define EMU_WAIT_STEP_NS   (5ull * 1000 * 1000)     /* longest single sleep */
 #define EMU_FRAME_MAGIC    0x43524D55u              /* "UMRC" little-endian */
 #define EMU_HEADER_BYTES   16
@@ -668,6 +688,13 @@ struct emu_handle {
 	unsigned queue[EMU_MAX_BUFFERS], q_head, q_count;   /* queued, FIFO */
 	unsigned done[EMU_MAX_BUFFERS], d_head, d_count;    /* filled, FIFO */
 
+	/* read() I/O: like vb2's "fileio", a private set of EMU_READ_BUFFERS
+	 * buffers streams while read() is in use; their data is rendered when
+	 * read() copies it out, so nothing is stored in the device file. */
+	bool fileio;
+	int fileio_cur;                 /* buffer being read, or -1 */
+	size_t fileio_pos;              /* bytes of it already returned */
+
 	/* Streaming. */
 	bool streaming;
 	uint64_t start_ns;              /* STREAMON time: frame k is due at start + k * tpf */
@@ -787,14 +814,36 @@ static uint32_t ctrl_cur_flags(const struct emu_ctrl *c, const struct emu_state 
 	return flags;
 }
 
+/* Open a sidecar file read-write, creating it world-writable (whatever the
+ * umask) so that every user who can open the device can share it. */
+static int open_sidecar(const char *path)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+
+	if (fd >= 0) {
+		if (fchmod(fd, 0666) != 0) {
+			/* Keep the umask's mode. */
+		}
+		return fd;
+	}
+	if (errno != EEXIST)
+		return -1;
+	return open(path, O_RDWR | O_CLOEXEC);
+}
+
 /* ---- buffer ownership (videoN.lock) ---- */
 
 static int open_lock_file(const struct emu_handle *h)
 {
-	int fd = open(h->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+	int fd = open_sidecar(h->lock_path);
 
-	if (fd < 0)
+	if (fd < 0) {   /* flock() works on a read-only fd too */
+		int err = errno;
+
 		fd = open(h->lock_path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			errno = err;   /* report why it could not be created */
+	}
 	return fd;
 }
 
@@ -1067,10 +1116,12 @@ static void complete_buffer(struct emu_handle *h, unsigned idx, uint64_t seq, ui
 {
 	struct emu_buffer *b = &h->bufs[idx];
 
-	render_frame(h, seq, due);
-	if (pwrite(h->data_fd, h->frame, h->sizeimage, (off_t)(idx * h->stride)) !=
-	    (ssize_t)h->sizeimage) {
-		/* The device file vanished or the disk is full: deliver anyway. */
+	if (!h->fileio) {
+		render_frame(h, seq, due);
+		if (pwrite(h->data_fd, h->frame, h->sizeimage, (off_t)(idx * h->stride)) !=
+		    (ssize_t)h->sizeimage) {
+			/* The device file vanished or the disk is full: deliver anyway. */
+		}
 	}
 	b->state = BUF_DONE;
 	b->sequence = (uint32_t)seq;
@@ -1155,7 +1206,11 @@ static void trim_device_file(struct emu_handle *h)
 static void free_buffers(struct emu_handle *h)
 {
 	stop_streaming(h);
-	trim_device_file(h);
+	if (!h->fileio)
+		trim_device_file(h);
+	h->fileio = false;
+	h->fileio_cur = -1;
+	h->fileio_pos = 0;
 	h->nbufs = 0;
 	free(h->frame);
 	h->frame = NULL;
@@ -1235,7 +1290,8 @@ static int vidioc_querycap(struct emu_handle *h, struct v4l2_capability *cap)
 	snprintf(buf, sizeof(buf), "platform:camrig-emu-%u", h->index);
 	copy_str(cap->bus_info, sizeof(cap->bus_info), buf);
 	cap->version = kernel_version_code();
-	cap->device_caps = V4L2_CAP_VIDEO_CAPTURE | V4L2_CAP_STREAMING | V4L2_CAP_EXT_PIX_FORMAT;
+	cap->device_caps = V4L2_CAP_VIDEO_CAPTURE | V4L2_CAP_READWRITE | V4L2_CAP_STREAMING |
+			   V4L2_CAP_EXT_PIX_FORMAT;
 	cap->capabilities = cap->device_caps | V4L2_CAP_DEVICE_CAPS;
 	return 0;
 }
@@ -1428,7 +1484,7 @@ static void fill_parm(struct v4l2_streamparm *parm, const struct emu_state *st)
 	parm->parm.capture.timeperframe.numerator = st->tpf_num;
 	parm->parm.capture.timeperframe.denominator = st->tpf_den;
 	parm->parm.capture.extendedmode = 0;
-	parm->parm.capture.readbuffers = 0;
+	parm->parm.capture.readbuffers = EMU_READ_BUFFERS;   /* we have V4L2_CAP_READWRITE */
 }
 
 static int vidioc_g_parm(struct emu_handle *h, struct v4l2_streamparm *parm)
@@ -1852,9 +1908,34 @@ static int vidioc_dqevent(struct emu_handle *h, struct v4l2_event *ev)
 
 /* ---- buffers and streaming ---- */
 
-static int vidioc_reqbufs(struct emu_handle *h, struct v4l2_requestbuffers *rb)
+/* Take the current format for new buffers (it stays frozen while they
+ * exist: S_FMT returns EBUSY) and allocate the scratch frame. */
+static int setup_buffer_format(struct emu_handle *h)
 {
 	struct emu_state st;
+
+	state_read(h, &st);
+	const struct emu_format *f = find_format(st.pixelformat);
+	long page = sysconf(_SC_PAGESIZE);
+	size_t psz = page > 0 ? (size_t)page : 4096;
+
+	h->pixfmt = f->fourcc;
+	h->width = st.width;
+	h->height = st.height;
+	h->bytesperline = st.width * f->bytes_per_pixel;
+	h->sizeimage = h->bytesperline * st.height;
+	h->stride = (h->sizeimage + psz - 1) / psz * psz;
+
+	uint8_t *frame = realloc(h->frame, h->sizeimage);
+
+	if (!frame)
+		return ENOMEM;
+	h->frame = frame;
+	return 0;
+}
+
+static int vidioc_reqbufs(struct emu_handle *h, struct v4l2_requestbuffers *rb)
+{
 	int err;
 
 	if (rb->type != V4L2_BUF_TYPE_VIDEO_CAPTURE)
@@ -1865,11 +1946,16 @@ static int vidioc_reqbufs(struct emu_handle *h, struct v4l2_requestbuffers *rb)
 		return err;
 	if (other_owner(h))
 		return EBUSY;
-	if (h->streaming)
+	if (h->streaming || h->fileio)
 		return EBUSY;
 	rb->capabilities = V4L2_BUF_CAP_SUPPORTS_MMAP;
 	rb->flags = 0;
 	memset(rb->reserved, 0, sizeof(rb->reserved));
+	/* No V4L2_BUF_CAP_SUPPORTS_ORPHANED_BUFS: buffers that are still
+	 * mmap()ed cannot be freed (and the file must not shrink under a
+	 * mapping, which would SIGBUS). */
+	if (h->nbufs && mapped_mask(h))
+		return EBUSY;
 
 	if (rb->count == 0) {
 		free_buffers(h);
@@ -1896,43 +1982,19 @@ static int vidioc_reqbufs(struct emu_handle *h, struct v4l2_requestbuffers *rb)
 	if (count > EMU_MAX_BUFFERS)
 		count = EMU_MAX_BUFFERS;
 
-	/* The format is frozen while buffers exist (S_FMT returns EBUSY). */
-	state_read(h, &st);
-	const struct emu_format *f = find_format(st.pixelformat);
-	long page = sysconf(_SC_PAGESIZE);
-	size_t psz = page > 0 ? (size_t)page : 4096;
-
 	cancel_buffers(h);
-	h->pixfmt = f->fourcc;
-	h->width = st.width;
-	h->height = st.height;
-	h->bytesperline = st.width * f->bytes_per_pixel;
-	h->sizeimage = h->bytesperline * st.height;
-	h->stride = (h->sizeimage + psz - 1) / psz * psz;
-
-	uint8_t *frame = realloc(h->frame, h->sizeimage);
-
-	if (!frame) {
+	if ((err = setup_buffer_format(h))) {
 		free_buffers(h);
-		return ENOMEM;
+		return err;
 	}
-	h->frame = frame;
 
-	/* Make the device file large enough for every buffer; shrink it only
-	 * when nothing in this process maps it (shrinking under a mapping
-	 * would SIGBUS). */
-	struct stat sb;
-	off_t need = (off_t)(count * h->stride);
-
-	h->nbufs = count;   /* so mapped_mask() looks at the new layout */
-	if (fstat(h->data_fd, &sb) == 0 &&
-	    (sb.st_size < need || (sb.st_size > need && mapped_mask(h) == 0))) {
-		if (ftruncate(h->data_fd, need) != 0 && sb.st_size < need) {
-			err = errno;
-			free_buffers(h);
-			return err;
-		}
+	/* Size the device file to hold every buffer (nothing maps it now). */
+	if (ftruncate(h->data_fd, (off_t)(count * h->stride)) != 0) {
+		err = errno;
+		free_buffers(h);
+		return err;
 	}
+	h->nbufs = count;
 	memset(h->bufs, 0, sizeof(h->bufs));
 	rb->count = count;
 	return 0;
@@ -1943,6 +2005,8 @@ static int check_buffer_arg(struct emu_handle *h, const struct v4l2_buffer *b, b
 {
 	if (b->type != V4L2_BUF_TYPE_VIDEO_CAPTURE)
 		return EINVAL;
+	if (h->fileio)
+		return EBUSY;   /* read() owns the queue */
 	if (!h->nbufs && other_owner(h))
 		return EBUSY;
 	if (!h->nbufs)
@@ -2012,8 +2076,8 @@ static int vidioc_dqbuf(struct emu_handle *h, struct v4l2_buffer *b)
 
 			h->d_head = (h->d_head + 1) % EMU_MAX_BUFFERS;
 			h->d_count--;
-			fill_v4l2_buffer(h, idx, mapped_mask(h), b);   /* reports DONE */
-			h->bufs[idx].state = BUF_DEQUEUED;
+			h->bufs[idx].state = BUF_DEQUEUED;   /* no DONE flag once dequeued */
+			fill_v4l2_buffer(h, idx, mapped_mask(h), b);
 			return 0;
 		}
 		if (fd_nonblocking(h))
@@ -2022,19 +2086,11 @@ static int vidioc_dqbuf(struct emu_handle *h, struct v4l2_buffer *b)
 	}
 }
 
-static int vidioc_streamon(struct emu_handle *h, const int *type)
+/* Frame k is due at now + k * interval; the interval is fixed until STREAMOFF. */
+static void start_streaming(struct emu_handle *h)
 {
 	struct emu_state st;
-	int err;
 
-	if (*type != V4L2_BUF_TYPE_VIDEO_CAPTURE)
-		return EINVAL;
-	if ((err = check_prio(h)))
-		return err;
-	if (!h->nbufs)
-		return other_owner(h) ? EBUSY : EINVAL;
-	if (h->streaming)
-		return 0;
 	state_begin(h, &st);
 	st.streaming = 1;
 	state_end(h, &st, true);
@@ -2043,6 +2099,23 @@ static int vidioc_streamon(struct emu_handle *h, const int *type)
 	h->start_ns = now_ns();
 	h->next_seq = 0;
 	h->streaming = true;
+}
+
+static int vidioc_streamon(struct emu_handle *h, const int *type)
+{
+	int err;
+
+	if (*type != V4L2_BUF_TYPE_VIDEO_CAPTURE)
+		return EINVAL;
+	if ((err = check_prio(h)))
+		return err;
+	if (h->fileio)
+		return EBUSY;
+	if (!h->nbufs)
+		return other_owner(h) ? EBUSY : EINVAL;
+	if (h->streaming)
+		return 0;
+	start_streaming(h);
 	return 0;
 }
 
@@ -2054,6 +2127,8 @@ static int vidioc_streamoff(struct emu_handle *h, const int *type)
 		return EINVAL;
 	if ((err = check_prio(h)))
 		return err;
+	if (h->fileio)
+		return EBUSY;
 	if (!h->nbufs)
 		return other_owner(h) ? EBUSY : 0;
 	stop_streaming(h);
@@ -2062,10 +2137,36 @@ static int vidioc_streamoff(struct emu_handle *h, const int *type)
 
 /* ---- dispatcher ---- */
 
+static bool is_implemented(unsigned int request)
+{
+	switch (request) {
+	case VIDIOC_QUERYCAP: case VIDIOC_LOG_STATUS:
+	case VIDIOC_ENUMINPUT: case VIDIOC_G_INPUT: case VIDIOC_S_INPUT:
+	case VIDIOC_G_PRIORITY: case VIDIOC_S_PRIORITY:
+	case VIDIOC_ENUM_FMT: case VIDIOC_ENUM_FRAMESIZES: case VIDIOC_ENUM_FRAMEINTERVALS:
+	case VIDIOC_G_FMT: case VIDIOC_TRY_FMT: case VIDIOC_S_FMT:
+	case VIDIOC_G_PARM: case VIDIOC_S_PARM:
+	case VIDIOC_QUERYCTRL: case VIDIOC_QUERY_EXT_CTRL: case VIDIOC_QUERYMENU:
+	case VIDIOC_G_CTRL: case VIDIOC_S_CTRL:
+	case VIDIOC_G_EXT_CTRLS: case VIDIOC_TRY_EXT_CTRLS: case VIDIOC_S_EXT_CTRLS:
+	case VIDIOC_SUBSCRIBE_EVENT: case VIDIOC_UNSUBSCRIBE_EVENT: case VIDIOC_DQEVENT:
+	case VIDIOC_REQBUFS: case VIDIOC_QUERYBUF: case VIDIOC_QBUF: case VIDIOC_DQBUF:
+	case VIDIOC_STREAMON: case VIDIOC_STREAMOFF:
+		return true;
+	default:
+		/* CREATE_BUFS, PREPARE_BUF, EXPBUF, cropping/selection,
+		 * standards, DV timings, tuners, audio, overlay, JPEG, codec
+		 * and debug ioctls: the API reports these as ENOTTY. */
+		return false;
+	}
+}
+
 static int dispatch(struct emu_handle *h, unsigned int request, void *arg)
 {
 	if (is_unplugged(h))
 		return ENODEV;
+	if (!is_implemented(request))
+		return ENOTTY;
 	if (!arg && request != VIDIOC_LOG_STATUS)
 		return EFAULT;
 
@@ -2146,9 +2247,6 @@ static int dispatch(struct emu_handle *h, unsigned int request, void *arg)
 	case VIDIOC_STREAMOFF:
 		return vidioc_streamoff(h, arg);
 
-	/* CREATE_BUFS, PREPARE_BUF, EXPBUF, cropping/selection, standards,
-	 * DV timings, tuners, audio, overlay, JPEG, codec and debug ioctls
-	 * are not implemented, which the API reports as ENOTTY. */
 	default:
 		return ENOTTY;
 	}
@@ -2233,8 +2331,27 @@ static void *plugin_init(int fd)
 	pthread_cond_init(&h->idle, NULL);
 	h->lock_fd = -1;
 	h->data_fd = -1;
+	h->fileio_cur = -1;
 	h->prio = V4L2_PRIORITY_DEFAULT;
-	h->state_fd = open(h->state_path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+	h->state_fd = open_sidecar(h->state_path);
+	if (h->state_fd < 0) {
+		/* Not writable for us: keep the state per process, seeded from
+		 * the file if it can at least be read. */
+		int ro = open(h->state_path, O_RDONLY | O_CLOEXEC);
+
+		pthread_mutex_lock(&g_lock);
+		if (!g_mem_state_valid[index]) {
+			struct emu_state *st = &g_mem_state[index];
+
+			if (ro < 0 || pread(ro, st, sizeof(*st), 0) != (ssize_t)sizeof(*st))
+				state_defaults(st);
+			state_sanitize(st);
+			g_mem_state_valid[index] = true;
+		}
+		pthread_mutex_unlock(&g_lock);
+		if (ro >= 0)
+			close(ro);
+	}
 
 	pthread_mutex_lock(&g_lock);
 	h->next = g_handles;
@@ -2276,6 +2393,35 @@ static void plugin_close(void *priv)
 	free(h);
 }
 
+/* CAMRIG_V4L2_EMULATOR_DEBUG=1: log every ioctl and its result to stderr. */
+static bool debug_enabled(void)
+{
+	static int enabled = -1;
+
+	if (enabled < 0) {
+		const char *e = getenv("CAMRIG_V4L2_EMULATOR_DEBUG");
+
+		enabled = e && *e && strcmp(e, "0") != 0;
+	}
+	return enabled;
+}
+
+static void debug_log(const struct emu_handle *h, unsigned int request, const void *arg, int err)
+{
+	unsigned nr = _IOC_NR(request);
+
+	if (request == VIDIOC_QBUF || request == VIDIOC_DQBUF || request == VIDIOC_QUERYBUF) {
+		const struct v4l2_buffer *b = arg;
+
+		fprintf(stderr, "camrig-emu video%u: ioctl nr %u index %u flags 0x%x seq %u -> %s\n",
+			h->index, nr, b ? b->index : 0, b ? b->flags : 0, b ? b->sequence : 0,
+			err ? strerror(err) : "ok");
+	} else {
+		fprintf(stderr, "camrig-emu video%u: ioctl nr %u (0x%08x) -> %s\n",
+			h->index, nr, request, err ? strerror(err) : "ok");
+	}
+}
+
 static int plugin_ioctl(void *priv, int fd, unsigned long int request, void *arg)
 {
 	struct emu_handle *h = priv;
@@ -2291,6 +2437,8 @@ static int plugin_ioctl(void *priv, int fd, unsigned long int request, void *arg
 	h->active_calls++;
 	/* Callers may pass a sign-extended int; the kernel ignores the upper bits. */
 	err = dispatch(h, (unsigned int)request, arg);
+	if (debug_enabled())
+		debug_log(h, (unsigned int)request, arg, err);
 	h->active_calls--;
 	if (h->closing && h->active_calls == 0)
 		pthread_cond_broadcast(&h->idle);
@@ -2302,13 +2450,110 @@ static int plugin_ioctl(void *priv, int fd, unsigned long int request, void *arg
 	return 0;
 }
 
-/* No read()/write() I/O (V4L2_CAP_READWRITE is not advertised; libv4l2
- * emulates read() on top of MMAP streaming when conversion is enabled). */
+/*
+ * read(): vb2-style file I/O.  The first read() takes ownership of the device
+ * and starts streaming into EMU_READ_BUFFERS private buffers; each read()
+ * returns bytes of the oldest captured frame (a frame may be read in several
+ * pieces), blocking for the next frame unless O_NONBLOCK (then EAGAIN).
+ * EBUSY while MMAP buffers exist.  It ends when the fd is closed.
+ */
+static int do_read(struct emu_handle *h, uint8_t *dst, size_t n, size_t *done)
+{
+	int err;
+
+	*done = 0;
+	if (!h->fileio) {
+		if (h->nbufs || other_owner(h))
+			return EBUSY;
+		if ((err = acquire_ownership(h)))
+			return err;
+		if ((err = setup_buffer_format(h))) {
+			release_ownership(h);
+			return err;
+		}
+		h->fileio = true;
+		h->fileio_cur = -1;
+		h->fileio_pos = 0;
+		h->nbufs = EMU_READ_BUFFERS;
+		memset(h->bufs, 0, sizeof(h->bufs));
+		cancel_buffers(h);
+		uint64_t now = now_ns();
+
+		for (unsigned i = 0; i < h->nbufs; i++) {
+			h->bufs[i].state = BUF_QUEUED;
+			h->bufs[i].queued_ns = now;
+			h->queue[h->q_count++] = i;
+		}
+		start_streaming(h);
+	}
+	while (h->fileio_cur < 0) {
+		if (h->closing)
+			return EBADF;
+		if (is_unplugged(h))
+			return ENODEV;
+		advance_stream(h, now_ns());
+		if (h->d_count) {
+			h->fileio_cur = (int)h->done[h->d_head];
+			h->d_head = (h->d_head + 1) % EMU_MAX_BUFFERS;
+			h->d_count--;
+			h->fileio_pos = 0;
+			const struct emu_buffer *b = &h->bufs[h->fileio_cur];
+
+			render_frame(h, b->sequence, b->timestamp_ns);
+			break;
+		}
+		if (fd_nonblocking(h))
+			return EAGAIN;
+		wait_step(h, frame_due_ns(h, h->next_seq));
+	}
+	size_t left = h->sizeimage - h->fileio_pos;
+	size_t k = n < left ? n : left;
+
+	memcpy(dst, h->frame + h->fileio_pos, k);
+	h->fileio_pos += k;
+	*done = k;
+	if (h->fileio_pos == h->sizeimage) {   /* frame consumed: requeue its buffer */
+		unsigned idx = (unsigned)h->fileio_cur;
+
+		advance_stream(h, now_ns());
+		h->bufs[idx].state = BUF_QUEUED;
+		h->bufs[idx].queued_ns = now_ns();
+		h->queue[(h->q_head + h->q_count) % EMU_MAX_BUFFERS] = idx;
+		h->q_count++;
+		h->fileio_cur = -1;
+	}
+	return 0;
+}
+
 static ssize_t plugin_read(void *priv, int fd, void *buffer, size_t n)
 {
-	(void)priv; (void)fd; (void)buffer; (void)n;
-	errno = EINVAL;
-	return -1;
+	struct emu_handle *h = priv;
+	size_t done = 0;
+	int err;
+
+	(void)fd;
+	pthread_mutex_lock(&h->lock);
+	if (h->closing) {
+		pthread_mutex_unlock(&h->lock);
+		errno = EBADF;
+		return -1;
+	}
+	h->active_calls++;
+	if (is_unplugged(h))
+		err = ENODEV;
+	else if (!buffer && n)
+		err = EFAULT;
+	else
+		err = n ? do_read(h, buffer, n, &done) : 0;
+	h->active_calls--;
+	if (h->closing && h->active_calls == 0)
+		pthread_cond_broadcast(&h->idle);
+	pthread_mutex_unlock(&h->lock);
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return (ssize_t)done;
 }
 
 static ssize_t plugin_write(void *priv, int fd, const void *buffer, size_t n)

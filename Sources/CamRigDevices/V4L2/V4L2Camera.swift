@@ -1,0 +1,410 @@
+import CLibV4L2
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// A V4L2 capture device through libv4l2.
+///
+/// Formats come from ENUM_FMT × ENUM_FRAMESIZES × ENUM_FRAMEINTERVALS; typed controls map onto V4L2
+/// control ids (never names); streaming uses mmap buffers on a dedicated thread, and each frame keeps
+/// the driver's timestamp and says what it marks.
+public final class V4L2Camera: CameraBackend {
+    public let path: String
+    public let identity: DeviceIdentity
+    public let typedControlSupport: TypedControlSupport
+    private let formatList: [DeviceFormat]
+    private let controlList: [ControlDescriptor]
+    private let handle: V4L2Handle
+    /// Serializes ioctls that change state; streaming runs on its own thread.
+    private let lock = NIOLock()
+    private let stream = NIOLockedValueBox<StreamState?>(nil)
+
+    final class StreamState: Sendable {
+        let running = NIOLockedValueBox(true)
+    }
+
+    /// Opens the device at `path` and reads its formats and controls. Fails for nodes that cannot capture.
+    public init(path: String, label: String = "") throws(DeviceError) {
+        let handle = try V4L2Handle(path: path)
+        let caps = try handle.capabilities()
+        guard caps.isVideoCapture, caps.canStream else {
+            throw DeviceError(.unsupported, device: path, "is not a streaming video capture node (driver \(caps.driver))")
+        }
+        let serial = Self.serialNumber(path: path)
+        let stableKey = serial.map { "serial-\($0)" } ?? caps.busInfo
+        identity = DeviceIdentity(
+            uniqueID: "v4l2:\(caps.driver):\(stableKey)",
+            localizedName: caps.card,
+            modelID: "\(caps.driver):\(caps.card)",
+            deviceType: caps.busInfo.hasPrefix("usb") ? .external : .builtInWideAngle,
+            label: label,
+            backend: "v4l2"
+        )
+        let deviceHandle = try V4L2Handle(path: path, deviceID: identity.uniqueID)
+        handle.close()
+        self.handle = deviceHandle
+        self.path = path
+        formatList = try deviceHandle.formats()
+        controlList = try deviceHandle.controls()
+        typedControlSupport = Self.support(from: controlList)
+    }
+
+    /// USB serial number from sysfs, when the device has one.
+    static func serialNumber(path: String) -> String? {
+        let node = (path as NSString).lastPathComponent
+        guard node.hasPrefix("video") else { return nil }
+        for relative in ["device/../serial", "device/serial"] {
+            if let text = try? String(contentsOfFile: "/sys/class/video4linux/\(node)/\(relative)", encoding: .utf8) {
+                let serial = text.trimmingCharacters(in: .whitespacesAndNewlines)
+                if !serial.isEmpty { return serial }
+            }
+        }
+        return nil
+    }
+
+    static func support(from controls: [ControlDescriptor]) -> TypedControlSupport {
+        let ids = Set(controls.map(\.id))
+        var support = TypedControlSupport()
+        if ids.contains(V4L2ControlID.focusAuto) { support.focusModes.formUnion([.continuous, .locked]) }
+        if ids.contains(V4L2ControlID.focusAbsolute) {
+            support.focusModes.insert(.locked)
+            support.lensPosition = true
+        }
+        if ids.contains(V4L2ControlID.exposureAuto) { support.exposureModes.formUnion([.continuous, .locked]) }
+        if ids.contains(V4L2ControlID.exposureAbsolute) { support.exposureModes.formUnion([.custom, .locked]) }
+        if ids.contains(V4L2ControlID.autoWhiteBalance) { support.whiteBalanceModes.formUnion([.continuous, .locked]) }
+        if !ids.contains(V4L2ControlID.whiteBalanceTemperature) { support.whiteBalanceModes.remove(.locked) }
+        support.zoom = ids.contains(V4L2ControlID.zoomAbsolute)
+        support.torch = ids.contains(V4L2ControlID.flashLEDMode)
+        return support
+    }
+
+    /// `lock.withLock` with the error type kept.
+    private func locked<T>(_ body: () throws(DeviceError) -> T) throws(DeviceError) -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body()
+    }
+
+    // MARK: CameraBackend
+
+    public func formats() throws(DeviceError) -> [DeviceFormat] { formatList }
+    public func controlDescriptors() throws(DeviceError) -> [ControlDescriptor] { controlList }
+
+    public func readControls(_ ids: [UInt32]) throws(DeviceError) -> [UInt32: Int64] {
+        try locked { () throws(DeviceError) -> [UInt32: Int64] in try handle.readControls(ids) }
+    }
+
+    public func writeControls(_ values: [(id: UInt32, value: Int64)]) throws(DeviceError) {
+        let types = Dictionary(uniqueKeysWithValues: controlList.map { ($0.id, $0.type) })
+        try locked { () throws(DeviceError) in try handle.writeControls(values, types: types) }
+    }
+
+    public func activate(format: DeviceFormat, frameDuration: FrameDuration) throws(DeviceError) -> FrameDuration {
+        try locked { () throws(DeviceError) -> FrameDuration in
+            var request = v4l2_format()
+            request.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
+            request.fmt.pix.pixelformat = format.pixelFormat.rawValue
+            request.fmt.pix.width = format.dimensions.width
+            request.fmt.pix.height = format.dimensions.height
+            request.fmt.pix.field = V4L2_FIELD_NONE.rawValue
+            try handle.ioctl(CAMRIG_VIDIOC_S_FMT, &request, "VIDIOC_S_FMT \(format.id)")
+            let got = Dimensions(width: request.fmt.pix.width, height: request.fmt.pix.height)
+            guard request.fmt.pix.pixelformat == format.pixelFormat.rawValue, got == format.dimensions else {
+                throw DeviceError(.unsupported, device: identity.uniqueID, "asked for \(format.id), the driver chose \(PixelFormat(rawValue: request.fmt.pix.pixelformat))-\(got)")
+            }
+            var parameters = v4l2_streamparm()
+            parameters.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
+            parameters.parm.capture.timeperframe = v4l2_fract(numerator: frameDuration.numerator, denominator: frameDuration.denominator)
+            try handle.ioctl(CAMRIG_VIDIOC_S_PARM, &parameters, "VIDIOC_S_PARM \(frameDuration)")
+            let actual = parameters.parm.capture.timeperframe
+            return FrameDuration(numerator: actual.numerator, denominator: actual.denominator) ?? frameDuration
+        }
+    }
+
+    public func apply(settings: CameraSettings) throws(DeviceError) {
+        var values: [(id: UInt32, value: Int64)] = []
+        let byID = Dictionary(uniqueKeysWithValues: controlList.map { ($0.id, $0) })
+        func set(_ id: UInt32, _ value: Int64) {
+            guard let control = byID[id], !control.isReadOnly else { return }
+            values.append((id, min(max(value, control.minimum), control.maximum)))
+        }
+        func scaled(_ id: UInt32, _ fraction: Double) -> Int64? {
+            guard let control = byID[id] else { return nil }
+            return control.minimum + Int64((Double(control.maximum - control.minimum) * fraction).rounded())
+        }
+        if byID[V4L2ControlID.focusAuto] != nil { set(V4L2ControlID.focusAuto, settings.focusMode == .continuous ? 1 : 0) }
+        if settings.focusMode == .locked, let position = scaled(V4L2ControlID.focusAbsolute, Double(settings.lensPosition)) {
+            set(V4L2ControlID.focusAbsolute, position)
+        }
+        if let exposureAuto = byID[V4L2ControlID.exposureAuto] {
+            let automatic = exposureAuto.menu.contains { $0.index == V4L2ControlID.ExposureAutoValue.auto }
+                ? V4L2ControlID.ExposureAutoValue.auto : V4L2ControlID.ExposureAutoValue.aperturePriority
+            let manual = settings.exposureMode == .custom || settings.exposureMode == .locked
+            set(V4L2ControlID.exposureAuto, manual ? V4L2ControlID.ExposureAutoValue.manual : automatic)
+        }
+        if settings.exposureMode == .custom || settings.exposureMode == .locked {
+            // V4L2_CID_EXPOSURE_ABSOLUTE counts 100 µs units.
+            set(V4L2ControlID.exposureAbsolute, Int64((settings.exposureDuration.seconds * 10_000).rounded()))
+            if byID[V4L2ControlID.gain] != nil, let gain = byID[V4L2ControlID.gain] {
+                set(V4L2ControlID.gain, Int64((Double(gain.defaultValue) * Double(settings.iso) / 100).rounded()))
+            }
+        }
+        if byID[V4L2ControlID.autoWhiteBalance] != nil {
+            set(V4L2ControlID.autoWhiteBalance, settings.whiteBalanceMode == .continuous || settings.whiteBalanceMode == .auto ? 1 : 0)
+        }
+        if settings.whiteBalanceMode == .locked { set(V4L2ControlID.whiteBalanceTemperature, Int64(settings.whiteBalanceTemperature)) }
+        if let maxZoom = formatList.map(\.maxZoomFactor).max(), maxZoom > 1,
+            let zoom = scaled(V4L2ControlID.zoomAbsolute, (settings.zoomFactor - 1) / (maxZoom - 1))
+        {
+            set(V4L2ControlID.zoomAbsolute, zoom)
+        } else if let zoom = byID[V4L2ControlID.zoomAbsolute] {
+            // UVC zoom_absolute is in device units; 1× is the minimum, each unit one hundredth.
+            set(V4L2ControlID.zoomAbsolute, zoom.minimum + Int64(((settings.zoomFactor - 1) * 100).rounded()))
+        }
+        if byID[V4L2ControlID.flashLEDMode] != nil {
+            set(V4L2ControlID.flashLEDMode, settings.torchMode == .on ? 2 : 0)
+            if let level = scaled(V4L2ControlID.torchIntensity, Double(settings.torchLevel)) { set(V4L2ControlID.torchIntensity, level) }
+        }
+        try writeControls(values)
+    }
+
+    // MARK: Streaming
+
+    public func startStreaming(bufferCount: Int, sink: @escaping @Sendable (FrameEvent) -> Void) throws(DeviceError) {
+        let state = StreamState()
+        let buffers: MappedBuffers = try locked { () throws(DeviceError) -> MappedBuffers in
+            guard stream.withLockedValue({ $0 }) == nil else {
+                throw DeviceError(.busy, device: identity.uniqueID, "is already streaming")
+            }
+            var format = v4l2_format()
+            format.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
+            try handle.ioctl(CAMRIG_VIDIOC_G_FMT, &format, "VIDIOC_G_FMT")
+            let buffers = try MappedBuffers(handle: handle, count: bufferCount, format: format.fmt.pix)
+            do throws(DeviceError) {
+                for index in 0..<buffers.count { try buffers.queue(index) }
+                var type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
+                try handle.ioctl(CAMRIG_VIDIOC_STREAMON, &type, "VIDIOC_STREAMON")
+            } catch {
+                buffers.release()
+                throw error
+            }
+            stream.withLockedValue { $0 = state }
+            return buffers
+        }
+        let active = formatList.first {
+            $0.pixelFormat.rawValue == buffers.pixelFormat && $0.dimensions == Dimensions(width: buffers.width, height: buffers.height)
+        }
+        let thread = Thread { [self] in
+            self.run(state: state, buffers: buffers, format: active, sink: sink)
+        }
+        thread.name = "camrig-v4l2-\((path as NSString).lastPathComponent)"
+        thread.start()
+    }
+
+    public func stopStreaming() {
+        guard let state = stream.withLockedValue({ $0 }) else { return }
+        state.running.withLockedValue { $0 = false }
+        // Wakes a DQBUF blocked in the streaming thread.
+        var type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
+        try? handle.ioctl(CAMRIG_VIDIOC_STREAMOFF, &type, "VIDIOC_STREAMOFF")
+    }
+
+    private func run(state: StreamState, buffers: MappedBuffers, format: DeviceFormat?, sink: @Sendable (FrameEvent) -> Void) {
+        var ending: DeviceError?
+        let fallbackFormat = format ?? formatList[0]
+        while state.running.withLockedValue({ $0 }) {
+            let frame: MappedBuffers.Dequeued
+            do throws(DeviceError) {
+                frame = try buffers.dequeue()
+            } catch {
+                if state.running.withLockedValue({ $0 }) { ending = error }
+                break
+            }
+            sink(
+                .frame(
+                    CapturedFrame(
+                        deviceID: identity.uniqueID,
+                        sequence: UInt64(frame.sequence),
+                        timestamp: frame.timestamp,
+                        timestampMarks: frame.marks,
+                        format: fallbackFormat,
+                        bytes: frame.bytes,
+                        metadata: CaptureMetadata(settings: CameraSettings())
+                    )
+                )
+            )
+            do throws(DeviceError) {
+                try buffers.queue(frame.index)
+            } catch {
+                if state.running.withLockedValue({ $0 }) { ending = error }
+                break
+            }
+        }
+        lock.withLock {
+            var type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
+            try? handle.ioctl(CAMRIG_VIDIOC_STREAMOFF, &type, "VIDIOC_STREAMOFF")
+            buffers.release()
+            stream.withLockedValue { $0 = nil }
+        }
+        sink(.ended(ending))
+    }
+}
+
+/// The mmap buffers of one stream.
+final class MappedBuffers: @unchecked Sendable {
+    struct Dequeued {
+        var index: Int
+        var sequence: UInt32
+        var timestamp: Int64
+        var marks: TimestampMarks
+        var bytes: ByteBuffer
+    }
+
+    let handle: V4L2Handle
+    let pixelFormat: UInt32
+    let width: UInt32
+    let height: UInt32
+    private var mappings: [(address: UnsafeMutableRawPointer, length: Int)] = []
+    var count: Int { mappings.count }
+
+    init(handle: V4L2Handle, count: Int, format: v4l2_pix_format) throws(DeviceError) {
+        self.handle = handle
+        pixelFormat = format.pixelformat
+        width = format.width
+        height = format.height
+        var request = v4l2_requestbuffers()
+        request.count = UInt32(count)
+        request.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
+        request.memory = V4L2_MEMORY_MMAP.rawValue
+        try handle.ioctl(CAMRIG_VIDIOC_REQBUFS, &request, "VIDIOC_REQBUFS")
+        guard request.count >= 2 else {
+            release()
+            throw DeviceError(.system, device: handle.deviceID, "driver granted only \(request.count) buffers; streaming needs 2")
+        }
+        for index in 0..<request.count {
+            var buffer = v4l2_buffer()
+            buffer.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
+            buffer.memory = V4L2_MEMORY_MMAP.rawValue
+            buffer.index = index
+            do throws(DeviceError) {
+                try handle.ioctl(CAMRIG_VIDIOC_QUERYBUF, &buffer, "VIDIOC_QUERYBUF")
+            } catch {
+                release()
+                throw error
+            }
+            guard let address = camrig_v4l2_mmap(Int(buffer.length), handle.fd, Int64(buffer.m.offset)), camrig_map_failed(address) == 0 else {
+                let error = V4L2Handle.error(errno, device: handle.deviceID, doing: "mmap buffer \(index)")
+                release()
+                throw error
+            }
+            mappings.append((address, Int(buffer.length)))
+        }
+    }
+
+    func queue(_ index: Int) throws(DeviceError) {
+        var buffer = v4l2_buffer()
+        buffer.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
+        buffer.memory = V4L2_MEMORY_MMAP.rawValue
+        buffer.index = UInt32(index)
+        try handle.ioctl(CAMRIG_VIDIOC_QBUF, &buffer, "VIDIOC_QBUF")
+    }
+
+    /// Blocks until the driver fills a buffer; copies its bytes out so the buffer can go back at once.
+    func dequeue() throws(DeviceError) -> Dequeued {
+        var buffer = v4l2_buffer()
+        buffer.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
+        buffer.memory = V4L2_MEMORY_MMAP.rawValue
+        try handle.ioctl(CAMRIG_VIDIOC_DQBUF, &buffer, "VIDIOC_DQBUF")
+        let dequeuedAt = HostClock.monotonicNow()
+        let index = Int(buffer.index)
+        let mapping = mappings[index]
+        let used = min(Int(buffer.bytesused), mapping.length)
+        var bytes = ByteBufferAllocator().buffer(capacity: used)
+        bytes.writeBytes(UnsafeRawBufferPointer(start: mapping.address, count: used))
+
+        let timestampType = buffer.flags & UInt32(V4L2_BUF_FLAG_TIMESTAMP_MASK)
+        let source = buffer.flags & UInt32(V4L2_BUF_FLAG_TSTAMP_SRC_MASK)
+        let stamp: Int64
+        let marks: TimestampMarks
+        if timestampType == UInt32(V4L2_BUF_FLAG_TIMESTAMP_MONOTONIC) {
+            stamp = Int64(buffer.timestamp.tv_sec) * 1_000_000_000 + Int64(buffer.timestamp.tv_usec) * 1_000
+            marks = source == UInt32(V4L2_BUF_FLAG_TSTAMP_SRC_SOE) ? .startOfExposure : .endOfFrame
+        } else {
+            // No monotonic driver stamp: say so, and use when we dequeued it.
+            stamp = dequeuedAt
+            marks = .dequeue
+        }
+        return Dequeued(index: index, sequence: buffer.sequence, timestamp: stamp, marks: marks, bytes: bytes)
+    }
+
+    func release() {
+        for mapping in mappings { _ = camrig_v4l2_munmap(mapping.address, mapping.length) }
+        mappings.removeAll()
+        var request = v4l2_requestbuffers()
+        request.count = 0
+        request.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
+        request.memory = V4L2_MEMORY_MMAP.rawValue
+        try? handle.ioctl(CAMRIG_VIDIOC_REQBUFS, &request, "VIDIOC_REQBUFS 0")
+    }
+}
+
+/// V4L2 capture devices matching glob patterns (by default `/dev/video*`).
+public final class V4L2DeviceProvider: DeviceProvider {
+    public let patterns: [String]
+    private let cache = NIOLockedValueBox<[String: V4L2Camera]>([:])
+    private let failures = NIOLockedValueBox<[String: String]>([:])
+
+    public init(patterns: [String] = ["/dev/video*"]) {
+        self.patterns = patterns
+    }
+
+    /// Why nodes that match could not be used, by path (e.g. metadata nodes, permission problems).
+    public var skipped: [String: String] { failures.withLockedValue { $0 } }
+
+    public func scan() -> [any CameraBackend] {
+        let paths = patterns.flatMap(Self.glob).filter(Self.isVideoNode).sorted { Self.nodeOrder($0) < Self.nodeOrder($1) }
+        var found: [V4L2Camera] = []
+        var skipped: [String: String] = [:]
+        let known = cache.withLockedValue { $0 }
+        for path in paths {
+            if let camera = known[path], FileManager.default.fileExists(atPath: path), Self.stillPresent(camera) {
+                found.append(camera)
+                continue
+            }
+            do throws(DeviceError) {
+                found.append(try V4L2Camera(path: path))
+            } catch {
+                skipped[path] = error.message
+            }
+        }
+        cache.withLockedValue { cache in
+            cache = Dictionary(found.map { ($0.path, $0) }, uniquingKeysWith: { first, _ in first })
+        }
+        failures.withLockedValue { $0 = skipped }
+        return found
+    }
+
+    /// A device that answers QUERYCAP is still there (an unplugged one says ENODEV).
+    static func stillPresent(_ camera: V4L2Camera) -> Bool {
+        (try? camera.readControls([])) != nil && (try? V4L2Handle(path: camera.path).capabilities()) != nil
+    }
+
+    /// V4L2 nodes are named `videoN`; anything else a glob matches is not one.
+    static func isVideoNode(_ path: String) -> Bool {
+        let name = (path as NSString).lastPathComponent
+        return name.hasPrefix("video") && name.count > 5 && name.dropFirst(5).allSatisfy(\.isNumber)
+    }
+
+    static func nodeOrder(_ path: String) -> (String, Int) {
+        let digits = path.reversed().prefix { $0.isNumber }
+        return (String(path.dropLast(digits.count)), Int(String(digits.reversed())) ?? 0)
+    }
+
+    static func glob(_ pattern: String) -> [String] {
+        var result = glob_t()
+        defer { globfree(&result) }
+        guard Glibc.glob(pattern, 0, nil, &result) == 0 else { return [] }
+        return (0..<Int(result.gl_pathc)).compactMap { result.gl_pathv[$0].map { String(cString: $0) } }
+    }
+}

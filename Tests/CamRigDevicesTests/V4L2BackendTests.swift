@@ -1,0 +1,167 @@
+import CamRigDevices
+import Foundation
+import NIOCore
+import Testing
+
+/// The V4L2 backend against the emulated camera (Tests/V4L2Emulator: a libv4l2 plugin that behaves like
+/// the kernel's vivid driver for what the backend uses).
+enum Emulator {
+    static let pluginPath = "/usr/lib/x86_64-linux-gnu/libv4l/plugins/libcamrig-v4l2-emulator.so"
+    static let directory = ProcessInfo.processInfo.environment["CAMRIG_V4L2_EMULATOR_DIR"] ?? "/dev/shm/camrig-v4l2"
+
+    static var unavailable: String? {
+        FileManager.default.fileExists(atPath: pluginPath)
+            ? nil : "the emulated V4L2 device is not installed (make -C Tests/V4L2Emulator install, as root)"
+    }
+
+    /// Creates a fresh emulated device node `videoN` and returns its path.
+    static func makeDevice(_ number: Int) throws -> String {
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let path = "\(directory)/video\(number)"
+        for suffix in ["", ".state", ".lock", ".unplugged"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+        _ = FileManager.default.createFile(atPath: path, contents: nil)
+        return path
+    }
+
+    static func remove(_ path: String) {
+        for suffix in ["", ".state", ".lock", ".unplugged"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+    }
+
+    static func unplug(_ path: String) {
+        _ = FileManager.default.createFile(atPath: path + ".unplugged", contents: nil)
+    }
+}
+
+@Suite("V4L2 backend on the emulated device", .serialized, .enabled(if: Emulator.unavailable == nil, "\(Emulator.unavailable ?? "")"))
+struct V4L2BackendTests {
+    @Test("formats with discrete, stepwise and continuous intervals, and controls with menus, as the device reports them")
+    func describe() throws {
+        let path = try Emulator.makeDevice(40)
+        defer { Emulator.remove(path) }
+        let device = try CaptureDevice(backend: try V4L2Camera(path: path))
+        #expect(device.uniqueID == "v4l2:camrig-emu:platform:camrig-emu-40")
+        #expect(device.identity.localizedName == "CamRig Emulated Camera 40")
+
+        let yuyv = try #require(device.formats.first { $0.id == "YUYV-640x480" })
+        #expect(yuyv.frameRateRanges.map(\.minFrameDuration) == [60, 30, 15].map { FrameDuration(framesPerSecond: $0)! })
+        #expect(yuyv.frameRateRanges.allSatisfy { $0.kind == .discrete })
+        let rgb = try #require(device.formats.first { $0.id == "RGB3-800x600" })
+        #expect(rgb.frameRateRanges.first?.kind == .stepwise(step: FrameDuration(framesPerSecond: 60)!))
+        let grey = try #require(device.formats.first { $0.id == "GREY-1280x1024" })
+        #expect(grey.frameRateRanges.first?.kind == .continuous)
+        #expect(grey.frameRateRanges.first?.maxFrameRate == 120)
+        #expect(!device.formats.contains { $0.pixelFormat == PixelFormat(fourCC: "BGR3") }, "formats libv4l2 emulates are not offered")
+
+        let exposure = try #require(device.controls.first { $0.id == V4L2ControlID.exposureAuto })
+        #expect(exposure.type == .menu)
+        #expect(exposure.menu.map(\.index) == [1, 3], "menu entries the driver skips are skipped")
+        let link = try #require(device.controls.first { $0.type == .integerMenu })
+        #expect(link.menu.compactMap(\.value) == [192_000_000, 384_000_000, 456_000_000])
+        #expect(device.isFocusModeSupported(.continuous))
+        #expect(device.isExposureModeSupported(.custom))
+        #expect(device.highestFrameRateFormat()?.range.maxFrameRate == 120)
+    }
+
+    @Test("100 frames: sequence and driver timestamps monotonic, spaced by the frame duration, marked start of exposure")
+    func capture() async throws {
+        let path = try Emulator.makeDevice(41)
+        defer { Emulator.remove(path) }
+        let device = try CaptureDevice(backend: try V4L2Camera(path: path))
+        let lock = try device.lockForConfiguration(holder: "test")
+        try device.configure(DeviceConfigurationChange(formatID: "YUYV-640x480", minFrameDuration: FrameDuration(framesPerSecond: 60)), lock: lock)
+        var frames: [CapturedFrame] = []
+        for try await frame in try device.frames(bufferLimit: 100) {
+            frames.append(frame)
+            if frames.count == 100 { break }
+        }
+        let sequences = frames.map(\.sequence)
+        #expect(zip(sequences.dropFirst(), sequences).allSatisfy { $0 > $1 })
+        #expect(frames.allSatisfy { $0.timestampMarks == .startOfExposure })
+        #expect(frames.allSatisfy { $0.bytes.readableBytes == 640 * 480 * 2 })
+        let period = FrameDuration(framesPerSecond: 60)!.nanoseconds
+        for (next, previous) in zip(frames.dropFirst(), frames) {
+            let expected = Int64(next.sequence - previous.sequence) * period
+            #expect(abs(next.timestamp - previous.timestamp - expected) <= 2_000, "timeval stamps are µs-exact")
+        }
+        // The emulator's pixels carry its sequence number and stamp.
+        for frame in frames {
+            #expect(frame.bytes.getInteger(at: 0, endianness: .little, as: UInt32.self) == 0x4352_4D55)
+            #expect(frame.bytes.getInteger(at: 4, endianness: .little, as: UInt32.self) == UInt32(truncatingIfNeeded: frame.sequence))
+        }
+    }
+
+    @Test("typed settings land on the device's controls by id")
+    func typedSettings() throws {
+        let path = try Emulator.makeDevice(42)
+        defer { Emulator.remove(path) }
+        let device = try CaptureDevice(backend: try V4L2Camera(path: path))
+        let lock = try device.lockForConfiguration(holder: "test")
+        var change = DeviceConfigurationChange()
+        change.settings.exposureDuration = FrameDuration(numerator: 1, denominator: 100)
+        change.settings.lensPosition = 1
+        try device.configure(change, lock: lock)
+        let values = try device.controlValues()
+        #expect(values[V4L2ControlID.exposureAuto] == V4L2ControlID.ExposureAutoValue.manual)
+        #expect(values[V4L2ControlID.exposureAbsolute] == 100, "1/100 s in 100 µs units")
+        #expect(values[V4L2ControlID.focusAuto] == 0)
+        #expect(values[V4L2ControlID.focusAbsolute] == 1023)
+    }
+
+    @Test("a second streamer gets a clear busy error")
+    func busy() async throws {
+        let path = try Emulator.makeDevice(43)
+        defer { Emulator.remove(path) }
+        let first = try CaptureDevice(backend: try V4L2Camera(path: path))
+        let second = try CaptureDevice(backend: try V4L2Camera(path: path))
+        let stream = try first.frames()
+        let error = #expect(throws: DeviceError.self) { try second.frames() }
+        #expect(error?.code == .busy)
+        #expect(error?.message.contains("device busy") == true)
+        #expect(error?.deviceID == "v4l2:camrig-emu:platform:camrig-emu-43")
+        for try await _ in stream { break }
+    }
+
+    @Test("a device that vanishes mid-stream ends the stream with a disconnected error, and discovery reports it gone")
+    func vanishes() async throws {
+        let path = try Emulator.makeDevice(44)
+        defer { Emulator.remove(path) }
+        let provider = V4L2DeviceProvider(patterns: [path])
+        let discovery = DeviceDiscovery(providers: [provider])
+        let device = try #require(discovery.devices.first)
+        let events = discovery.events()
+        var received = 0
+        let error = await #expect(throws: DeviceError.self) {
+            for try await _ in try device.frames() {
+                received += 1
+                if received == 5 { Emulator.unplug(path) }
+            }
+        }
+        #expect(error?.code == .disconnected)
+        #expect(error?.message.contains("the device is gone") == true)
+        discovery.rescan()
+        var iterator = events.makeAsyncIterator()
+        guard case .disconnected(let identity) = await iterator.next() else {
+            Issue.record("no disconnected event")
+            return
+        }
+        #expect(identity.uniqueID == device.uniqueID)
+        #expect(discovery.devices.isEmpty)
+        #expect(provider.skipped[path]?.isEmpty == false, "the vanished node is reported with a reason")
+    }
+
+    @Test("a node that appears is discovered at the next scan")
+    func appears() throws {
+        let path = "\(Emulator.directory)/video45"
+        Emulator.remove(path)
+        defer { Emulator.remove(path) }
+        let discovery = DeviceDiscovery(providers: [V4L2DeviceProvider(patterns: ["\(Emulator.directory)/video45"])])
+        #expect(discovery.devices.isEmpty)
+        _ = try Emulator.makeDevice(45)
+        let events = discovery.rescan()
+        guard case .connected(let device)? = events.first else {
+            Issue.record("no connected event")
+            return
+        }
+        #expect(device.uniqueID.hasSuffix("camrig-emu-45"))
+    }
+}
