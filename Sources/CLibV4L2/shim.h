@@ -10,8 +10,21 @@
 #include <stdint.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
-static inline int camrig_v4l2_open(const char *path, int flags) { return v4l2_open(path, flags); }
+/// Opens a device through libv4l2 (so plugins apply) with its format conversion disabled: a rig uses
+/// exactly the formats the device delivers, never ones libv4lconvert emulates in software.
+static inline int camrig_v4l2_open(const char *path, int flags) {
+    int fd = open(path, flags | O_CLOEXEC);
+    if (fd < 0) return -1;
+    if (v4l2_fd_open(fd, V4L2_DISABLE_CONVERSION) < 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
 static inline int camrig_v4l2_close(int fd) { return v4l2_close(fd); }
 
 /// Retries on EINTR, as every V4L2 program must.

@@ -46,6 +46,7 @@ public final class CaptureDevice: Sendable, CustomStringConvertible {
     }
 
     private let state: NIOLockedValueBox<State>
+    private let zoomRamp = NIOLockedValueBox<Task<Void, Never>?>(nil)
 
     public var uniqueID: String { identity.uniqueID }
 
@@ -202,8 +203,14 @@ public final class CaptureDevice: Sendable, CustomStringConvertible {
                 throw DeviceError(.outOfRange, device: uniqueID, "asked for \(resolved.minFrameDuration), the driver set \(actual)")
             }
         }
-        if resolved.settings != before.settings {
-            try backend.apply(settings: resolved.settings)
+        // A zoom ramp starts from the current factor and moves there step by step (below).
+        var applied = resolved.settings
+        let rampRate = change.settings.zoomRampRate ?? 0
+        let ramping = rampRate > 0 && change.settings.zoomFactor != nil && resolved.settings.zoomFactor != before.settings.zoomFactor
+        if change.settings.zoomFactor != nil { cancelZoomRamp() }
+        if ramping { applied.zoomFactor = before.settings.zoomFactor }
+        if applied != before.settings {
+            try backend.apply(settings: applied)
         }
         if !resolved.rawControls.isEmpty {
             try backend.writeControls(resolved.rawControls.sorted { $0.key < $1.key }.map { (id: $0.key, value: $0.value) })
@@ -212,9 +219,47 @@ public final class CaptureDevice: Sendable, CustomStringConvertible {
             state.activeFormat = resolved.format
             state.activeMinFrameDuration = resolved.minFrameDuration
             state.activeMaxFrameDuration = resolved.maxFrameDuration
-            state.settings = resolved.settings
+            state.settings = applied
+        }
+        if ramping {
+            startZoomRamp(to: resolved.settings.zoomFactor, rate: rampRate)
         }
         return resolved
+    }
+
+    /// Whether a zoom ramp is under way.
+    public var isRampingZoom: Bool { zoomRamp.withLockedValue { $0 != nil } }
+
+    /// Moves the zoom factor geometrically towards `target` at `rate` doublings per second, about 30 steps
+    /// a second, through the backend (`rampToVideoZoomFactor(_:withRate:)`).
+    private func startZoomRamp(to target: Double, rate: Double) {
+        let task = Task { [weak self] in
+            let step = 1.0 / 30
+            while !Task.isCancelled, let self {
+                try? await Task.sleep(for: .milliseconds(33))
+                guard !Task.isCancelled else { return }
+                var settings = self.settings
+                let factor = pow2(rate * step)
+                let next = target > settings.zoomFactor ? min(settings.zoomFactor * factor, target) : max(settings.zoomFactor / factor, target)
+                settings.zoomFactor = next
+                do {
+                    try self.backend.apply(settings: settings)
+                } catch {
+                    break
+                }
+                self.state.withLockedValue { $0.settings.zoomFactor = next }
+                if next == target { break }
+            }
+            self?.zoomRamp.withLockedValue { $0 = nil }
+        }
+        zoomRamp.withLockedValue { $0 = task }
+    }
+
+    private func cancelZoomRamp() {
+        zoomRamp.withLockedValue { task in
+            task?.cancel()
+            task = nil
+        }
     }
 
     /// The format and range with the highest frame rate (ties: the larger image), as in AVFoundation's
@@ -366,6 +411,16 @@ public final class CaptureDevice: Sendable, CustomStringConvertible {
             settings.whiteBalanceTemperature = temperature
             settings.whiteBalanceMode = .locked
         }
+        for (name, gain) in [("red", change.whiteBalanceRedGain), ("blue", change.whiteBalanceBlueGain)] {
+            guard let gain else { continue }
+            guard support.whiteBalanceModes.contains(.locked) else { throw unsupported("white balance gains") }
+            guard (0.25...4).contains(gain) else {
+                throw DeviceError(.outOfRange, device: uniqueID, "\(name) white balance gain must be within 0.25…4, got \(gain)")
+            }
+            settings.whiteBalanceMode = .locked
+        }
+        if let gain = change.whiteBalanceRedGain { settings.whiteBalanceRedGain = gain }
+        if let gain = change.whiteBalanceBlueGain { settings.whiteBalanceBlueGain = gain }
         if let factor = change.zoomFactor {
             guard support.zoom else { throw unsupported("zoom") }
             guard factor >= 1, factor <= format.maxZoomFactor else {
@@ -405,4 +460,21 @@ public struct FrameStream: AsyncSequence, Sendable {
     public func makeAsyncIterator() -> AsyncThrowingStream<CapturedFrame, any Error>.AsyncIterator {
         stream.makeAsyncIterator()
     }
+}
+
+/// 2^x for the zoom ramp.
+private func pow2(_ x: Double) -> Double {
+    var result = 1.0
+    var remaining = x
+    while remaining >= 1 { result *= 2; remaining -= 1 }
+    while remaining <= -1 { result /= 2; remaining += 1 }
+    // exp(f ln 2) by its series; |f ln 2| < 0.7 converges fast.
+    let y = remaining * 0.693_147_180_559_945
+    var term = 1.0
+    var sum = 1.0
+    for n in 1...12 {
+        term *= y / Double(n)
+        sum += term
+    }
+    return result * sum
 }

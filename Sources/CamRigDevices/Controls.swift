@@ -158,6 +158,9 @@ public struct CameraSettings: Hashable, Sendable {
     public var exposureTargetBias: Float = 0
     public var whiteBalanceMode: WhiteBalanceMode = .continuous
     public var whiteBalanceTemperature: Float = 5000
+    /// Red and blue gains relative to green (1 = neutral), used when white balance is locked.
+    public var whiteBalanceRedGain: Float = 1
+    public var whiteBalanceBlueGain: Float = 1
     public var zoomFactor: Double = 1
     public var torchMode: TorchMode = .off
     public var torchLevel: Float = 0
@@ -175,6 +178,8 @@ public struct CameraSettingsChange: Hashable, Sendable {
     public var exposureTargetBias: Float?
     public var whiteBalanceMode: WhiteBalanceMode?
     public var whiteBalanceTemperature: Float?
+    public var whiteBalanceRedGain: Float?
+    public var whiteBalanceBlueGain: Float?
     public var zoomFactor: Double?
     /// Zoom factor doublings per second towards `zoomFactor`; `nil` or 0 sets it at once.
     public var zoomRampRate: Double?

@@ -130,3 +130,41 @@ struct DeviceDiscoveryTests {
         #expect(discovery.devices.map(\.uniqueID) == ["synthetic:HOT1"])
     }
 }
+
+@Suite("Zoom ramps and white balance gains")
+struct RampTests {
+    @Test("a zoom ramp moves the factor step by step to the target, and frames record it")
+    func zoomRamp() async throws {
+        let device = try CaptureDevice(backend: SyntheticCamera(SyntheticCameraConfiguration(serial: "R1")))
+        let lock = try device.lockForConfiguration(holder: "test")
+        var change = DeviceConfigurationChange(formatID: "YUYV-320x240", minFrameDuration: FrameDuration(framesPerSecond: 120))
+        change.settings.zoomFactor = 2
+        change.settings.zoomRampRate = 4  // four doublings a second: 1× to 2× in a quarter second
+        try device.configure(change, lock: lock)
+        #expect(device.isRampingZoom)
+        #expect(device.settings.zoomFactor < 2)
+        var zooms: [Double] = []
+        for try await frame in try device.frames(bufferLimit: 200) {
+            zooms.append(frame.metadata.zoomFactor)
+            if frame.metadata.zoomFactor == 2 && zooms.count > 3 { break }
+        }
+        #expect(zooms.first! < 1.5)
+        #expect(zooms.last == 2)
+        #expect(zip(zooms.dropFirst(), zooms).allSatisfy { $0 >= $1 }, "the ramp only moves towards the target")
+        #expect(Set(zooms).count > 3, "the ramp passes through intermediate factors")
+        #expect(!device.isRampingZoom)
+    }
+
+    @Test("white balance gains lock the white balance and are range-checked")
+    func gains() throws {
+        let device = try CaptureDevice(backend: SyntheticCamera(SyntheticCameraConfiguration(serial: "R2")))
+        let lock = try device.lockForConfiguration(holder: "test")
+        var change = DeviceConfigurationChange()
+        change.settings.whiteBalanceRedGain = 1.5
+        try device.configure(change, lock: lock)
+        #expect(device.settings.whiteBalanceMode == .locked)
+        #expect(device.settings.whiteBalanceRedGain == 1.5)
+        change.settings.whiteBalanceRedGain = 9
+        #expect(throws: DeviceError.self) { try device.configure(change, lock: lock) }
+    }
+}

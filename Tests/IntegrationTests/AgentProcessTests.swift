@@ -243,3 +243,71 @@ struct ListDevicesTests {
         #expect((json["skipped"] as? [String: String])?[directory + "/video7"]?.isEmpty == false)
     }
 }
+
+/// `--list-devices` against the emulated V4L2 camera, checked against `v4l2-ctl` reading the same device.
+@Suite("camrig-agent --list-devices on the emulated V4L2 device")
+struct ListV4L2DevicesTests {
+    static let emulator = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("V4L2Emulator")
+    static let shim = emulator.appendingPathComponent("libcamrig-v4l2-sysfs-shim.so").path
+    static let plugin = "/usr/lib/x86_64-linux-gnu/libv4l/plugins/libcamrig-v4l2-emulator.so"
+
+    static let unavailable: String? = {
+        if !FileManager.default.fileExists(atPath: plugin) { return "the emulated V4L2 device is not installed (make -C Tests/V4L2Emulator install)" }
+        if !FileManager.default.fileExists(atPath: shim) { return "Tests/V4L2Emulator is not built (make -C Tests/V4L2Emulator)" }
+        if !FileManager.default.isExecutableFile(atPath: "/usr/bin/v4l2-ctl") { return "no v4l2-ctl (apt-get install v4l-utils)" }
+        return nil
+    }()
+
+    /// Runs v4l2-ctl through libv4l2 (-w) with the emulator's sysfs shim and libv4l2's conversion off.
+    func v4l2ctl(_ arguments: [String]) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/v4l2-ctl")
+        process.arguments = ["-w"] + arguments
+        var environment = ProcessInfo.processInfo.environment
+        environment["LD_PRELOAD"] = Self.shim
+        environment["CAMRIG_V4L2_SHIM_NO_CONVERSION"] = "1"
+        process.environment = environment
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = Pipe()
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    @Test("formats, sizes and controls match what v4l2-ctl reads from the same device", .enabled(if: unavailable == nil, "\(unavailable ?? "")"))
+    func matchesV4L2Ctl() throws {
+        let directory = ProcessInfo.processInfo.environment["CAMRIG_V4L2_EMULATOR_DIR"] ?? "/dev/shm/camrig-v4l2"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let path = directory + "/video50"
+        for suffix in ["", ".state", ".lock", ".unplugged"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+        _ = FileManager.default.createFile(atPath: path, contents: nil)
+        defer { for suffix in ["", ".state", ".lock"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+
+        let result = try Executables.run("camrig-agent", ["--list-devices", "--v4l2", path, "--json"])
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+        let device = try #require((json["devices"] as? [[String: Any]])?.first)
+        let formats = try #require(device["formats"] as? [[String: Any]])
+        let controls = try #require(device["controls"] as? [[String: Any]])
+
+        let controlText = try v4l2ctl(["-d", path, "--list-ctrls"])
+        let reported = Set(controlText.matches(of: /0x([0-9a-f]{8})/).compactMap { UInt32($0.1, radix: 16) })
+        let ours = Set(controls.filter { $0["type"] as? String != "class" }.compactMap { ($0["id"] as? NSNumber)?.uint32Value })
+        #expect(!reported.isEmpty)
+        #expect(ours == reported)
+
+        let formatText = try v4l2ctl(["-d", path, "--list-formats"])
+        let fourccs = Set(formatText.matches(of: /'([A-Z0-9 ]{4})'/).map { String($0.1) })
+        #expect(Set(formats.compactMap { $0["fourcc"] as? String }) == fourccs)
+
+        let sizeText = try v4l2ctl(["-d", path, "--list-framesizes", "YUYV"])
+        let sizes = Set(sizeText.matches(of: /Discrete (\d+)x(\d+)/).map { "YUYV-\($0.1)x\($0.2)" })
+        #expect(Set(formats.compactMap { $0["id"] as? String }.filter { $0.hasPrefix("YUYV") }) == sizes)
+        let intervalText = try v4l2ctl(["-d", path, "--list-frameintervals", "width=640,height=480,pixelformat=YUYV"])
+        let yuyv = try #require(formats.first { $0["id"] as? String == "YUYV-640x480" })
+        #expect((yuyv["frame_rate_ranges"] as? [Any])?.count == intervalText.matches(of: /Interval: Discrete/).count)
+    }
+}

@@ -111,8 +111,13 @@ enum SyntheticPattern {
             contrast = settings.focusMode == .locked ? max(0.2, 1 - 2 * Double(abs(settings.lensPosition - 0.5))) : 1
             self.pattern = pattern
             // Cooler than 5000 K shifts towards blue (U up), warmer towards red (V up).
-            let tint = (Double(settings.whiteBalanceTemperature) - 5000) / 40
-            chroma = (UInt8(clamping: Int(128 - tint)), UInt8(clamping: Int(128 + tint)))
+            var tint = (Double(settings.whiteBalanceTemperature) - 5000) / 40
+            var blue = 0.0
+            if settings.whiteBalanceMode == .locked {
+                tint += Double(settings.whiteBalanceRedGain - 1) * 64
+                blue = Double(settings.whiteBalanceBlueGain - 1) * 64
+            }
+            chroma = (UInt8(clamping: Int(128 - tint + blue)), UInt8(clamping: Int(128 + tint)))
         }
 
         func luma(x: Int, width: Int) -> UInt8 {

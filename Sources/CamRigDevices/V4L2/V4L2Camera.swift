@@ -153,7 +153,13 @@ public final class V4L2Camera: CameraBackend {
         if byID[V4L2ControlID.autoWhiteBalance] != nil {
             set(V4L2ControlID.autoWhiteBalance, settings.whiteBalanceMode == .continuous || settings.whiteBalanceMode == .auto ? 1 : 0)
         }
-        if settings.whiteBalanceMode == .locked { set(V4L2ControlID.whiteBalanceTemperature, Int64(settings.whiteBalanceTemperature)) }
+        if settings.whiteBalanceMode == .locked {
+            set(V4L2ControlID.whiteBalanceTemperature, Int64(settings.whiteBalanceTemperature))
+            // Red/blue balance controls: the default is neutral, gains scale it.
+            for (id, gain) in [(V4L2ControlID.redBalance, settings.whiteBalanceRedGain), (V4L2ControlID.blueBalance, settings.whiteBalanceBlueGain)] {
+                if let control = byID[id] { set(id, Int64((Double(control.defaultValue) * Double(gain)).rounded())) }
+            }
+        }
         if let maxZoom = formatList.map(\.maxZoomFactor).max(), maxZoom > 1,
             let zoom = scaled(V4L2ControlID.zoomAbsolute, (settings.zoomFactor - 1) / (maxZoom - 1))
         {
