@@ -114,7 +114,7 @@ let package = Package(
         .target(
             name: "CamRigTestSupport",
             dependencies: [
-                "CamRigWire", "CamRigSecurity", "CamRigCoordinator",
+                "CamRigWire", "CamRigSecurity", "CamRigCoordinator", "CamRigDevices",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -139,7 +139,7 @@ let package = Package(
         ),
         .testTarget(
             name: "CamRigDevicesTests",
-            dependencies: ["CamRigDevices"]
+            dependencies: ["CamRigDevices", "CamRigTestSupport"]
         ),
         .testTarget(
             name: "CamRigAgentTests",

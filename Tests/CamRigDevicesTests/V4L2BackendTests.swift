@@ -165,3 +165,23 @@ struct V4L2BackendTests {
         #expect(device.uniqueID.hasSuffix("camrig-emu-45"))
     }
 }
+
+/// Real cameras, where the machine has any: every capture node opens and describes itself, and streams.
+@Suite("V4L2 backend on real hardware")
+struct V4L2HardwareTests {
+    static let cameras = V4L2DeviceProvider().scan()
+
+    @Test("each real camera lists formats and streams a few frames", .enabled(if: !cameras.isEmpty, "no V4L2 capture device on this machine (/dev/video*); tests on real hardware are skipped"))
+    func realCameras() async throws {
+        for backend in Self.cameras {
+            let device = try CaptureDevice(backend: backend)
+            #expect(!device.formats.isEmpty)
+            var count = 0
+            for try await frame in try device.frames() {
+                #expect(frame.bytes.readableBytes > 0)
+                count += 1
+                if count == 5 { break }
+            }
+        }
+    }
+}
