@@ -144,7 +144,7 @@ let package = Package(
         .testTarget(
             name: "CamRigAgentTests",
             dependencies: [
-                "CamRigAgent", "CamRigWire", "CamRigCoordinator", "CamRigTestSupport",
+                "CamRigAgent", "CamRigWire", "CamRigCoordinator", "CamRigTestSupport", "CamRigDevices",
                 .product(name: "NIOEmbedded", package: "swift-nio"),
             ]
         ),

@@ -1,24 +1,13 @@
+import CamRigDevices
 import CamRigTestSupport
 import CamRigWire
 import NIOCore
 import Testing
 
-/// A small, seeded generator, so a failure can be replayed from its seed.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 @Suite("Agent connection under random input")
 struct RandomInputTests {
     /// Random bytes, sometimes shaped like frames: plausible lengths, real envelopes with flipped bits.
-    static func randomStream(_ rng: inout SplitMix64) -> [[UInt8]] {
+    static func randomStream(_ rng: inout SeededRandom) -> [[UInt8]] {
         var chunks: [[UInt8]] = []
         if Bool.random(using: &rng) { chunks.append(RawPeer.hello) }
         for _ in 0..<Int.random(in: 1...4, using: &rng) {
@@ -44,7 +33,7 @@ struct RandomInputTests {
 
     @Test("random byte streams never crash the agent: it answers, waits, or sends one fatal error and closes")
     func randomStreams() throws {
-        var rng = SplitMix64(state: 0xCA3_1A6)
+        var rng = SeededRandom(seed: 0xCA3_1A6)
         var closed = 0
         for _ in 0..<3000 {
             let connection = try EmbeddedAgentConnection()

@@ -294,12 +294,12 @@ public final class SyntheticCamera: CameraBackend {
 }
 
 /// SplitMix64: small, fast and reproducible from a seed.
-struct SeededRandom: RandomNumberGenerator {
+public struct SeededRandom: RandomNumberGenerator, Sendable {
     var state: UInt64
 
-    init(seed: UInt64) { state = seed }
+    public init(seed: UInt64) { state = seed }
 
-    mutating func next() -> UInt64 {
+    public mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
@@ -307,5 +307,6 @@ struct SeededRandom: RandomNumberGenerator {
         return z ^ (z >> 31)
     }
 
-    mutating func nextDouble() -> Double { Double(next() >> 11) / Double(1 << 53) }
+    /// Uniform in [0, 1).
+    public mutating func nextDouble() -> Double { Double(next() >> 11) / Double(1 << 53) }
 }
