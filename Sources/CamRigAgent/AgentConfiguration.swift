@@ -24,6 +24,8 @@ public struct AgentConfiguration: Sendable {
     public var idleTimeout: TimeAmount
     /// Connections beyond this are closed at once.
     public var maxConnections: Int
+    /// The devices served; `nil` serves none (device requests answer `UNIMPLEMENTED`).
+    public var devices: AgentDevices?
     /// Largest frame accepted from a client. Clients send only control messages, so the default is the
     /// protocol's minimum (1 MiB + 4): a client can make the agent buffer at most that much.
     public var maxFrameLength: UInt32
@@ -36,8 +38,10 @@ public struct AgentConfiguration: Sendable {
         handshakeTimeout: TimeAmount = .seconds(10),
         idleTimeout: TimeAmount = .seconds(120),
         maxConnections: Int = 64,
-        maxFrameLength: UInt32 = WireProtocol.minimumMaxFrameLength
+        maxFrameLength: UInt32 = WireProtocol.minimumMaxFrameLength,
+        devices: AgentDevices? = nil
     ) {
+        self.devices = devices
         self.host = host
         self.port = port
         self.security = security
@@ -50,9 +54,12 @@ public struct AgentConfiguration: Sendable {
 
     /// What the connection state machine announces.
     var handshake: ServerConnectionStateMachine.Configuration {
-        ServerConnectionStateMachine.Configuration(
+        var capabilities = [WireProtocol.Capability.ping, WireProtocol.Capability.clockProbe]
+        if devices != nil { capabilities += [WireProtocol.Capability.devices, WireProtocol.Capability.leases] }
+        return ServerConnectionStateMachine.Configuration(
             agentID: agentID,
             agentSoftware: "camrig-agent \(CamRigVersion.string)",
+            capabilities: capabilities,
             maxFrameLength: maxFrameLength
         )
     }

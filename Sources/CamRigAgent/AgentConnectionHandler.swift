@@ -34,6 +34,12 @@ final class AgentConnectionHandler: ChannelInboundHandler {
     /// client trickling bytes of a frame it never finishes is closed like a silent one.
     private var frameSinceIdleTick = false
     private var tlsFailureLogged = false
+    /// Identifies this connection's leases.
+    private let connectionID = AgentConnectionHandler.nextConnectionID.withLockedValue { id in
+        defer { id += 1 }
+        return id
+    }
+    private static let nextConnectionID = NIOLockedValueBox<UInt64>(1)
 
     /// - Parameters:
     ///   - verification: for TLS connections, where the certificate check leaves the client's identity.
@@ -189,6 +195,7 @@ final class AgentConnectionHandler: ChannelInboundHandler {
         handshakeTimer?.cancel()
         idleTimer?.cancel()
         machine?.channelClosed()
+        router.connectionClosed(connectionID)
         logger.debug("connection closed")
         context.fireChannelInactive()
     }
@@ -238,8 +245,21 @@ final class AgentConnectionHandler: ChannelInboundHandler {
                 promise: nil
             )
         default:
-            let reply = router.reply(to: frame, client: machine?.client)
-            context.writeAndFlush(wrapOutboundOut(reply), promise: nil)
+            guard let client = machine?.client else { return }
+            let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            let eventLoop = context.eventLoop
+            router.route(frame, client: client, connection: connectionID) { reply in
+                // Replies decided at once keep their order; device replies come back from the device queue.
+                if eventLoop.inEventLoop {
+                    let (handler, context) = loopBound.value
+                    context.writeAndFlush(handler.wrapOutboundOut(reply), promise: nil)
+                } else {
+                    eventLoop.execute {
+                        let (handler, context) = loopBound.value
+                        context.writeAndFlush(handler.wrapOutboundOut(reply), promise: nil)
+                    }
+                }
+            }
         }
     }
 }

@@ -51,6 +51,11 @@ public final class AgentServer: Service, Sendable {
         if case .insecure = configuration.security {
             logger.warning("running WITHOUT TLS (--insecure): any client on the network has full control of this agent")
         }
+        // Leases that were not renewed end within a second of expiring.
+        let expiry = configuration.devices.map { devices in
+            group.next().scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { _ in devices.expireLeases() }
+        }
+        defer { expiry?.cancel() }
         try await withGracefulShutdownHandler {
             try await channel.closeFuture.get()
         } onGracefulShutdown: {
@@ -64,7 +69,7 @@ public final class AgentServer: Service, Sendable {
         let configuration = self.configuration
         let connections = self.connections
         let logger = self.logger
-        let router = AgentRequestRouter(agentID: configuration.agentID)
+        let router = AgentRequestRouter(agentID: configuration.agentID, devices: configuration.devices)
         return ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)

@@ -27,6 +27,10 @@ public enum WireProtocol {
     public enum Capability {
         public static let ping = "ping"
         public static let clockProbe = "clock-probe"
+        /// `list_devices`, `discovery_query`, `describe_device`.
+        public static let devices = "devices"
+        /// `lock`, `renew_lease`, `unlock`, `configure`.
+        public static let leases = "leases"
     }
 
     /// Picks the version two peers speak: the highest version in both ranges, or `nil` if they share none.

@@ -111,13 +111,8 @@ struct AgentCommand: AsyncParsableCommand {
         }
         let logger = Logger(label: "camrig.agent")
         let (host, port) = Self.split(listen)!
-        // Serving devices over the wire comes with the device operations of the protocol; until then
-        // the agent says what it found, so an operator sees the cameras are visible to it.
         let discovery = DeviceDiscovery(providers: providers().providers)
-        logger.info(
-            "devices found (not yet served over the network)",
-            metadata: ["devices": "\(discovery.devices.map(\.uniqueID).joined(separator: ", "))"]
-        )
+        logger.info("serving devices", metadata: ["devices": "\(discovery.devices.map(\.uniqueID).joined(separator: ", "))"])
 
         let security: AgentConfiguration.Security
         let agentName: String
@@ -142,7 +137,8 @@ struct AgentCommand: AsyncParsableCommand {
                 agentID: agentName,
                 handshakeTimeout: .seconds(Int64(handshakeTimeout)),
                 idleTimeout: .seconds(Int64(idleTimeout)),
-                maxConnections: maxConnections
+                maxConnections: maxConnections,
+                devices: AgentDevices(discovery: discovery, agentID: agentName, logger: logger)
             ),
             logger: logger
         )

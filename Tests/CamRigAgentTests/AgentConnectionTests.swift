@@ -26,7 +26,7 @@ final class EmbeddedAgentConnection {
         try AgentServer.configurePipeline(
             channel: channel,
             configuration: configuration,
-            router: AgentRequestRouter(agentID: "agent-test"),
+            router: AgentRequestRouter(agentID: "agent-test", devices: nil),
             logger: log.logger()
         )
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 9)).wait()
@@ -46,6 +46,7 @@ final class EmbeddedAgentConnection {
 
     /// Everything the agent wrote so far, decoded.
     func received() throws -> [WireFrame] {
+        loop.run()  // replies written from other threads arrive through execute
         var bytes = ByteBuffer()
         while var chunk = try channel.readOutbound(as: ByteBuffer.self) { bytes.writeBuffer(&chunk) }
         var decoder = WireFrameDecoder()

@@ -1,0 +1,216 @@
+import CamRigDevices
+import CamRigWire
+import Dispatch
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+
+/// The agent's devices over the wire: list, describe, discovery queries, leases and configuration.
+///
+/// Requests run one at a time on a serial queue, off the event loops, so a slow driver call never
+/// delays another connection's clock probe.
+public final class AgentDevices: Sendable {
+    public let discovery: DeviceDiscovery
+    let agentID: String
+    private let queue = DispatchQueue(label: "camrig.agent.devices")
+    private let leases: NIOLockedValueBox<LeaseTable>
+    /// The device configuration lock held for each lease id.
+    private let locks = NIOLockedValueBox<[String: ConfigurationLock]>([:])
+    private let logger: Logger
+
+    public init(discovery: DeviceDiscovery, agentID: String, logger: Logger) {
+        self.discovery = discovery
+        self.agentID = agentID
+        self.logger = logger
+        leases = NIOLockedValueBox(LeaseTable(idPrefix: String(UInt32.random(in: 0...UInt32.max), radix: 16)))
+    }
+
+    /// Answers a device request from `client` on `connection`, on the device queue; `reply` gets the answer.
+    func handle(
+        _ request: WireEnvelope.OneOf_Body,
+        client: ServerConnectionStateMachine.Client,
+        connection: UInt64,
+        reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void
+    ) {
+        queue.async {
+            reply(self.answer(request, client: client, connection: connection))
+        }
+    }
+
+    /// The connection closed: its leases end and the devices are free again.
+    func connectionClosed(_ connection: UInt64) {
+        queue.async {
+            let ended = self.leases.withLockedValue { $0.releaseAll(connection: connection) }
+            for lease in ended {
+                self.unlock(lease)
+                self.logger.info("lease released: client disconnected", metadata: ["device": "\(lease.deviceID)", "holder": "\(lease.holder)"])
+            }
+        }
+    }
+
+    /// Ends expired leases (called periodically).
+    func expireLeases() {
+        queue.async {
+            let now = MonotonicClock.now()
+            let expired = self.leases.withLockedValue { $0.expire(now: now) }
+            for lease in expired {
+                self.unlock(lease)
+                self.logger.notice("lease expired without renewal", metadata: ["device": "\(lease.deviceID)", "holder": "\(lease.holder)"])
+            }
+        }
+    }
+
+    private func unlock(_ lease: LeaseTable.Lease) {
+        if let lock = locks.withLockedValue({ $0.removeValue(forKey: lease.id) }) {
+            discovery.device(uniqueID: lease.deviceID)?.unlockForConfiguration(lock)
+        }
+    }
+
+    // MARK: Requests
+
+    func answer(_ request: WireEnvelope.OneOf_Body, client: ServerConnectionStateMachine.Client, connection: UInt64) -> WireEnvelope.OneOf_Body {
+        let now = MonotonicClock.now()
+        switch request {
+        case .listDevices:
+            return .deviceList(list(discovery.devices, now: now))
+
+        case .discoveryQuery(let query):
+            let types = query.deviceTypes.compactMap(\.deviceType)
+            return .deviceList(list(discovery.devices(types: types, position: query.position.position, labelPrefix: query.labelPrefix), now: now))
+
+        case .describeDevice(let describe):
+            guard let device = discovery.device(uniqueID: describe.deviceID) else { return notFound(describe.deviceID) }
+            return .deviceDescription(describeDevice(device, now: now))
+
+        case .lock(let lock):
+            guard let device = discovery.device(uniqueID: lock.deviceID) else { return notFound(lock.deviceID) }
+            let result = leases.withLockedValue {
+                $0.acquire(deviceID: device.uniqueID, holder: client.name, connection: connection, requested: Int64(lock.durationMs) * 1_000_000, now: now)
+            }
+            switch result {
+            case .success(let lease):
+                if locks.withLockedValue({ $0[lease.id] }) == nil {
+                    do throws(DeviceError) {
+                        let configurationLock = try device.lockForConfiguration(holder: client.name)
+                        locks.withLockedValue { $0[lease.id] = configurationLock }
+                    } catch {
+                        _ = leases.withLockedValue { $0.drop(deviceID: device.uniqueID) }
+                        return .error(error.wire(agentID: agentID))
+                    }
+                }
+                var reply = WireLease()
+                reply.lease = WireLeaseInfo(lease)
+                return .lease(reply)
+            case .failure(let failure):
+                return leaseError(failure, device: device.uniqueID, now: now)
+            }
+
+        case .renewLease(let renew):
+            switch leases.withLockedValue({ $0.renew(leaseID: renew.leaseID, holder: client.name, now: now) }) {
+            case .success(let lease):
+                var reply = WireLease()
+                reply.lease = WireLeaseInfo(lease)
+                return .lease(reply)
+            case .failure(let failure):
+                return leaseError(failure, device: "", now: now)
+            }
+
+        case .unlock(let unlock):
+            switch leases.withLockedValue({ $0.release(leaseID: unlock.leaseID, holder: client.name, now: now) }) {
+            case .success(let lease):
+                self.unlock(lease)
+                return .ok(WireOk())
+            case .failure(let failure):
+                return leaseError(failure, device: "", now: now)
+            }
+
+        case .configure(let configure):
+            return self.configure(configure, client: client, now: now)
+
+        default:
+            var error = WireError()
+            error.code = .unimplemented
+            error.agentID = agentID
+            error.message = "agent \(agentID) (camrig-agent \(CamRigVersion.string)) does not serve \(request.messageName) yet"
+            return .error(error)
+        }
+    }
+
+    private func configure(_ configure: WireConfigure, client: ServerConnectionStateMachine.Client, now: Int64) -> WireEnvelope.OneOf_Body {
+        guard let device = discovery.device(uniqueID: configure.deviceID) else { return notFound(configure.deviceID) }
+        guard !configure.leaseID.isEmpty else {
+            if let held = leases.withLockedValue({ $0.lease(onDevice: device.uniqueID, now: now) }) {
+                return leaseError(.held(held), device: device.uniqueID, now: now)
+            }
+            return failure(.leaseRequired, device: device.uniqueID, "changing \(device.uniqueID) needs its lease: send lock first")
+        }
+        let lease: LeaseTable.Lease
+        switch leases.withLockedValue({ $0.check(leaseID: configure.leaseID, holder: client.name, now: now) }) {
+        case .success(let found): lease = found
+        case .failure(let failure): return leaseError(failure, device: device.uniqueID, now: now)
+        }
+        guard lease.deviceID == device.uniqueID, let lock = locks.withLockedValue({ $0[lease.id] }) else {
+            return failure(.leaseRequired, device: device.uniqueID, "lease \(lease.id) is for \(lease.deviceID), not \(device.uniqueID)")
+        }
+        do {
+            let change = try DeviceConfigurationChange(configure)
+            if configure.validateOnly {
+                _ = try device.validate(change)
+            } else {
+                try device.configure(change, lock: lock)
+            }
+            return .deviceState(WireDeviceState(device: device, rawValues: (try? device.controlValues()) ?? [:]))
+        } catch let error as DeviceError {
+            return .error(error.wire(agentID: agentID))
+        } catch let error as WireProtocolError {
+            return failure(error.code, device: device.uniqueID, error.message)
+        } catch {
+            return failure(.internal, device: device.uniqueID, "\(error)")
+        }
+    }
+
+    private func list(_ devices: [CaptureDevice], now: Int64) -> WireDeviceList {
+        var list = WireDeviceList()
+        list.devices = devices.map { describeDevice($0, now: now) }
+        return list
+    }
+
+    private func describeDevice(_ device: CaptureDevice, now: Int64) -> WireDeviceDescription {
+        WireDeviceDescription(device: device, agentID: agentID, lease: leases.withLockedValue { $0.lease(onDevice: device.uniqueID, now: now) })
+    }
+
+    private func notFound(_ id: String) -> WireEnvelope.OneOf_Body {
+        let known = discovery.devices.map(\.uniqueID).joined(separator: ", ")
+        return failure(.deviceNotFound, device: id, "agent \(agentID) has no device '\(id)'; it has: \(known.isEmpty ? "none" : known)")
+    }
+
+    private func leaseError(_ failure: LeaseTable.Failure, device: String, now: Int64) -> WireEnvelope.OneOf_Body {
+        var error = WireError()
+        error.agentID = agentID
+        error.deviceID = device
+        switch failure {
+        case .held(let lease):
+            error.code = .leaseHeld
+            error.lease = WireLeaseInfo(lease)
+            let seconds = Double(lease.expiresAt - now) / 1e9
+            error.message = "\(lease.deviceID) is leased by '\(lease.holder)' for \(String(format: "%.1f", seconds)) s more (until agent time \(lease.expiresAt) ns)"
+        case .unknownLease(let id):
+            error.code = .leaseExpired
+            error.message = "lease \(id) expired or was released; lock the device again"
+        case .notHolder(let lease):
+            error.code = .leaseHeld
+            error.lease = WireLeaseInfo(lease)
+            error.message = "lease \(lease.id) belongs to '\(lease.holder)'"
+        }
+        return .error(error)
+    }
+
+    private func failure(_ code: WireErrorCode, device: String, _ message: String) -> WireEnvelope.OneOf_Body {
+        var error = WireError()
+        error.code = code
+        error.agentID = agentID
+        error.deviceID = device
+        error.message = message
+        return .error(error)
+    }
+}
