@@ -150,7 +150,7 @@ let package = Package(
         ),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["camrig", "camrig-agent", "CamRigTestSupport", "CamRigCoordinator", "CamRigWire"]
+            dependencies: ["camrig", "camrig-agent", "CamRigTestSupport", "CamRigCoordinator", "CamRigWire", "CamRigDevices"]
         ),
     ]
 )

@@ -55,7 +55,9 @@ public struct AgentConfiguration: Sendable {
     /// What the connection state machine announces.
     var handshake: ServerConnectionStateMachine.Configuration {
         var capabilities = [WireProtocol.Capability.ping, WireProtocol.Capability.clockProbe]
-        if devices != nil { capabilities += [WireProtocol.Capability.devices, WireProtocol.Capability.leases] }
+        if devices != nil {
+            capabilities += [WireProtocol.Capability.devices, WireProtocol.Capability.leases, WireProtocol.Capability.streaming]
+        }
         return ServerConnectionStateMachine.Configuration(
             agentID: agentID,
             agentSoftware: "camrig-agent \(CamRigVersion.string)",

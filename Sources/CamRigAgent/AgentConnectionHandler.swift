@@ -248,18 +248,19 @@ final class AgentConnectionHandler: ChannelInboundHandler {
             guard let client = machine?.client else { return }
             let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             let eventLoop = context.eventLoop
-            router.route(frame, client: client, connection: connectionID) { reply in
-                // Replies decided at once keep their order; device replies come back from the device queue.
+            let connection = AgentRequestRouter.Connection(id: connectionID, eventLoop: eventLoop) { reply, promise in
+                // Replies decided at once keep their order; others come back from the device queue or a stream.
                 if eventLoop.inEventLoop {
                     let (handler, context) = loopBound.value
-                    context.writeAndFlush(handler.wrapOutboundOut(reply), promise: nil)
+                    context.writeAndFlush(handler.wrapOutboundOut(reply), promise: promise)
                 } else {
                     eventLoop.execute {
                         let (handler, context) = loopBound.value
-                        context.writeAndFlush(handler.wrapOutboundOut(reply), promise: nil)
+                        context.writeAndFlush(handler.wrapOutboundOut(reply), promise: promise)
                     }
                 }
             }
+            router.route(frame, client: client, connection: connection)
         }
     }
 }

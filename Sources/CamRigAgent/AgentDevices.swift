@@ -12,7 +12,7 @@ import NIOConcurrencyHelpers
 public final class AgentDevices: Sendable {
     public let discovery: DeviceDiscovery
     let agentID: String
-    private let queue = DispatchQueue(label: "camrig.agent.devices")
+    let queue = DispatchQueue(label: "camrig.agent.devices")
     private let leases: NIOLockedValueBox<LeaseTable>
     /// The device configuration lock held for each lease id.
     private let locks = NIOLockedValueBox<[String: ConfigurationLock]>([:])

@@ -1,4 +1,5 @@
 import CamRigWire
+import NIOCore
 
 /// Answers requests other than the ones served on the connection's fast path (ping, clock probe).
 ///
@@ -8,6 +9,62 @@ import CamRigWire
 struct AgentRequestRouter: Sendable {
     let agentID: String
     let devices: AgentDevices?
+    let streams: AgentStreams?
+
+    init(agentID: String, devices: AgentDevices?, streams: AgentStreams? = nil) {
+        self.agentID = agentID
+        self.devices = devices
+        self.streams = streams
+    }
+
+    /// Where a connection's answers go: its event loop and a way to write (with a completion promise).
+    struct Connection: Sendable {
+        var id: UInt64
+        var eventLoop: any EventLoop
+        var write: @Sendable (WireFrame, EventLoopPromise<Void>?) -> Void
+    }
+
+    /// Answers `frame` on `connection`, now or later (device work runs off the event loop).
+    func route(_ frame: WireFrame, client: ServerConnectionStateMachine.Client, connection: Connection) {
+        let reply: @Sendable (WireFrame) -> Void = { connection.write($0, nil) }
+        let requestID = frame.requestID
+        if let streams, let devices, let body = frame.envelope.body, client.role.mayRequest(body) {
+            switch body {
+            case .startStream(let start):
+                let subscriber = StreamSubscriber(
+                    requestID: requestID,
+                    connection: connection.id,
+                    maxQueued: start.maxQueuedFrames == 0 ? 4 : Int(min(start.maxQueuedFrames, 64)),
+                    eventLoop: connection.eventLoop,
+                    write: connection.write
+                )
+                devices.queue.async {
+                    switch streams.start(deviceID: start.deviceID, subscriber: subscriber) {
+                    case .started(_, let format): subscriber.open(format: format)
+                    case .failed(let error): reply(WireFrame(requestID: requestID, .error(error)))
+                    }
+                }
+                return
+            case .stopStream(let stop):
+                devices.queue.async {
+                    guard streams.owner(of: stop.streamID) == connection.id else {
+                        var error = WireError()
+                        error.code = .notFound
+                        error.agentID = agentID
+                        error.message = "no stream '\(stop.streamID)' on this connection"
+                        reply(WireFrame(requestID: requestID, .error(error)))
+                        return
+                    }
+                    reply(WireFrame(requestID: requestID, .ok(WireOk())))
+                    streams.stop(streamID: stop.streamID, reason: .stopped)
+                }
+                return
+            default:
+                break
+            }
+        }
+        route(frame, client: client, connection: connection.id, reply: reply)
+    }
 
     /// Answers `frame` through `reply`, now or later (device requests run off the event loop).
     func route(
@@ -47,6 +104,7 @@ struct AgentRequestRouter: Sendable {
     }
 
     func connectionClosed(_ connection: UInt64) {
+        streams?.connectionClosed(connection)
         devices?.connectionClosed(connection)
     }
 }

@@ -69,7 +69,11 @@ public final class AgentServer: Service, Sendable {
         let configuration = self.configuration
         let connections = self.connections
         let logger = self.logger
-        let router = AgentRequestRouter(agentID: configuration.agentID, devices: configuration.devices)
+        let router = AgentRequestRouter(
+            agentID: configuration.agentID,
+            devices: configuration.devices,
+            streams: configuration.devices.map { AgentStreams(devices: $0, logger: logger) }
+        )
         return ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)

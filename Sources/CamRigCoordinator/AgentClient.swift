@@ -137,6 +137,18 @@ public final class AgentClient: Sendable {
         return reply
     }
 
+    /// Sends a request that opens a stream (`StartStream`, `FetchResults`, `Subscribe`) and returns every
+    /// message answering it: the reply first, then the stream's messages, ending with its closing message.
+    /// An `Error` from the agent is thrown.
+    public func stream(_ body: WireEnvelope.OneOf_Body) -> AsyncThrowingStream<WireFrame, any Error> {
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: WireFrame.self)
+        let handler = self.handler
+        channel.eventLoop.execute {
+            handler.value.openStream(body, continuation: continuation)
+        }
+        return stream
+    }
+
     /// One ping; returns the round trip, from writing the ping to reading the pong on the event loop.
     public func ping(timeout: TimeAmount = .seconds(5)) async throws -> Duration {
         var ping = WirePing()

@@ -16,6 +16,7 @@ final class AgentClientHandler: ChannelInboundHandler {
     private let handshakePromise: EventLoopPromise<WireWelcome>
     private let verification: PeerVerificationRecord?
     private var pending: [UInt64: (promise: EventLoopPromise<AgentReply>, sentAt: Int64)] = [:]
+    private var streams: [UInt64: AsyncThrowingStream<WireFrame, any Error>.Continuation] = [:]
     private var nextRequestID: UInt64 = 2  // 1 is the hello
     private var closeError: AgentClientError?
     private var context: ChannelHandlerContext?
@@ -67,6 +68,19 @@ final class AgentClientHandler: ChannelInboundHandler {
                     AgentClientError(.connectionClosed, agent: self?.agent ?? "?", "could not send \(body.messageName): \(error)")
                 )
             }
+    }
+
+    /// Sends a request that opens a stream: every frame with its id goes to `continuation` until the
+    /// stream's closing message (yielded too) or an error (thrown). Call on the event loop.
+    func openStream(_ body: WireEnvelope.OneOf_Body, continuation: AsyncThrowingStream<WireFrame, any Error>.Continuation) {
+        guard let context, machine.welcome != nil else {
+            continuation.finish(throwing: closeError ?? AgentClientError(.connectionClosed, agent: agent, "connection is not ready"))
+            return
+        }
+        let requestID = nextRequestID
+        nextRequestID &+= 1
+        streams[requestID] = continuation
+        context.writeAndFlush(wrapOutboundOut(WireFrame(requestID: requestID, body)), promise: nil)
     }
 
     /// Forgets a request whose caller gave up (timeout), so a late reply is ignored. Returns whether it
@@ -121,6 +135,9 @@ final class AgentClientHandler: ChannelInboundHandler {
         let waiting = pending
         pending.removeAll()
         for entry in waiting.values { entry.promise.fail(error) }
+        let open = streams
+        streams.removeAll()
+        for continuation in open.values { continuation.finish(throwing: error) }
         context.fireChannelInactive()
     }
 
@@ -143,7 +160,19 @@ final class AgentClientHandler: ChannelInboundHandler {
             closeError = AgentClientError(.handshakeFailed, agent: agent, "refused the hello: \(error.message)", code: error.code)
             context.close(promise: nil)
         case .deliver(let frame):
-            if let entry = pending.removeValue(forKey: frame.requestID) {
+            if let continuation = streams[frame.requestID] {
+                switch frame.envelope.body {
+                case .error(let error):
+                    streams.removeValue(forKey: frame.requestID)
+                    continuation.finish(throwing: AgentClientError(.remoteError, agent: agent, error.message, code: error.code))
+                case .streamEnded, .resultsEnd:
+                    streams.removeValue(forKey: frame.requestID)
+                    continuation.yield(frame)
+                    continuation.finish()
+                default:
+                    continuation.yield(frame)
+                }
+            } else if let entry = pending.removeValue(forKey: frame.requestID) {
                 entry.promise.succeed(AgentReply(frame: frame, sentAt: entry.sentAt, receivedAt: receivedAt))
             } else {
                 logger.debug("reply for a request nobody waits for", metadata: ["request": "\(frame.requestID)"])

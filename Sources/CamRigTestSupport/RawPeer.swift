@@ -46,7 +46,9 @@ public enum RawPeer {
         port: Int,
         transport: Transport,
         chunks: [[UInt8]],
-        timeout: TimeAmount = .seconds(5)
+        timeout: TimeAmount = .seconds(5),
+        stopReadingFor pause: Duration? = nil,
+        whilePaused: @Sendable () async -> Void = {}
     ) async throws -> Exchange {
         let collector = Collector()
         let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -67,6 +69,14 @@ public enum RawPeer {
             var buffer = channel.allocator.buffer(capacity: chunk.count)
             buffer.writeBytes(chunk)
             try? await channel.writeAndFlush(buffer)
+        }
+        if let pause {
+            // A client that stops reading: the kernel's buffers fill and the agent's writes stall.
+            try await channel.setOption(.autoRead, value: false)
+            try await Task.sleep(for: pause)
+            await whilePaused()
+            try await channel.setOption(.autoRead, value: true)
+            channel.read()
         }
         let timedOut = NIOLockedValueBox(false)
         let timer = channel.eventLoop.scheduleTask(in: timeout) {

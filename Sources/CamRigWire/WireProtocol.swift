@@ -31,6 +31,8 @@ public enum WireProtocol {
         public static let devices = "devices"
         /// `lock`, `renew_lease`, `unlock`, `configure`.
         public static let leases = "leases"
+        /// `start_stream`, `stop_stream`, with `video_frame` and `stream_ended` messages.
+        public static let streaming = "streaming"
     }
 
     /// Picks the version two peers speak: the highest version in both ranges, or `nil` if they share none.

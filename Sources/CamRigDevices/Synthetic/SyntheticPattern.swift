@@ -61,13 +61,14 @@ enum SyntheticPattern {
                 band[x] = bandValue
             }
         }
+        // Row noise: each row shifts by a seeded amount (visible as grain). The few shifted rows are made
+        // once per frame, so a row costs one copy.
+        let variants = (-Int(noise)...Int(noise)).map { shift in shift == 0 ? line : line.map { UInt8(clamping: Int($0) + shift) } }
         for row in 0..<height {
             if (8..<16).contains(row) {
                 out.writeBytes(band)
             } else if noise > 0 {
-                // Row noise: the whole row shifts by a seeded amount (cheap, and visible as grain).
-                let shift = Int(random.next() % UInt64(2 * Int(noise) + 1)) - Int(noise)
-                out.writeBytes(line.map { UInt8(clamping: Int($0) + shift) })
+                out.writeBytes(variants[Int(random.next() % UInt64(variants.count))])
             } else {
                 out.writeBytes(line)
             }

@@ -1,0 +1,248 @@
+import CamRigDevices
+import CamRigWire
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// Live streams: one device stream fans out to every client watching that device.
+///
+/// Each watcher gets frames through its own `StreamSubscriber`, which applies back-pressure per client.
+public final class AgentStreams: Sendable {
+    let devices: AgentDevices
+    private let hubs = NIOLockedValueBox<[String: Hub]>([:])
+    private let nextStreamID = NIOLockedValueBox<UInt64>(1)
+    private let logger: Logger
+
+    init(devices: AgentDevices, logger: Logger) {
+        self.devices = devices
+        self.logger = logger
+    }
+
+    /// One device's stream and its watchers.
+    final class Hub: Sendable {
+        let subscribers = NIOLockedValueBox<[String: StreamSubscriber]>([:])
+        let task = NIOLockedValueBox<Task<Void, Never>?>(nil)
+    }
+
+    /// Starts delivering `deviceID`'s frames to `subscriber`; returns the stream id and the format, or an error.
+    enum Start {
+        case started(streamID: String, format: DeviceFormat)
+        case failed(WireError)
+    }
+
+    func start(deviceID: String, subscriber: StreamSubscriber) -> Start {
+        guard let device = devices.discovery.device(uniqueID: deviceID) else {
+            var error = WireError()
+            error.code = .deviceNotFound
+            error.agentID = devices.agentID
+            error.deviceID = deviceID
+            error.message = "agent \(devices.agentID) has no device '\(deviceID)'"
+            return .failed(error)
+        }
+        let streamID = nextStreamID.withLockedValue { id in
+            defer { id += 1 }
+            return "\(devices.agentID)-s\(id)"
+        }
+        subscriber.streamID = streamID
+        let (hub, isNew) = hubs.withLockedValue { hubs -> (Hub, Bool) in
+            if let hub = hubs[deviceID] { return (hub, false) }
+            let hub = Hub()
+            hubs[deviceID] = hub
+            return (hub, true)
+        }
+        hub.subscribers.withLockedValue { $0[streamID] = subscriber }
+        if isNew {
+            let frames: FrameStream
+            do {
+                frames = try device.frames(bufferLimit: 8)
+            } catch {
+                _ = hubs.withLockedValue { $0.removeValue(forKey: deviceID) }
+                return .failed(error.wire(agentID: devices.agentID))
+            }
+            let logger = self.logger
+            hub.task.withLockedValue {
+                $0 = Task {
+                    var ending: (WireStreamEndReason, String) = (.stopped, "")
+                    do {
+                        for try await frame in frames {
+                            for subscriber in hub.subscribers.withLockedValue({ Array($0.values) }) { subscriber.deliver(frame) }
+                        }
+                    } catch let error as DeviceError {
+                        ending = (error.code == .disconnected ? .deviceDisconnected : .deviceError, error.description)
+                        logger.warning("stream ended by the device", metadata: ["device": "\(deviceID)", "error": "\(error)"])
+                    } catch {
+                        ending = (.deviceError, "\(error)")
+                    }
+                    if Task.isCancelled { return }
+                    self.hubs.withLockedValue { if $0[deviceID] === hub { $0.removeValue(forKey: deviceID) } }
+                    for subscriber in hub.subscribers.withLockedValue({ Array($0.values) }) { subscriber.end(reason: ending.0, message: ending.1) }
+                }
+            }
+        }
+        return .started(streamID: streamID, format: device.activeFormat)
+    }
+
+    /// Stops one stream; the device stops when its last watcher leaves. Returns the subscriber, if found.
+    @discardableResult
+    func stop(streamID: String, reason: WireStreamEndReason, message: String = "") -> StreamSubscriber? {
+        let found: (String, Hub, StreamSubscriber)? = hubs.withLockedValue { hubs in
+            for (deviceID, hub) in hubs {
+                if let subscriber = hub.subscribers.withLockedValue({ $0[streamID] }) { return (deviceID, hub, subscriber) }
+            }
+            return nil
+        }
+        guard let (deviceID, hub, subscriber) = found else { return nil }
+        let remaining = hub.subscribers.withLockedValue { subscribers in
+            subscribers.removeValue(forKey: streamID)
+            return subscribers.count
+        }
+        if remaining == 0 {
+            hubs.withLockedValue { if $0[deviceID] === hub { $0.removeValue(forKey: deviceID) } }
+            hub.task.withLockedValue { $0?.cancel() }
+        }
+        subscriber.end(reason: reason, message: message)
+        return subscriber
+    }
+
+    /// The connection that opened a stream, if it exists.
+    func owner(of streamID: String) -> UInt64? {
+        hubs.withLockedValue { hubs in
+            for hub in hubs.values {
+                if let subscriber = hub.subscribers.withLockedValue({ $0[streamID] }) { return subscriber.connection }
+            }
+            return nil
+        }
+    }
+
+    /// Ends every stream of a closed connection.
+    func connectionClosed(_ connection: UInt64) {
+        let streams = hubs.withLockedValue { hubs in
+            hubs.values.flatMap { hub in hub.subscribers.withLockedValue { $0.values.filter { $0.connection == connection }.map(\.streamID) } }
+        }
+        for streamID in streams { stop(streamID: streamID, reason: .stopped, message: "client disconnected") }
+    }
+
+    /// Ends every stream (agent shutdown).
+    func stopAll(message: String) {
+        let streams = hubs.withLockedValue { hubs in hubs.values.flatMap { hub in hub.subscribers.withLockedValue { Array($0.keys) } } }
+        for streamID in streams { stop(streamID: streamID, reason: .shuttingDown, message: message) }
+    }
+}
+
+/// One client's view of a stream, living on its connection's event loop.
+///
+/// At most `maxQueued` frames are written and not yet on the wire; a frame that arrives while the
+/// client is that far behind is dropped and counted, and the next frame sent says how many were
+/// dropped before it (`dropped_before`). Memory per client is bounded by `maxQueued` frames, however
+/// slowly it reads.
+final class StreamSubscriber: @unchecked Sendable {
+    let requestID: UInt64
+    let connection: UInt64
+    let maxQueued: Int
+    let eventLoop: any EventLoop
+    private let write: @Sendable (WireFrame, EventLoopPromise<Void>?) -> Void
+    /// Set once by `AgentStreams.start` before the first frame.
+    var streamID = ""
+    // Event-loop state.
+    private var inFlight = 0
+    private var droppedSinceLastSent: UInt64 = 0
+    private var sent: UInt64 = 0
+    private var dropped: UInt64 = 0
+    private var ended = false
+    private var opened = false
+
+    init(
+        requestID: UInt64,
+        connection: UInt64,
+        maxQueued: Int,
+        eventLoop: any EventLoop,
+        write: @escaping @Sendable (WireFrame, EventLoopPromise<Void>?) -> Void
+    ) {
+        self.requestID = requestID
+        self.connection = connection
+        self.maxQueued = maxQueued
+        self.eventLoop = eventLoop
+        self.write = write
+    }
+
+    /// Called from the device's stream task.
+    func deliver(_ frame: CapturedFrame) {
+        eventLoop.execute { self.send(frame) }
+    }
+
+    /// Writes `StreamStarted` on the event loop; frames are sent from then on.
+    func open(format: DeviceFormat) {
+        eventLoop.execute {
+            guard !self.ended else { return }
+            var started = WireStreamStarted()
+            started.streamID = self.streamID
+            started.format = WireFormat(format)
+            self.write(WireFrame(requestID: self.requestID, .streamStarted(started)), nil)
+            self.opened = true
+        }
+    }
+
+    private func send(_ frame: CapturedFrame) {
+        guard opened, !ended else { return }
+        guard inFlight < maxQueued else {
+            droppedSinceLastSent += 1
+            dropped += 1
+            return
+        }
+        var message = WireVideoFrame()
+        message.streamID = streamID
+        message.deviceID = frame.deviceID
+        message.sequence = frame.sequence
+        message.timestamp.nanoseconds = frame.timestamp
+        message.timestamp.clock = .agentMonotonic
+        message.timestamp.marks = frame.timestampMarks.wire
+        message.pixelFormat = frame.format.pixelFormat.rawValue
+        message.dimensions = WireDimensions(frame.format.dimensions)
+        message.bytesPerLine = frame.format.bytesPerLine
+        message.droppedBefore = droppedSinceLastSent
+        message.metadata = WireCaptureMetadata(frame.metadata)
+        droppedSinceLastSent = 0
+        inFlight += 1
+        sent += 1
+        let promise = eventLoop.makePromise(of: Void.self)
+        promise.futureResult.whenComplete { _ in self.inFlight -= 1 }
+        write(WireFrame(requestID: requestID, .videoFrame(message), payload: frame.bytes), promise)
+    }
+
+    /// Sends `StreamEnded` once.
+    func end(reason: WireStreamEndReason, message: String) {
+        eventLoop.execute {
+            guard !self.ended else { return }
+            self.ended = true
+            var ended = WireStreamEnded()
+            ended.streamID = self.streamID
+            ended.reason = reason
+            ended.framesSent = self.sent
+            ended.framesDropped = self.dropped
+            ended.message = message
+            self.write(WireFrame(requestID: self.requestID, .streamEnded(ended)), nil)
+        }
+    }
+}
+
+extension TimestampMarks {
+    var wire: WireTimestampMarks {
+        switch self {
+        case .startOfExposure: .startOfExposure
+        case .endOfFrame: .endOfFrame
+        case .dequeue: .dequeue
+        }
+    }
+}
+
+extension WireCaptureMetadata {
+    init(_ metadata: CaptureMetadata) {
+        self.init()
+        exposureDuration = WireRational(metadata.exposureDuration)
+        iso = metadata.iso
+        lensPosition = metadata.lensPosition
+        whiteBalanceTemperatureKelvin = metadata.whiteBalanceTemperature
+        zoomFactor = metadata.zoomFactor
+        torchOn = metadata.torchOn
+    }
+}
