@@ -26,6 +26,8 @@ public struct AgentConfiguration: Sendable {
     public var maxConnections: Int
     /// The devices served; `nil` serves none (device requests answer `UNIMPLEMENTED`).
     public var devices: AgentDevices?
+    /// Where captured results wait for the coordinator; `nil` disables capture.
+    public var spool: ResultSpool?
     /// Largest frame accepted from a client. Clients send only control messages, so the default is the
     /// protocol's minimum (1 MiB + 4): a client can make the agent buffer at most that much.
     public var maxFrameLength: UInt32
@@ -39,9 +41,11 @@ public struct AgentConfiguration: Sendable {
         idleTimeout: TimeAmount = .seconds(120),
         maxConnections: Int = 64,
         maxFrameLength: UInt32 = WireProtocol.minimumMaxFrameLength,
-        devices: AgentDevices? = nil
+        devices: AgentDevices? = nil,
+        spool: ResultSpool? = nil
     ) {
         self.devices = devices
+        self.spool = spool
         self.host = host
         self.port = port
         self.security = security
@@ -57,6 +61,7 @@ public struct AgentConfiguration: Sendable {
         var capabilities = [WireProtocol.Capability.ping, WireProtocol.Capability.clockProbe]
         if devices != nil {
             capabilities += [WireProtocol.Capability.devices, WireProtocol.Capability.leases, WireProtocol.Capability.streaming]
+            if spool != nil { capabilities += [WireProtocol.Capability.capture] }
         }
         return ServerConnectionStateMachine.Configuration(
             agentID: agentID,

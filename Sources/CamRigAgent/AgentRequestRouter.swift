@@ -10,11 +10,13 @@ struct AgentRequestRouter: Sendable {
     let agentID: String
     let devices: AgentDevices?
     let streams: AgentStreams?
+    let capture: AgentCapture?
 
-    init(agentID: String, devices: AgentDevices?, streams: AgentStreams? = nil) {
+    init(agentID: String, devices: AgentDevices?, streams: AgentStreams? = nil, capture: AgentCapture? = nil) {
         self.agentID = agentID
         self.devices = devices
         self.streams = streams
+        self.capture = capture
     }
 
     /// Where a connection's answers go: its event loop and a way to write (with a completion promise).
@@ -57,6 +59,12 @@ struct AgentRequestRouter: Sendable {
                     }
                     reply(WireFrame(requestID: requestID, .ok(WireOk())))
                     streams.stop(streamID: stop.streamID, reason: .stopped)
+                }
+                return
+            case .capturePhoto, .scheduleTrigger, .fetchResults, .acknowledgeResults:
+                guard let capture else { break }
+                capture.handle(body, requestID: requestID) { answer, payload in
+                    connection.write(WireFrame(requestID: requestID, answer, payload: payload), nil)
                 }
                 return
             default:

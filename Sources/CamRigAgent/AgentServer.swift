@@ -69,11 +69,14 @@ public final class AgentServer: Service, Sendable {
         let configuration = self.configuration
         let connections = self.connections
         let logger = self.logger
-        let router = AgentRequestRouter(
-            agentID: configuration.agentID,
-            devices: configuration.devices,
-            streams: configuration.devices.map { AgentStreams(devices: $0, logger: logger) }
-        )
+        let streams = configuration.devices.map { AgentStreams(devices: $0, logger: logger) }
+        let capture: AgentCapture? =
+            if let streams, let spool = configuration.spool {
+                AgentCapture(streams: streams, spool: spool, agentID: configuration.agentID, logger: logger)
+            } else {
+                nil
+            }
+        let router = AgentRequestRouter(agentID: configuration.agentID, devices: configuration.devices, streams: streams, capture: capture)
         return ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)

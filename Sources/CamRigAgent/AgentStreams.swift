@@ -20,7 +20,7 @@ public final class AgentStreams: Sendable {
 
     /// One device's stream and its watchers.
     final class Hub: Sendable {
-        let subscribers = NIOLockedValueBox<[String: StreamSubscriber]>([:])
+        let subscribers = NIOLockedValueBox<[String: any FrameSink]>([:])
         let task = NIOLockedValueBox<Task<Void, Never>?>(nil)
     }
 
@@ -30,7 +30,7 @@ public final class AgentStreams: Sendable {
         case failed(WireError)
     }
 
-    func start(deviceID: String, subscriber: StreamSubscriber) -> Start {
+    func start(deviceID: String, subscriber: any FrameSink) -> Start {
         guard let device = devices.discovery.device(uniqueID: deviceID) else {
             var error = WireError()
             error.code = .deviceNotFound
@@ -84,8 +84,8 @@ public final class AgentStreams: Sendable {
 
     /// Stops one stream; the device stops when its last watcher leaves. Returns the subscriber, if found.
     @discardableResult
-    func stop(streamID: String, reason: WireStreamEndReason, message: String = "") -> StreamSubscriber? {
-        let found: (String, Hub, StreamSubscriber)? = hubs.withLockedValue { hubs in
+    func stop(streamID: String, reason: WireStreamEndReason, message: String = "") -> (any FrameSink)? {
+        let found: (String, Hub, any FrameSink)? = hubs.withLockedValue { hubs in
             for (deviceID, hub) in hubs {
                 if let subscriber = hub.subscribers.withLockedValue({ $0[streamID] }) { return (deviceID, hub, subscriber) }
             }
@@ -129,13 +129,65 @@ public final class AgentStreams: Sendable {
     }
 }
 
+/// Where a device stream's frames go.
+protocol FrameSink: AnyObject, Sendable {
+    var streamID: String { get set }
+    var connection: UInt64 { get }
+    func deliver(_ frame: CapturedFrame)
+    func end(reason: WireStreamEndReason, message: String)
+}
+
+extension AgentStreams {
+    /// The first frame of `deviceID` exposed at or after `notBefore` (agent clock), from the device's
+    /// stream (started for the purpose if nobody watches it).
+    func nextFrame(deviceID: String, notBefore: Int64, timeout: Duration = .seconds(5)) async throws -> CapturedFrame {
+        let sink = OneFrameSink(notBefore: notBefore)
+        let frame: CapturedFrame = try await withCheckedThrowingContinuation { continuation in
+            sink.continuation.withLockedValue { $0 = continuation }
+            if case .failed(let error) = start(deviceID: deviceID, subscriber: sink) {
+                sink.fail(WireProtocolError(error.code, error.message))
+                return
+            }
+            Task {
+                try? await Task.sleep(for: timeout)
+                sink.fail(WireProtocolError(.internal, "\(deviceID) delivered no frame within \(timeout)"))
+            }
+        }
+        stop(streamID: sink.streamID, reason: .stopped)
+        return frame
+    }
+}
+
+/// Takes one frame from a stream.
+final class OneFrameSink: FrameSink, @unchecked Sendable {
+    var streamID = ""
+    let connection: UInt64 = 0
+    let notBefore: Int64
+    let continuation = NIOLockedValueBox<CheckedContinuation<CapturedFrame, any Error>?>(nil)
+
+    init(notBefore: Int64) { self.notBefore = notBefore }
+
+    func deliver(_ frame: CapturedFrame) {
+        guard frame.timestamp >= notBefore else { return }
+        continuation.withLockedValue { $0.take() }?.resume(returning: frame)
+    }
+
+    func end(reason: WireStreamEndReason, message: String) {
+        fail(WireProtocolError(reason == .deviceDisconnected ? .deviceDisconnected : .internal, "stream ended before a frame: \(message)"))
+    }
+
+    func fail(_ error: WireProtocolError) {
+        continuation.withLockedValue { $0.take() }?.resume(throwing: error)
+    }
+}
+
 /// One client's view of a stream, living on its connection's event loop.
 ///
 /// At most `maxQueued` frames are written and not yet on the wire; a frame that arrives while the
 /// client is that far behind is dropped and counted, and the next frame sent says how many were
 /// dropped before it (`dropped_before`). Memory per client is bounded by `maxQueued` frames, however
 /// slowly it reads.
-final class StreamSubscriber: @unchecked Sendable {
+final class StreamSubscriber: FrameSink, @unchecked Sendable {
     let requestID: UInt64
     let connection: UInt64
     let maxQueued: Int

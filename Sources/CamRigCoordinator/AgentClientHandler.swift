@@ -165,7 +165,7 @@ final class AgentClientHandler: ChannelInboundHandler {
                 case .error(let error):
                     streams.removeValue(forKey: frame.requestID)
                     continuation.finish(throwing: AgentClientError(.remoteError, agent: agent, error.message, code: error.code))
-                case .streamEnded, .resultsEnd:
+                case .streamEnded, .resultsEnd, .triggerFired:
                     streams.removeValue(forKey: frame.requestID)
                     continuation.yield(frame)
                     continuation.finish()

@@ -65,6 +65,12 @@ public final class AgentProcess: @unchecked Sendable {
 
     public var isRunning: Bool { process.isRunning }
 
+    /// SIGKILL: a crash, with no chance to clean up.
+    public func crash() {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+    }
+
     /// SIGTERM, then wait (SIGKILL after `timeout`). Returns the exit status.
     @discardableResult
     public func stop(timeout: Double = 10) -> Int32 {

@@ -33,6 +33,8 @@ public enum WireProtocol {
         public static let leases = "leases"
         /// `start_stream`, `stop_stream`, with `video_frame` and `stream_ended` messages.
         public static let streaming = "streaming"
+        /// `capture_photo`, `schedule_trigger`, `fetch_results`, `acknowledge_results`.
+        public static let capture = "capture"
     }
 
     /// Picks the version two peers speak: the highest version in both ranges, or `nil` if they share none.

@@ -58,6 +58,12 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("V4L2 device nodes to serve, as a glob (repeatable; default /dev/video* unless --synthetic is given).", valueName: "glob"))
     var v4l2: [String] = []
 
+    @Option(name: .long, help: ArgumentHelp("Directory of the result spool (default: $STATE_DIRECTORY/spool under systemd, else ~/.local/state/camrig/spool).", valueName: "dir"))
+    var spoolDir: String?
+
+    @Option(name: .long, help: "Largest size of the result spool in MiB; captures beyond it are refused, never older results dropped.")
+    var spoolSizeMb = 1024
+
     @Flag(name: .long, help: "With --list-devices: print JSON.")
     var json = false
 
@@ -76,6 +82,7 @@ struct AgentCommand: AsyncParsableCommand {
 
     func validate() throws {
         guard synthetic >= 0, synthetic <= 64 else { throw ValidationError("--synthetic must be within 0…64") }
+        guard spoolSizeMb > 0 else { throw ValidationError("--spool-size-mb must be positive") }
         if listDevices { return }
         guard let (_, port) = Self.split(listen), (0...65535).contains(port) else {
             throw ValidationError("--listen '\(listen)' is not HOST:PORT")
@@ -112,6 +119,18 @@ struct AgentCommand: AsyncParsableCommand {
         let logger = Logger(label: "camrig.agent")
         let (host, port) = Self.split(listen)!
         let discovery = DeviceDiscovery(providers: providers().providers)
+        let spoolPath = spoolDir
+            ?? ProcessInfo.processInfo.environment["STATE_DIRECTORY"].map { "\($0)/spool" }
+            ?? "\(NSHomeDirectory())/.local/state/camrig/spool"
+        let spool: ResultSpool
+        do {
+            spool = try ResultSpool(directory: URL(fileURLWithPath: spoolPath), capacityBytes: UInt64(spoolSizeMb) << 20)
+        } catch {
+            throw ValidationError("cannot use \(spoolPath) as the result spool: \(error); choose one with --spool-dir")
+        }
+        if spool.count > 0 {
+            logger.info("results waiting in the spool from before", metadata: ["results": "\(spool.count)", "bytes": "\(spool.usedBytes)"])
+        }
         logger.info("serving devices", metadata: ["devices": "\(discovery.devices.map(\.uniqueID).joined(separator: ", "))"])
 
         let security: AgentConfiguration.Security
@@ -138,7 +157,8 @@ struct AgentCommand: AsyncParsableCommand {
                 handshakeTimeout: .seconds(Int64(handshakeTimeout)),
                 idleTimeout: .seconds(Int64(idleTimeout)),
                 maxConnections: maxConnections,
-                devices: AgentDevices(discovery: discovery, agentID: agentName, logger: logger)
+                devices: AgentDevices(discovery: discovery, agentID: agentName, logger: logger),
+                spool: spool
             ),
             logger: logger
         )

@@ -1,0 +1,155 @@
+import CamRigDevices
+import CamRigWire
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// Photos, scheduled triggers and the result spool.
+///
+/// A trigger fires at an agent time T: its thread sleeps until just before T on `CLOCK_MONOTONIC`
+/// (absolute, so nothing accumulates), then spins to T. It records when it actually fired; each device
+/// then contributes its first frame exposed at or after T, stored in the spool before it is reported.
+public final class AgentCapture: Sendable {
+    let streams: AgentStreams
+    public let spool: ResultSpool
+    let agentID: String
+    let maxPendingTriggers: Int
+    /// How long before T the thread stops sleeping and starts spinning.
+    static let spinNanoseconds: Int64 = 300_000
+    private let pending = NIOLockedValueBox(0)
+    private let logger: Logger
+
+    init(streams: AgentStreams, spool: ResultSpool, agentID: String, maxPendingTriggers: Int = 64, logger: Logger) {
+        self.streams = streams
+        self.spool = spool
+        self.agentID = agentID
+        self.maxPendingTriggers = maxPendingTriggers
+        self.logger = logger
+    }
+
+    /// Answers capture, trigger and spool requests; `reply` may be called several times for streams.
+    func handle(_ body: WireEnvelope.OneOf_Body, requestID: UInt64, reply: @escaping @Sendable (WireEnvelope.OneOf_Body, ByteBuffer?) -> Void) {
+        switch body {
+        case .capturePhoto(let capture):
+            let now = MonotonicClock.now()
+            Task {
+                reply(await self.fire(triggerID: "photo-\(requestID)", devices: [capture.deviceID], session: capture.sessionID, settings: capture.settings, fireAt: now, firedAt: now), nil)
+            }
+
+        case .scheduleTrigger(let trigger):
+            schedule(trigger, reply: { reply($0, nil) })
+
+        case .fetchResults(let fetch):
+            var results = spool.pending(session: fetch.sessionID)
+            let total = results.count
+            if fetch.maxResults > 0 { results = Array(results.prefix(Int(fetch.maxResults))) }
+            var sent: UInt32 = 0
+            for result in results {
+                guard let image = try? spool.image(of: result) else { continue }
+                reply(.photoResult(result), image)
+                sent += 1
+            }
+            var end = WireResultsEnd()
+            end.count = sent
+            end.remaining = UInt32(total) - sent
+            reply(.resultsEnd(end), nil)
+
+        case .acknowledgeResults(let acknowledge):
+            spool.acknowledge(acknowledge.resultIds)
+            reply(.ok(WireOk()), nil)
+
+        default:
+            break
+        }
+    }
+
+    private func schedule(_ trigger: WireScheduleTrigger, reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void) {
+        let now = MonotonicClock.now()
+        guard trigger.action == .capturePhoto else {
+            reply(.error(error(.unsupported, "trigger action \(trigger.action) is not served yet; use CAPTURE_PHOTO")))
+            return
+        }
+        guard !trigger.deviceIds.isEmpty else {
+            reply(.error(error(.invalidArgument, "trigger \(trigger.triggerID) names no devices")))
+            return
+        }
+        guard trigger.fireAtNs > now else {
+            let late = Double(now - trigger.fireAtNs) / 1e6
+            logger.notice("refused late trigger", metadata: ["trigger": "\(trigger.triggerID)", "late_ms": "\(late)"])
+            reply(.error(error(.triggerLate, "trigger \(trigger.triggerID) was due \(String(format: "%.3f", late)) ms ago (agent time \(trigger.fireAtNs) ns, now \(now) ns); schedule with more lead time")))
+            return
+        }
+        let accepted = pending.withLockedValue { count -> Bool in
+            guard count < maxPendingTriggers else { return false }
+            count += 1
+            return true
+        }
+        guard accepted else {
+            reply(.error(error(.queueFull, "agent \(agentID) already has \(maxPendingTriggers) pending triggers")))
+            return
+        }
+        var scheduled = WireTriggerScheduled()
+        scheduled.triggerID = trigger.triggerID
+        scheduled.fireAtNs = trigger.fireAtNs
+        reply(.triggerScheduled(scheduled))
+        let thread = Thread { [self] in
+            let fireAt = trigger.fireAtNs
+            HostClock.sleep(untilMonotonic: fireAt - Self.spinNanoseconds)
+            var firedAt = MonotonicClock.now()
+            while firedAt < fireAt { firedAt = MonotonicClock.now() }
+            self.pending.withLockedValue { $0 -= 1 }
+            Task {
+                reply(await self.fire(triggerID: trigger.triggerID, devices: trigger.deviceIds, session: trigger.sessionID, settings: trigger.photoSettings, fireAt: fireAt, firedAt: firedAt))
+            }
+        }
+        thread.name = "camrig-trigger"
+        thread.qualityOfService = .userInteractive
+        thread.start()
+    }
+
+    /// Captures one photo per device exposed at or after `fireAt`, stores each, and reports the firing.
+    private func fire(triggerID: String, devices: [String], session: String, settings: WirePhotoSettings, fireAt: Int64, firedAt: Int64) async -> WireEnvelope.OneOf_Body {
+        var fired = WireTriggerFired()
+        fired.triggerID = triggerID
+        fired.firedAt.nanoseconds = firedAt
+        fired.firedAt.clock = .agentMonotonic
+        fired.firedAt.marks = .triggerFire
+        fired.latenessNs = firedAt - fireAt
+        for deviceID in devices {
+            do {
+                let frame = try await streams.nextFrame(deviceID: deviceID, notBefore: fireAt)
+                var result = WirePhotoResult()
+                result.resultID = "\(agentID)-\(UUID().uuidString.lowercased())"
+                result.sessionID = session
+                result.triggerID = triggerID
+                result.deviceID = deviceID
+                result.captureTime.nanoseconds = frame.timestamp
+                result.captureTime.clock = .agentMonotonic
+                result.captureTime.marks = frame.timestampMarks.wire
+                result.pixelFormat = frame.format.pixelFormat.rawValue
+                result.dimensions = WireDimensions(frame.format.dimensions)
+                result.bytesPerLine = frame.format.bytesPerLine
+                result.photoSettingsID = settings.uniqueID
+                result.metadata = WireCaptureMetadata(frame.metadata)
+                result.sequence = frame.sequence
+                try spool.store(result, image: frame.bytes)
+                fired.resultIds.append(result.resultID)
+            } catch let failure as WireProtocolError {
+                return .error(error(failure.code, "trigger \(triggerID) on \(deviceID): \(failure.message)", device: deviceID))
+            } catch {
+                return .error(self.error(.internal, "trigger \(triggerID) on \(deviceID): \(error)", device: deviceID))
+            }
+        }
+        return .triggerFired(fired)
+    }
+
+    private func error(_ code: WireErrorCode, _ message: String, device: String = "") -> WireError {
+        var error = WireError()
+        error.code = code
+        error.agentID = agentID
+        error.deviceID = device
+        error.message = message
+        return error
+    }
+}

@@ -1,0 +1,140 @@
+import CamRigCoordinator
+import CamRigDevices
+import CamRigSecurity
+import CamRigTestSupport
+import CamRigWire
+import Foundation
+import NIOCore
+import Testing
+
+/// Photos, scheduled triggers and the result spool on real agent processes.
+@Suite("Capture, triggers and the spool")
+struct CaptureTests {
+    func connect(_ agent: AgentProcess, _ pki: TestPKI) async throws -> AgentClient {
+        try await AgentClient.connect(
+            to: AgentEndpoint(host: agent.host, port: agent.port),
+            security: .tls(try MutualTLS.client(directory: pki.directory))
+        )
+    }
+
+    func capture(_ client: AgentClient, session: String = "s1") async throws -> WireTriggerFired {
+        var capture = WireCapturePhoto()
+        capture.deviceID = "synthetic:SYN0001"
+        capture.sessionID = session
+        guard case .triggerFired(let fired) = try await client.request(.capturePhoto(capture)).frame.envelope.body else {
+            throw AgentClientError(.protocolViolation, agent: "?", "no trigger_fired")
+        }
+        return fired
+    }
+
+    func fetch(_ client: AgentClient, session: String = "s1") async throws -> [(WirePhotoResult, ByteBuffer)] {
+        var fetch = WireFetchResults()
+        fetch.sessionID = session
+        var results: [(WirePhotoResult, ByteBuffer)] = []
+        for try await message in client.stream(.fetchResults(fetch)) {
+            if case .photoResult(let result) = message.envelope.body { results.append((result, message.payload ?? ByteBuffer())) }
+        }
+        return results
+    }
+
+    @Test("kill -9 in the middle of a capture: after restart every result is offered again, and after acknowledgement never again")
+    func crashAndRestart() async throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let spool = NSTemporaryDirectory() + "camrig-spool-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: spool) }
+        let arguments = ["--tls-dir", pki.path, "--synthetic", "1", "--spool-dir", spool]
+
+        var agent = try AgentProcess(arguments)
+        var client = try await connect(agent, pki)
+        var captured: [String] = []
+        for _ in 0..<3 { captured += try await capture(client).resultIds }
+        // A capture in flight when the agent dies: either stored whole or not at all.
+        var inFlight = WireCapturePhoto()
+        inFlight.deviceID = "synthetic:SYN0001"
+        inFlight.sessionID = "s1"
+        async let lost = try? client.request(.capturePhoto(inFlight))
+        agent.crash()
+        _ = await lost
+        #expect(captured.count == 3)
+
+        agent = try AgentProcess(arguments)
+        client = try await connect(agent, pki)
+        let offered = try await fetch(client)
+        let ids = offered.map(\.0.resultID)
+        #expect(Set(captured).isSubset(of: Set(ids)), "every acknowledged-later result survives the crash")
+        #expect(ids.count <= 4)
+        for (result, image) in offered {
+            #expect(result.deviceID == "synthetic:SYN0001")
+            #expect(image.readableBytes == 640 * 480 * 2)
+            #expect(SyntheticFrameHeader.decode(image, format: .yuyv)?.sequence == result.sequence)
+        }
+        var acknowledge = WireAcknowledgeResults()
+        acknowledge.resultIds = ids
+        _ = try await client.request(.acknowledgeResults(acknowledge))
+        #expect(try await fetch(client).isEmpty)
+        agent.stop()
+
+        agent = try AgentProcess(arguments)
+        client = try await connect(agent, pki)
+        #expect(try await fetch(client).isEmpty, "acknowledged results are gone for good")
+        await client.close()
+        agent.stop()
+    }
+
+    @Test("a trigger fires at its time, its photo was exposed after it, and a late one is refused")
+    func triggers() async throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let spool = NSTemporaryDirectory() + "camrig-spool-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: spool) }
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1", "--spool-dir", spool])
+        defer { agent.stop() }
+        let client = try await connect(agent, pki)
+        #expect(client.welcome.capabilities.contains("capture"))
+
+        var trigger = WireScheduleTrigger()
+        trigger.triggerID = "t1"
+        trigger.action = .capturePhoto
+        trigger.deviceIds = ["synthetic:SYN0001"]
+        trigger.sessionID = "s2"
+        // Agent and test share this machine's CLOCK_MONOTONIC.
+        trigger.fireAtNs = MonotonicClock.now() + 100_000_000
+        var messages: [WireFrame] = []
+        for try await message in client.stream(.scheduleTrigger(trigger)) { messages.append(message) }
+        guard messages.count == 2, case .triggerScheduled = messages[0].envelope.body, case .triggerFired(let fired) = messages[1].envelope.body else {
+            Issue.record("expected trigger_scheduled then trigger_fired, got \(messages.map(\.envelope.messageName))")
+            return
+        }
+        #expect(fired.latenessNs >= 0)
+        #expect(fired.firedAt.nanoseconds - fired.latenessNs == trigger.fireAtNs)
+        #expect(fired.firedAt.marks == .triggerFire)
+        let results = try await fetch(client, session: "s2")
+        #expect(results.map(\.0.resultID) == fired.resultIds)
+        #expect(results.first.map { $0.0.captureTime.nanoseconds >= trigger.fireAtNs } == true)
+
+        trigger.triggerID = "late"
+        trigger.fireAtNs = MonotonicClock.now() - 1_000_000
+        let late = await #expect(throws: AgentClientError.self) { try await client.request(.scheduleTrigger(trigger)) }
+        #expect(late?.code == .triggerLate)
+        #expect(late?.message.contains("was due") == true)
+        await client.close()
+    }
+
+    @Test("a full spool refuses new captures and keeps the old ones")
+    func spoolFull() async throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let spool = NSTemporaryDirectory() + "camrig-spool-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: spool) }
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1", "--spool-dir", spool, "--spool-size-mb", "1"])
+        defer { agent.stop() }
+        let client = try await connect(agent, pki)
+        let first = try await capture(client)
+        let full = await #expect(throws: AgentClientError.self) { try await capture(client) }
+        #expect(full?.code == .spoolFull)
+        #expect(full?.message.contains("acknowledge") == true)
+        #expect(try await fetch(client).map(\.0.resultID) == first.resultIds)
+        await client.close()
+    }
+}
