@@ -77,6 +77,9 @@ public final class AgentCapture: Sendable {
         guard trigger.fireAtNs > now else {
             let late = Double(now - trigger.fireAtNs) / 1e6
             logger.notice("refused late trigger", metadata: ["trigger": "\(trigger.triggerID)", "late_ms": "\(late)"])
+            streams.devices.events.publish(.triggerLate, message: "trigger \(trigger.triggerID) arrived \(String(format: "%.3f", late)) ms after its time") {
+                $0.triggerID = trigger.triggerID
+            }
             reply(.error(error(.triggerLate, "trigger \(trigger.triggerID) was due \(String(format: "%.3f", late)) ms ago (agent time \(trigger.fireAtNs) ns, now \(now) ns); schedule with more lead time")))
             return
         }
@@ -135,6 +138,14 @@ public final class AgentCapture: Sendable {
                 result.sequence = frame.sequence
                 try spool.store(result, image: frame.bytes)
                 fired.resultIds.append(result.resultID)
+                let used = spool.usedBytes
+                if used * 10 >= spool.capacityBytes * 9 {
+                    streams.devices.events.publish(.spoolNearFull, message: "result spool is \(used * 100 / max(spool.capacityBytes, 1))% full") {
+                        $0.spool.usedBytes = used
+                        $0.spool.capacityBytes = self.spool.capacityBytes
+                        $0.spool.results = UInt32(self.spool.count)
+                    }
+                }
             } catch let failure as WireProtocolError {
                 return .error(error(failure.code, "trigger \(triggerID) on \(deviceID): \(failure.message)", device: deviceID))
             } catch {

@@ -62,6 +62,7 @@ public struct AgentConfiguration: Sendable {
         if devices != nil {
             capabilities += [WireProtocol.Capability.devices, WireProtocol.Capability.leases, WireProtocol.Capability.streaming]
             if spool != nil { capabilities += [WireProtocol.Capability.capture] }
+            capabilities += [WireProtocol.Capability.events]
         }
         return ServerConnectionStateMachine.Configuration(
             agentID: agentID,

@@ -17,6 +17,8 @@ public final class AgentDevices: Sendable {
     /// The device configuration lock held for each lease id.
     private let locks = NIOLockedValueBox<[String: ConfigurationLock]>([:])
     private let logger: Logger
+    /// Where lease and device events go.
+    public let events = AgentEvents()
 
     public init(discovery: DeviceDiscovery, agentID: String, logger: Logger) {
         self.discovery = discovery
@@ -56,6 +58,9 @@ public final class AgentDevices: Sendable {
             for lease in expired {
                 self.unlock(lease)
                 self.logger.notice("lease expired without renewal", metadata: ["device": "\(lease.deviceID)", "holder": "\(lease.holder)"])
+                self.events.publish(.leaseLost, device: lease.deviceID, message: "lease \(lease.id) of '\(lease.holder)' expired without renewal") {
+                    $0.lease = WireLeaseInfo(lease)
+                }
             }
         }
     }
@@ -64,6 +69,33 @@ public final class AgentDevices: Sendable {
         if let lock = locks.withLockedValue({ $0.removeValue(forKey: lease.id) }) {
             discovery.device(uniqueID: lease.deviceID)?.unlockForConfiguration(lock)
         }
+    }
+
+    /// Follows hot-plug: rescans every second and publishes devices coming and going, until cancelled.
+    func monitor() async {
+        let changes = discovery.events()
+        let watcher = Task {
+            for await change in changes {
+                switch change {
+                case .connected(let device):
+                    logger.info("device connected", metadata: ["device": "\(device.uniqueID)"])
+                    events.publish(.deviceConnected, device: device.uniqueID, message: "\(device.identity.localizedName) connected") {
+                        $0.device = WireDeviceDescription(device: device, agentID: self.agentID, lease: nil)
+                    }
+                case .disconnected(let identity):
+                    logger.warning("device disconnected", metadata: ["device": "\(identity.uniqueID)"])
+                    if let lease = leases.withLockedValue({ $0.drop(deviceID: identity.uniqueID) }) {
+                        _ = locks.withLockedValue { $0.removeValue(forKey: lease.id) }
+                        events.publish(.leaseLost, device: identity.uniqueID, message: "\(identity.uniqueID) was disconnected") {
+                            $0.lease = WireLeaseInfo(lease)
+                        }
+                    }
+                    events.publish(.deviceDisconnected, device: identity.uniqueID, message: "\(identity.localizedName) disconnected")
+                }
+            }
+        }
+        await discovery.monitor(every: .seconds(1))
+        watcher.cancel()
     }
 
     // MARK: Requests

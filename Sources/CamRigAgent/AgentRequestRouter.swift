@@ -61,6 +61,10 @@ struct AgentRequestRouter: Sendable {
                     streams.stop(streamID: stop.streamID, reason: .stopped)
                 }
                 return
+            case .subscribe(let subscribe):
+                devices.events.subscribe(connection: connection.id, requestID: requestID, kinds: subscribe.kinds) { connection.write($0, nil) }
+                reply(WireFrame(requestID: requestID, .ok(WireOk())))
+                return
             case .capturePhoto, .scheduleTrigger, .fetchResults, .acknowledgeResults:
                 guard let capture else { break }
                 capture.handle(body, requestID: requestID) { answer, payload in
@@ -112,6 +116,7 @@ struct AgentRequestRouter: Sendable {
     }
 
     func connectionClosed(_ connection: UInt64) {
+        devices?.events.connectionClosed(connection)
         streams?.connectionClosed(connection)
         devices?.connectionClosed(connection)
     }

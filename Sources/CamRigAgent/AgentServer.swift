@@ -56,6 +56,8 @@ public final class AgentServer: Service, Sendable {
             group.next().scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { _ in devices.expireLeases() }
         }
         defer { expiry?.cancel() }
+        let hotPlug = configuration.devices.map { devices in Task { await devices.monitor() } }
+        defer { hotPlug?.cancel() }
         try await withGracefulShutdownHandler {
             try await channel.closeFuture.get()
         } onGracefulShutdown: {

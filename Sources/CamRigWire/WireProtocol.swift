@@ -35,6 +35,8 @@ public enum WireProtocol {
         public static let streaming = "streaming"
         /// `capture_photo`, `schedule_trigger`, `fetch_results`, `acknowledge_results`.
         public static let capture = "capture"
+        /// `subscribe`, with `event` messages.
+        public static let events = "events"
     }
 
     /// Picks the version two peers speak: the highest version in both ranges, or `nil` if they share none.
