@@ -18,6 +18,8 @@ public final class AgentCapture: Sendable {
     /// How long before T the thread stops sleeping and starts spinning.
     static let spinNanoseconds: Int64 = 300_000
     private let pending = NIOLockedValueBox(0)
+    /// Captures between firing and being stored.
+    private let inFlight = NIOLockedValueBox(0)
     private let logger: Logger
 
     init(streams: AgentStreams, spool: ResultSpool, agentID: String, maxPendingTriggers: Int = 64, logger: Logger) {
@@ -113,6 +115,8 @@ public final class AgentCapture: Sendable {
 
     /// Captures one photo per device exposed at or after `fireAt`, stores each, and reports the firing.
     private func fire(triggerID: String, devices: [String], session: String, settings: WirePhotoSettings, fireAt: Int64, firedAt: Int64) async -> WireEnvelope.OneOf_Body {
+        inFlight.withLockedValue { $0 += 1 }
+        defer { inFlight.withLockedValue { $0 -= 1 } }
         var fired = WireTriggerFired()
         fired.triggerID = triggerID
         fired.firedAt.nanoseconds = firedAt
@@ -153,6 +157,14 @@ public final class AgentCapture: Sendable {
             }
         }
         return .triggerFired(fired)
+    }
+
+    /// Waits (up to `timeout`) for captures already fired to be stored: a shutdown loses none of them.
+    func drain(timeout: Duration = .seconds(10)) async {
+        let deadline = ContinuousClock.now + timeout
+        while inFlight.withLockedValue({ $0 }) > 0 && ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
     }
 
     private func error(_ code: WireErrorCode, _ message: String, device: String = "") -> WireError {

@@ -17,12 +17,21 @@ public final class AgentServer: Service, Sendable {
     private let logger: Logger
     private let connections = ConnectionRegistry()
     private let addressPromise: EventLoopPromise<SocketAddress>
+    private let router: AgentRequestRouter
 
     public init(configuration: AgentConfiguration, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger) {
         self.configuration = configuration
         self.group = group
         self.logger = logger
         self.addressPromise = group.any().makePromise(of: SocketAddress.self)
+        let streams = configuration.devices.map { AgentStreams(devices: $0, logger: logger) }
+        let capture: AgentCapture? =
+            if let streams, let spool = configuration.spool {
+                AgentCapture(streams: streams, spool: spool, agentID: configuration.agentID, logger: logger)
+            } else {
+                nil
+            }
+        router = AgentRequestRouter(agentID: configuration.agentID, devices: configuration.devices, streams: streams, capture: capture)
     }
 
     /// The address the server listens on, once bound (useful with port 0).
@@ -65,20 +74,16 @@ public final class AgentServer: Service, Sendable {
             channel.close(promise: nil)
         }
         await connections.closeAll(reason: "agent \(configuration.agentID) is shutting down")
+        router.streams?.stopAll(message: "agent is shutting down")
+        await router.capture?.drain()
+        logger.info("stopped")
     }
 
     private func makeBootstrap() -> ServerBootstrap {
         let configuration = self.configuration
         let connections = self.connections
         let logger = self.logger
-        let streams = configuration.devices.map { AgentStreams(devices: $0, logger: logger) }
-        let capture: AgentCapture? =
-            if let streams, let spool = configuration.spool {
-                AgentCapture(streams: streams, spool: spool, agentID: configuration.agentID, logger: logger)
-            } else {
-                nil
-            }
-        let router = AgentRequestRouter(agentID: configuration.agentID, devices: configuration.devices, streams: streams, capture: capture)
+        let router = self.router
         return ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)

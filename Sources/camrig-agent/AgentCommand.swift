@@ -22,8 +22,11 @@ struct AgentCommand: AsyncParsableCommand {
         version: "camrig-agent \(CamRigVersion.string)"
     )
 
-    @Option(name: .long, help: ArgumentHelp("Address to listen on; port 0 picks a free one.", valueName: "host:port"))
-    var listen = "0.0.0.0:\(WireProtocol.defaultPort)"
+    @Option(name: .long, help: ArgumentHelp("Configuration file (YAML, see deploy/agent.yaml); flags override it.", valueName: "file"))
+    var config: String?
+
+    @Option(name: .long, help: ArgumentHelp("Address to listen on; port 0 picks a free one (default 0.0.0.0:7450).", valueName: "host:port"))
+    var listen: String?
 
     @Option(name: .long, help: ArgumentHelp("Directory with ca.pem and this agent's certificate and key.", valueName: "dir"))
     var tlsDir: String?
@@ -37,23 +40,23 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Agent id announced to clients (default: the certificate's name, or the host name with --insecure).")
     var agentID: String?
 
-    @Option(name: .long, help: "Seconds a client has to complete TLS and send hello.")
-    var handshakeTimeout = 10
+    @Option(name: .long, help: "Seconds a client has to complete TLS and send hello (default 10).")
+    var handshakeTimeout: Int?
 
-    @Option(name: .long, help: "Seconds of silence after which a client connection is closed.")
-    var idleTimeout = 120
+    @Option(name: .long, help: "Seconds of silence after which a client connection is closed (default 120).")
+    var idleTimeout: Int?
 
-    @Option(name: .long, help: "Most client connections served at once.")
-    var maxConnections = 64
+    @Option(name: .long, help: "Most client connections served at once (default 64).")
+    var maxConnections: Int?
 
-    @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical.")
-    var logLevel: Logger.Level = .info
+    @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical (default info).")
+    var logLevel: Logger.Level?
 
     @Flag(name: .long, help: "Print the devices this agent would serve (formats, frame-rate ranges, controls) and exit.")
     var listDevices = false
 
     @Option(name: .long, help: "Serve N synthetic cameras.")
-    var synthetic = 0
+    var synthetic: Int?
 
     @Option(name: .long, help: ArgumentHelp("V4L2 device nodes to serve, as a glob (repeatable; default /dev/video* unless --synthetic is given).", valueName: "glob"))
     var v4l2: [String] = []
@@ -61,44 +64,91 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Directory of the result spool (default: $STATE_DIRECTORY/spool under systemd, else ~/.local/state/camrig/spool).", valueName: "dir"))
     var spoolDir: String?
 
-    @Option(name: .long, help: "Largest size of the result spool in MiB; captures beyond it are refused, never older results dropped.")
-    var spoolSizeMb = 1024
+    @Option(name: .long, help: "Largest size of the result spool in MiB (default 1024); captures beyond it are refused, never older results dropped.")
+    var spoolSizeMb: Int?
 
     @Flag(name: .long, help: "With --list-devices: print JSON.")
     var json = false
 
-    /// The device sources the options select.
-    func providers() -> (providers: [any DeviceProvider], v4l2: V4L2DeviceProvider?) {
+    /// Flags over the configuration file over defaults, checked.
+    struct Settings {
+        var listenHost: String
+        var listenPort: Int
+        var tlsDir: String?
+        var identity: String?
+        var insecure: Bool
+        var agentID: String?
+        var handshakeTimeout: Int
+        var idleTimeout: Int
+        var maxConnections: Int
+        var logLevel: Logger.Level
+        var synthetic: Int
+        var v4l2: [String]
+        var spoolDir: String
+        var spoolSizeMB: Int
+    }
+
+    func settings() throws -> Settings {
+        let file = try config.map { path -> AgentConfigurationFile in
+            do { return try AgentConfigurationFile(contentsOf: path) } catch { throw ValidationError("\(error)") }
+        } ?? AgentConfigurationFile()
+        let listenText = listen ?? file.listen ?? "0.0.0.0:\(WireProtocol.defaultPort)"
+        guard let (host, port) = Self.split(listenText), (0...65535).contains(port) else {
+            throw ValidationError("listen address '\(listenText)' is not HOST:PORT")
+        }
+        var level = logLevel ?? .info
+        if logLevel == nil, let text = file.logLevel {
+            guard let parsed = Logger.Level(rawValue: text) else { throw ValidationError("log_level '\(text)' is not one of trace, debug, info, notice, warning, error, critical") }
+            level = parsed
+        }
+        let settings = Settings(
+            listenHost: host,
+            listenPort: port,
+            tlsDir: tlsDir ?? file.tlsDir,
+            identity: identity ?? file.identity,
+            insecure: insecure || file.insecure == true,
+            agentID: agentID ?? file.agentID,
+            handshakeTimeout: handshakeTimeout ?? file.limits?.handshakeTimeoutSeconds ?? 10,
+            idleTimeout: idleTimeout ?? file.limits?.idleTimeoutSeconds ?? 120,
+            maxConnections: maxConnections ?? file.limits?.maxConnections ?? 64,
+            logLevel: level,
+            synthetic: synthetic ?? file.devices?.synthetic ?? 0,
+            v4l2: v4l2.isEmpty ? (file.devices?.v4l2 ?? []) : v4l2,
+            spoolDir: spoolDir ?? file.spool?.dir
+                ?? ProcessInfo.processInfo.environment["STATE_DIRECTORY"].map { "\($0)/spool" }
+                ?? "\(NSHomeDirectory())/.local/state/camrig/spool",
+            spoolSizeMB: spoolSizeMb ?? file.spool?.sizeMB ?? 1024
+        )
+        guard (0...64).contains(settings.synthetic) else { throw ValidationError("synthetic cameras must be within 0…64") }
+        guard settings.spoolSizeMB > 0 else { throw ValidationError("the spool size must be positive") }
+        guard settings.handshakeTimeout > 0, settings.idleTimeout > 0, settings.maxConnections > 0 else {
+            throw ValidationError("timeouts and the connection limit must be positive")
+        }
+        if listDevices { return settings }
+        if settings.insecure && settings.tlsDir != nil { throw ValidationError("--insecure and --tls-dir exclude each other") }
+        if !settings.insecure && settings.tlsDir == nil {
+            throw ValidationError("TLS is required: pass --tls-dir DIR holding ca.pem and this agent's certificate (see `camrig certs`), or --insecure for development")
+        }
+        return settings
+    }
+
+    /// The device sources the settings select.
+    static func providers(_ settings: Settings) -> (providers: [any DeviceProvider], v4l2: V4L2DeviceProvider?) {
         var providers: [any DeviceProvider] = []
-        if synthetic > 0 { providers.append(SyntheticDeviceProvider(count: synthetic)) }
+        if settings.synthetic > 0 { providers.append(SyntheticDeviceProvider(count: settings.synthetic)) }
         var v4l2Provider: V4L2DeviceProvider?
-        if !v4l2.isEmpty || synthetic == 0 {
-            let provider = V4L2DeviceProvider(patterns: v4l2.isEmpty ? ["/dev/video*"] : v4l2)
+        if !settings.v4l2.isEmpty || settings.synthetic == 0 {
+            let provider = V4L2DeviceProvider(patterns: settings.v4l2.isEmpty ? ["/dev/video*"] : settings.v4l2)
             providers.append(provider)
             v4l2Provider = provider
         }
         return (providers, v4l2Provider)
     }
 
-    func validate() throws {
-        guard synthetic >= 0, synthetic <= 64 else { throw ValidationError("--synthetic must be within 0…64") }
-        guard spoolSizeMb > 0 else { throw ValidationError("--spool-size-mb must be positive") }
-        if listDevices { return }
-        guard let (_, port) = Self.split(listen), (0...65535).contains(port) else {
-            throw ValidationError("--listen '\(listen)' is not HOST:PORT")
-        }
-        if insecure && tlsDir != nil { throw ValidationError("--insecure and --tls-dir exclude each other") }
-        if !insecure && tlsDir == nil {
-            throw ValidationError("TLS is required: pass --tls-dir DIR holding ca.pem and this agent's certificate (see `camrig certs`), or --insecure for development")
-        }
-        guard handshakeTimeout > 0, idleTimeout > 0, maxConnections > 0 else {
-            throw ValidationError("timeouts and --max-connections must be positive")
-        }
-    }
-
     func run() async throws {
+        let settings = try settings()
         if listDevices {
-            let (providers, v4l2Provider) = providers()
+            let (providers, v4l2Provider) = Self.providers(settings)
             let discovery = DeviceDiscovery(providers: providers)
             let listing = DeviceListing(devices: discovery.devices, skipped: v4l2Provider?.skipped ?? [:])
             if json {
@@ -110,23 +160,19 @@ struct AgentCommand: AsyncParsableCommand {
             }
             return
         }
-        let level = logLevel
+        let level = settings.logLevel
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = level
             return handler
         }
         let logger = Logger(label: "camrig.agent")
-        let (host, port) = Self.split(listen)!
-        let discovery = DeviceDiscovery(providers: providers().providers)
-        let spoolPath = spoolDir
-            ?? ProcessInfo.processInfo.environment["STATE_DIRECTORY"].map { "\($0)/spool" }
-            ?? "\(NSHomeDirectory())/.local/state/camrig/spool"
+        let discovery = DeviceDiscovery(providers: Self.providers(settings).providers)
         let spool: ResultSpool
         do {
-            spool = try ResultSpool(directory: URL(fileURLWithPath: spoolPath), capacityBytes: UInt64(spoolSizeMb) << 20)
+            spool = try ResultSpool(directory: URL(fileURLWithPath: settings.spoolDir), capacityBytes: UInt64(settings.spoolSizeMB) << 20)
         } catch {
-            throw ValidationError("cannot use \(spoolPath) as the result spool: \(error); choose one with --spool-dir")
+            throw ValidationError("cannot use \(settings.spoolDir) as the result spool: \(error); choose one with --spool-dir")
         }
         if spool.count > 0 {
             logger.info("results waiting in the spool from before", metadata: ["results": "\(spool.count)", "bytes": "\(spool.usedBytes)"])
@@ -136,13 +182,13 @@ struct AgentCommand: AsyncParsableCommand {
         let security: AgentConfiguration.Security
         let agentName: String
         do {
-            if insecure {
+            if settings.insecure {
                 security = .insecure
-                agentName = agentID ?? ProcessInfo.processInfo.hostName
+                agentName = settings.agentID ?? ProcessInfo.processInfo.hostName
             } else {
-                let tls = try MutualTLS.agent(directory: TLSDirectory(path: tlsDir!), identityName: identity)
+                let tls = try MutualTLS.agent(directory: TLSDirectory(path: settings.tlsDir!), identityName: settings.identity)
                 security = .tls(tls)
-                agentName = agentID ?? tls.identity.name
+                agentName = settings.agentID ?? tls.identity.name
             }
         } catch let error as SecurityError {
             throw ValidationError(error.message)
@@ -150,13 +196,13 @@ struct AgentCommand: AsyncParsableCommand {
 
         let server = AgentServer(
             configuration: AgentConfiguration(
-                host: host,
-                port: port,
+                host: settings.listenHost,
+                port: settings.listenPort,
                 security: security,
                 agentID: agentName,
-                handshakeTimeout: .seconds(Int64(handshakeTimeout)),
-                idleTimeout: .seconds(Int64(idleTimeout)),
-                maxConnections: maxConnections,
+                handshakeTimeout: .seconds(Int64(settings.handshakeTimeout)),
+                idleTimeout: .seconds(Int64(settings.idleTimeout)),
+                maxConnections: settings.maxConnections,
                 devices: AgentDevices(discovery: discovery, agentID: agentName, logger: logger),
                 spool: spool
             ),
@@ -172,7 +218,7 @@ struct AgentCommand: AsyncParsableCommand {
         let announce = Task {
             guard let address = try? await server.localAddress else { return }
             // Unbuffered, so a supervising script sees it at once even through a pipe.
-            FileHandle.standardOutput.write(Data("listening \(address.ipAddress ?? host):\(address.port ?? port)\n".utf8))
+            FileHandle.standardOutput.write(Data("listening \(address.ipAddress ?? settings.listenHost):\(address.port ?? settings.listenPort)\n".utf8))
         }
         defer { announce.cancel() }
         try await group.run()

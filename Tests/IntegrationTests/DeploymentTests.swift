@@ -1,0 +1,72 @@
+import CamRigAgent
+import CamRigCoordinator
+import CamRigSecurity
+import CamRigTestSupport
+import CamRigWire
+import Foundation
+import Testing
+
+/// The files in deploy/ work as shipped.
+@Suite("Deployment files")
+struct DeploymentTests {
+    static let deploy = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("deploy")
+
+    @Test("the example configuration parses")
+    func exampleConfiguration() throws {
+        let file = try AgentConfigurationFile(contentsOf: Self.deploy.appendingPathComponent("agent.yaml").path)
+        #expect(file.tlsDir == "/etc/camrig/tls")
+        #expect(file.spool?.dir == "/var/lib/camrig/spool")
+        #expect(file.devices?.v4l2 == ["/dev/video*"])
+    }
+
+    @Test("an agent takes its settings from --config, and flags override them")
+    func configurationFile() async throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let directory = NSTemporaryDirectory() + "camrig-config-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let config = directory + "/agent.yaml"
+        try """
+        listen: 127.0.0.1:1
+        tls_dir: \(pki.path)
+        agent_id: from-file
+        spool:
+          dir: \(directory)/spool
+        devices:
+          synthetic: 3
+        """.write(toFile: config, atomically: true, encoding: .utf8)
+        // AgentProcess adds --listen 127.0.0.1:0, which must win over the file's port 1.
+        let agent = try AgentProcess(["--config", config, "--synthetic", "2"])
+        defer { agent.stop() }
+        let client = try await AgentClient.connect(
+            to: AgentEndpoint(host: agent.host, port: agent.port),
+            security: .tls(try MutualTLS.client(directory: pki.directory))
+        )
+        #expect(client.welcome.agentID == "from-file")
+        guard case .deviceList(let list) = try await client.request(.listDevices(.init())).frame.envelope.body else { return }
+        #expect(list.devices.count == 2, "--synthetic 2 overrides the file's 3")
+        #expect(FileManager.default.fileExists(atPath: directory + "/spool/results"))
+        await client.close()
+
+        try "listn: 0.0.0.0:1".write(toFile: config, atomically: true, encoding: .utf8)
+        let typo = try Executables.run("camrig-agent", ["--config", config])
+        #expect(typo.status != 0)
+        #expect(typo.stderr.contains("unknown key 'listn'"))
+    }
+
+    @Test("systemd-analyze verify accepts the agent's unit", .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze"), "no systemd-analyze"))
+    func systemdUnit() throws {
+        let directory = NSTemporaryDirectory() + "camrig-unit-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        // verify checks that ExecStart exists: point it at the built binary.
+        let unit = try String(contentsOf: Self.deploy.appendingPathComponent("camrig-agent.service"), encoding: .utf8)
+            .replacingOccurrences(of: "/usr/local/bin/camrig-agent", with: Executables.url("camrig-agent").path)
+        try unit.write(toFile: directory + "/camrig-agent.service", atomically: true, encoding: .utf8)
+        let result = try Executables.runTool("/usr/bin/systemd-analyze", ["verify", directory + "/camrig-agent.service"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(!result.stderr.contains("camrig-agent.service:"), "warnings about the unit: \(result.stderr)")
+    }
+}
