@@ -178,6 +178,8 @@ final class AgentConnectionHandler: ChannelInboundHandler {
                 tlsFailureLogged = true
                 if let refusal = verification?.refusal {
                     logger.warning("refused client: \(refusal.message)", metadata: ["reason": "\(refusal.reason.rawValue)"])
+                } else if machine == nil, MutualTLS.explain(error) == "closed the connection during the TLS handshake" {
+                    logger.info("client closed the connection during the TLS handshake")
                 } else if machine == nil {
                     logger.warning("refused client: \(MutualTLS.explain(error))")
                 } else {

@@ -126,6 +126,7 @@ public struct MutualTLS: Sendable {
         let text = String(describing: error)
         let known: [(String, String)] = [
             ("PEER_DID_NOT_RETURN_A_CERTIFICATE", "presented no certificate"),
+            ("EOF during handshake", "closed the connection during the TLS handshake"),
             ("CERTIFICATE_REQUIRED", "the peer requires a certificate and this side presented none"),
             ("WRONG_VERSION_NUMBER", "did not speak TLS (plaintext or garbage on a TLS port?)"),
             ("HTTP_REQUEST", "sent HTTP, not TLS"),
