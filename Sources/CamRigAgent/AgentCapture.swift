@@ -31,7 +31,12 @@ public final class AgentCapture: Sendable {
     }
 
     /// Answers capture, trigger and spool requests; `reply` may be called several times for streams.
-    func handle(_ body: WireEnvelope.OneOf_Body, requestID: UInt64, reply: @escaping @Sendable (WireEnvelope.OneOf_Body, ByteBuffer?) -> Void) {
+    func handle(
+        _ body: WireEnvelope.OneOf_Body,
+        requestID: UInt64,
+        connection: AgentRequestRouter.Connection,
+        reply: @escaping @Sendable (WireEnvelope.OneOf_Body, ByteBuffer?) -> Void
+    ) {
         switch body {
         case .capturePhoto(let capture):
             let now = MonotonicClock.now()
@@ -40,7 +45,7 @@ public final class AgentCapture: Sendable {
             }
 
         case .scheduleTrigger(let trigger):
-            schedule(trigger, reply: { reply($0, nil) })
+            schedule(trigger, requestID: requestID, connection: connection, reply: { reply($0, nil) })
 
         case .fetchResults(let fetch):
             var results = spool.pending(session: fetch.sessionID)
@@ -66,10 +71,19 @@ public final class AgentCapture: Sendable {
         }
     }
 
-    private func schedule(_ trigger: WireScheduleTrigger, reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void) {
+    private func schedule(
+        _ trigger: WireScheduleTrigger,
+        requestID: UInt64,
+        connection: AgentRequestRouter.Connection,
+        reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void
+    ) {
         let now = MonotonicClock.now()
-        guard trigger.action == .capturePhoto else {
-            reply(.error(error(.unsupported, "trigger action \(trigger.action) is not served yet; use CAPTURE_PHOTO")))
+        guard trigger.action == .capturePhoto || trigger.action == .startStream else {
+            reply(.error(error(.invalidArgument, "trigger \(trigger.triggerID) has no action; use CAPTURE_PHOTO or START_STREAM")))
+            return
+        }
+        if trigger.action == .startStream && trigger.deviceIds.count != 1 {
+            reply(.error(error(.invalidArgument, "a START_STREAM trigger names exactly one device (one trigger per device); got \(trigger.deviceIds.count)")))
             return
         }
         guard !trigger.deviceIds.isEmpty else {
@@ -104,6 +118,10 @@ public final class AgentCapture: Sendable {
             var firedAt = MonotonicClock.now()
             while firedAt < fireAt { firedAt = MonotonicClock.now() }
             self.pending.withLockedValue { $0 -= 1 }
+            if trigger.action == .startStream {
+                self.startStream(trigger, requestID: requestID, connection: connection, fireAt: fireAt, firedAt: firedAt, reply: reply)
+                return
+            }
             Task {
                 reply(await self.fire(triggerID: trigger.triggerID, devices: trigger.deviceIds, session: trigger.sessionID, settings: trigger.photoSettings, fireAt: fireAt, firedAt: firedAt))
             }
@@ -157,6 +175,39 @@ public final class AgentCapture: Sendable {
             }
         }
         return .triggerFired(fired)
+    }
+
+    /// At T: reports the firing, then streams the device's frames exposed from T on, on the trigger's
+    /// request id (`StreamStarted`, `VideoFrame`…, `StreamEnded`).
+    private func startStream(
+        _ trigger: WireScheduleTrigger,
+        requestID: UInt64,
+        connection: AgentRequestRouter.Connection,
+        fireAt: Int64,
+        firedAt: Int64,
+        reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void
+    ) {
+        var fired = WireTriggerFired()
+        fired.triggerID = trigger.triggerID
+        fired.firedAt.nanoseconds = firedAt
+        fired.firedAt.clock = .agentMonotonic
+        fired.firedAt.marks = .triggerFire
+        fired.latenessNs = firedAt - fireAt
+        reply(.triggerFired(fired))
+        let subscriber = StreamSubscriber(
+            requestID: requestID,
+            connection: connection.id,
+            maxQueued: 8,
+            notBefore: fireAt,
+            eventLoop: connection.eventLoop,
+            write: connection.write
+        )
+        streams.devices.queue.async {
+            switch self.streams.start(deviceID: trigger.deviceIds[0], subscriber: subscriber) {
+            case .started(_, let format): subscriber.open(format: format)
+            case .failed(let failure): reply(.error(failure))
+            }
+        }
     }
 
     /// Waits (up to `timeout`) for captures already fired to be stored: a shutdown loses none of them.

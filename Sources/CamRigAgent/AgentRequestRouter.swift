@@ -67,7 +67,7 @@ struct AgentRequestRouter: Sendable {
                 return
             case .capturePhoto, .scheduleTrigger, .fetchResults, .acknowledgeResults:
                 guard let capture else { break }
-                capture.handle(body, requestID: requestID) { answer, payload in
+                capture.handle(body, requestID: requestID, connection: connection) { answer, payload in
                     connection.write(WireFrame(requestID: requestID, answer, payload: payload), nil)
                 }
                 return

@@ -191,6 +191,8 @@ final class StreamSubscriber: FrameSink, @unchecked Sendable {
     let requestID: UInt64
     let connection: UInt64
     let maxQueued: Int
+    /// Frames exposed before this agent time are not sent (a stream started by a trigger at T).
+    let notBefore: Int64
     let eventLoop: any EventLoop
     private let write: @Sendable (WireFrame, EventLoopPromise<Void>?) -> Void
     /// Set once by `AgentStreams.start` before the first frame.
@@ -207,12 +209,14 @@ final class StreamSubscriber: FrameSink, @unchecked Sendable {
         requestID: UInt64,
         connection: UInt64,
         maxQueued: Int,
+        notBefore: Int64 = .min,
         eventLoop: any EventLoop,
         write: @escaping @Sendable (WireFrame, EventLoopPromise<Void>?) -> Void
     ) {
         self.requestID = requestID
         self.connection = connection
         self.maxQueued = maxQueued
+        self.notBefore = notBefore
         self.eventLoop = eventLoop
         self.write = write
     }
@@ -235,7 +239,7 @@ final class StreamSubscriber: FrameSink, @unchecked Sendable {
     }
 
     private func send(_ frame: CapturedFrame) {
-        guard opened, !ended else { return }
+        guard opened, !ended, frame.timestamp >= notBefore else { return }
         guard inFlight < maxQueued else {
             droppedSinceLastSent += 1
             dropped += 1

@@ -17,6 +17,8 @@ final class AgentClientHandler: ChannelInboundHandler {
     private let verification: PeerVerificationRecord?
     private var pending: [UInt64: (promise: EventLoopPromise<AgentReply>, sentAt: Int64)] = [:]
     private var streams: [UInt64: AsyncThrowingStream<WireFrame, any Error>.Continuation] = [:]
+    /// Streams opened by a START_STREAM trigger go on past `TriggerFired`, to `StreamEnded`.
+    private var streamsPastTrigger: Set<UInt64> = []
     private var nextRequestID: UInt64 = 2  // 1 is the hello
     private var closeError: AgentClientError?
     private var context: ChannelHandlerContext?
@@ -80,6 +82,7 @@ final class AgentClientHandler: ChannelInboundHandler {
         let requestID = nextRequestID
         nextRequestID &+= 1
         streams[requestID] = continuation
+        if case .scheduleTrigger(let trigger) = body, trigger.action == .startStream { streamsPastTrigger.insert(requestID) }
         context.writeAndFlush(wrapOutboundOut(WireFrame(requestID: requestID, body)), promise: nil)
     }
 
@@ -165,8 +168,11 @@ final class AgentClientHandler: ChannelInboundHandler {
                 case .error(let error):
                     streams.removeValue(forKey: frame.requestID)
                     continuation.finish(throwing: AgentClientError(.remoteError, agent: agent, error.message, code: error.code))
+                case .triggerFired where streamsPastTrigger.contains(frame.requestID):
+                    continuation.yield(frame)
                 case .streamEnded, .resultsEnd, .triggerFired:
                     streams.removeValue(forKey: frame.requestID)
+                    streamsPastTrigger.remove(frame.requestID)
                     continuation.yield(frame)
                     continuation.finish()
                 default:

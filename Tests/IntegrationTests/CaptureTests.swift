@@ -121,6 +121,57 @@ struct CaptureTests {
         await client.close()
     }
 
+    @Test("a START_STREAM trigger starts the stream at T: only frames exposed from T on are sent")
+    func streamAtT() async throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let spool = NSTemporaryDirectory() + "camrig-spool-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: spool) }
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1", "--spool-dir", spool])
+        defer { agent.stop() }
+        let client = try await connect(agent, pki)
+        // Someone already watches the device, so it streams before T.
+        let early = client.stream(.startStream({ var start = WireStartStream(); start.deviceID = "synthetic:SYN0001"; return start }()))
+        var iterator = early.makeAsyncIterator()
+        _ = try await iterator.next()
+
+        var trigger = WireScheduleTrigger()
+        trigger.triggerID = "rec"
+        trigger.action = .startStream
+        trigger.deviceIds = ["synthetic:SYN0001"]
+        trigger.fireAtNs = MonotonicClock.now() + 150_000_000
+        var kinds: [String] = []
+        var stamps: [Int64] = []
+        var streamID = ""
+        for try await message in client.stream(.scheduleTrigger(trigger)) {
+            kinds.append(message.envelope.messageName)
+            switch message.envelope.body {
+            case .streamStarted(let started):
+                streamID = started.streamID
+            case .videoFrame(let frame):
+                stamps.append(frame.timestamp.nanoseconds)
+                if stamps.count == 10 {
+                    var stop = WireStopStream()
+                    stop.streamID = streamID
+                    _ = try await client.request(.stopStream(stop))
+                }
+            default:
+                break
+            }
+        }
+        #expect(Array(kinds.prefix(3)) == ["trigger_scheduled", "trigger_fired", "stream_started"])
+        #expect(kinds.last == "stream_ended")
+        #expect(stamps.count >= 10)
+        #expect(stamps.allSatisfy { $0 >= trigger.fireAtNs }, "no frame from before T")
+
+        trigger.triggerID = "two"
+        trigger.deviceIds = ["synthetic:SYN0001", "synthetic:SYN0001"]
+        trigger.fireAtNs = MonotonicClock.now() + 150_000_000
+        let refused = await #expect(throws: AgentClientError.self) { try await client.request(.scheduleTrigger(trigger)) }
+        #expect(refused?.code == .invalidArgument)
+        await client.close()
+    }
+
     @Test("a full spool refuses new captures and keeps the old ones")
     func spoolFull() async throws {
         let pki = try TestPKI()
