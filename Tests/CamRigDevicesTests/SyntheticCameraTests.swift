@@ -1,5 +1,6 @@
 import CamRigDevices
 import CamRigTestSupport
+import Foundation
 import NIOCore
 import Testing
 
@@ -15,6 +16,21 @@ struct SyntheticCameraTests {
         return frames
     }
 
+    /// Frames straight from the camera's own thread, with no consumer that a busy machine could stall.
+    func direct(_ configuration: SyntheticCameraConfiguration, count: Int) async throws -> [CapturedFrame] {
+        let camera = SyntheticCamera(configuration)
+        let formats = try camera.formats()
+        let hfr = formats.first { $0.id == "YUYV-320x240" }!
+        _ = try camera.activate(format: hfr, frameDuration: FrameDuration(framesPerSecond: 120)!)
+        let collected = FrameCollector()
+        try camera.startStreaming(bufferCount: 4) { event in
+            if case .frame(let frame) = event { collected.append(frame) }
+        }
+        while collected.count < count { try await Task.sleep(for: .milliseconds(20)) }
+        camera.stopStreaming()
+        return Array(collected.all.prefix(count))
+    }
+
     func highSpeed(_ configuration: SyntheticCameraConfiguration) throws -> CaptureDevice {
         let device = try CaptureDevice(backend: SyntheticCamera(configuration))
         let lock = try device.lockForConfiguration(holder: "test")
@@ -24,9 +40,8 @@ struct SyntheticCameraTests {
 
     @Test("100 frames: consecutive sequence numbers, stamps spaced by the frame duration, pixels that say which frame and when")
     func hundredFrames() async throws {
-        let device = try highSpeed(SyntheticCameraConfiguration(serial: "S1"))
         let before = HostClock.monotonicNow()
-        let frames = try await capture(device, count: 100)
+        let frames = try await direct(SyntheticCameraConfiguration(serial: "S1"), count: 100)
         #expect(frames.map(\.sequence) == Array(0..<100))
         let spacing = zip(frames.dropFirst(), frames).map { $0.timestamp - $1.timestamp }
         #expect(spacing.allSatisfy { $0 == FrameDuration(framesPerSecond: 120)!.nanoseconds })
@@ -38,6 +53,27 @@ struct SyntheticCameraTests {
             #expect(decoded.timestamp == frame.timestamp)
             #expect(decoded.fromClaimedDevice)
             #expect(frame.bytes.readableBytes == 320 * 240 * 2)
+        }
+    }
+
+    @Test("through a CaptureDevice stream, every frame is delivered or counted as dropped; leaving the loop stops it")
+    func deviceStreamAccounting() async throws {
+        let device = try highSpeed(SyntheticCameraConfiguration(serial: "S1b"))
+        var frames: [CapturedFrame] = []
+        var dropped: UInt64 = 0
+        do {
+            let stream = try device.frames(bufferLimit: 8)
+            for try await frame in stream {
+                frames.append(frame)
+                if frames.count == 60 { break }
+            }
+            dropped = stream.dropped
+        }
+        let span = frames.last!.sequence - frames.first!.sequence + 1
+        #expect(span == UInt64(frames.count) + dropped, "gaps are exactly the frames counted as dropped")
+        let period = FrameDuration(framesPerSecond: 120)!.nanoseconds
+        for (next, previous) in zip(frames.dropFirst(), frames) {
+            #expect(next.timestamp - previous.timestamp == Int64(next.sequence - previous.sequence) * period)
         }
         #expect(!device.isStreaming, "leaving the loop stops the stream")
     }
@@ -65,8 +101,7 @@ struct SyntheticCameraTests {
     @Test("drops and jitter are reproducible under a seed; dropped frames leave gaps in the sequence")
     func seededDrops() async throws {
         func sequences(seed: UInt64) async throws -> [UInt64] {
-            let device = try highSpeed(SyntheticCameraConfiguration(serial: "S3", seed: seed, dropProbability: 0.2, jitterNanoseconds: 100_000))
-            return try await capture(device, count: 40).map(\.sequence)
+            try await direct(SyntheticCameraConfiguration(serial: "S3", seed: seed, dropProbability: 0.2, jitterNanoseconds: 100_000), count: 40).map(\.sequence)
         }
         let a = try await sequences(seed: 42)
         let b = try await sequences(seed: 42)
@@ -147,4 +182,12 @@ struct SyntheticCameraTests {
         #expect(error?.code == .busy)
         for try await _ in stream { break }
     }
+}
+
+final class FrameCollector: @unchecked Sendable {
+    private let lock = NSLock()
+    private var frames: [CapturedFrame] = []
+    func append(_ frame: CapturedFrame) { lock.lock(); frames.append(frame); lock.unlock() }
+    var count: Int { lock.lock(); defer { lock.unlock() }; return frames.count }
+    var all: [CapturedFrame] { lock.lock(); defer { lock.unlock() }; return frames }
 }
