@@ -135,12 +135,7 @@ public final class AgentCapture: Sendable {
     private func fire(triggerID: String, devices: [String], session: String, settings: WirePhotoSettings, fireAt: Int64, firedAt: Int64) async -> WireEnvelope.OneOf_Body {
         inFlight.withLockedValue { $0 += 1 }
         defer { inFlight.withLockedValue { $0 -= 1 } }
-        var fired = WireTriggerFired()
-        fired.triggerID = triggerID
-        fired.firedAt.nanoseconds = firedAt
-        fired.firedAt.clock = .agentMonotonic
-        fired.firedAt.marks = .triggerFire
-        fired.latenessNs = firedAt - fireAt
+        var fired = Self.fired(triggerID, fireAt: fireAt, firedAt: firedAt)
         for deviceID in devices {
             do {
                 let frame = try await streams.nextFrame(deviceID: deviceID, notBefore: fireAt)
@@ -187,13 +182,7 @@ public final class AgentCapture: Sendable {
         firedAt: Int64,
         reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void
     ) {
-        var fired = WireTriggerFired()
-        fired.triggerID = trigger.triggerID
-        fired.firedAt.nanoseconds = firedAt
-        fired.firedAt.clock = .agentMonotonic
-        fired.firedAt.marks = .triggerFire
-        fired.latenessNs = firedAt - fireAt
-        reply(.triggerFired(fired))
+        reply(.triggerFired(Self.fired(trigger.triggerID, fireAt: fireAt, firedAt: firedAt)))
         let subscriber = StreamSubscriber(
             requestID: requestID,
             connection: connection.id,
@@ -208,6 +197,17 @@ public final class AgentCapture: Sendable {
             case .failed(let failure): reply(.error(failure))
             }
         }
+    }
+
+    /// The report of a firing: when (agent clock, marking the trigger) and how late.
+    static func fired(_ triggerID: String, fireAt: Int64, firedAt: Int64) -> WireTriggerFired {
+        var fired = WireTriggerFired()
+        fired.triggerID = triggerID
+        fired.firedAt.nanoseconds = firedAt
+        fired.firedAt.clock = .agentMonotonic
+        fired.firedAt.marks = .triggerFire
+        fired.latenessNs = firedAt - fireAt
+        return fired
     }
 
     /// Waits (up to `timeout`) for captures already fired to be stored: a shutdown loses none of them.

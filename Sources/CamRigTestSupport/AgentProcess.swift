@@ -1,3 +1,5 @@
+import CamRigCoordinator
+import CamRigSecurity
 import Foundation
 
 /// A real `camrig-agent` process on loopback, started on a free port.
@@ -95,4 +97,14 @@ public final class AgentProcess: @unchecked Sendable {
 public struct AgentProcessError: Error, CustomStringConvertible {
     public var description: String
     init(_ description: String) { self.description = description }
+}
+
+extension AgentProcess {
+    /// Connects to this agent over TLS with certificate `identity` from `pki`.
+    public func connect(_ pki: TestPKI, as identity: String = "coordinator") async throws -> AgentClient {
+        try await AgentClient.connect(
+            to: AgentEndpoint(host: host, port: port),
+            security: .tls(try MutualTLS.client(directory: pki.directory, identityName: identity))
+        )
+    }
 }

@@ -10,13 +10,6 @@ import Testing
 /// Photos, scheduled triggers and the result spool on real agent processes.
 @Suite("Capture, triggers and the spool")
 struct CaptureTests {
-    func connect(_ agent: AgentProcess, _ pki: TestPKI) async throws -> AgentClient {
-        try await AgentClient.connect(
-            to: AgentEndpoint(host: agent.host, port: agent.port),
-            security: .tls(try MutualTLS.client(directory: pki.directory))
-        )
-    }
-
     func capture(_ client: AgentClient, session: String = "s1") async throws -> WireTriggerFired {
         var capture = WireCapturePhoto()
         capture.deviceID = "synthetic:SYN0001"
@@ -46,7 +39,7 @@ struct CaptureTests {
         let arguments = ["--tls-dir", pki.path, "--synthetic", "1", "--spool-dir", spool]
 
         var agent = try AgentProcess(arguments)
-        var client = try await connect(agent, pki)
+        var client = try await agent.connect(pki)
         var captured: [String] = []
         for _ in 0..<3 { captured += try await capture(client).resultIds }
         // A capture in flight when the agent dies: either stored whole or not at all.
@@ -59,7 +52,7 @@ struct CaptureTests {
         #expect(captured.count == 3)
 
         agent = try AgentProcess(arguments)
-        client = try await connect(agent, pki)
+        client = try await agent.connect(pki)
         let offered = try await fetch(client)
         let ids = offered.map(\.0.resultID)
         #expect(Set(captured).isSubset(of: Set(ids)), "every acknowledged-later result survives the crash")
@@ -76,7 +69,7 @@ struct CaptureTests {
         agent.stop()
 
         agent = try AgentProcess(arguments)
-        client = try await connect(agent, pki)
+        client = try await agent.connect(pki)
         #expect(try await fetch(client).isEmpty, "acknowledged results are gone for good")
         await client.close()
         agent.stop()
@@ -90,7 +83,7 @@ struct CaptureTests {
         defer { try? FileManager.default.removeItem(atPath: spool) }
         let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1", "--spool-dir", spool])
         defer { agent.stop() }
-        let client = try await connect(agent, pki)
+        let client = try await agent.connect(pki)
         #expect(client.welcome.capabilities.contains("capture"))
 
         var trigger = WireScheduleTrigger()
@@ -129,7 +122,7 @@ struct CaptureTests {
         defer { try? FileManager.default.removeItem(atPath: spool) }
         let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1", "--spool-dir", spool])
         defer { agent.stop() }
-        let client = try await connect(agent, pki)
+        let client = try await agent.connect(pki)
         // Someone already watches the device, so it streams before T.
         let early = client.stream(.startStream({ var start = WireStartStream(); start.deviceID = "synthetic:SYN0001"; return start }()))
         var iterator = early.makeAsyncIterator()
@@ -180,7 +173,7 @@ struct CaptureTests {
         defer { try? FileManager.default.removeItem(atPath: spool) }
         let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1", "--spool-dir", spool, "--spool-size-mb", "1"])
         defer { agent.stop() }
-        let client = try await connect(agent, pki)
+        let client = try await agent.connect(pki)
         let first = try await capture(client)
         let full = await #expect(throws: AgentClientError.self) { try await capture(client) }
         #expect(full?.code == .spoolFull)

@@ -8,13 +8,6 @@ import Testing
 /// Device operations and configuration leases on a real agent process with synthetic cameras.
 @Suite("Devices and leases over the wire")
 struct DeviceLeaseTests {
-    func connect(_ agent: AgentProcess, _ pki: TestPKI, as identity: String) async throws -> AgentClient {
-        try await AgentClient.connect(
-            to: AgentEndpoint(host: agent.host, port: agent.port),
-            security: .tls(try MutualTLS.client(directory: pki.directory, identityName: identity))
-        )
-    }
-
     func remoteError(_ body: () async throws -> Void) async -> AgentClientError? {
         do {
             try await body()
@@ -53,7 +46,7 @@ struct DeviceLeaseTests {
         defer { pki.remove() }
         let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "2"])
         defer { agent.stop() }
-        let client = try await connect(agent, pki, as: "viewer-1")
+        let client = try await agent.connect(pki, as: "viewer-1")
         #expect(client.welcome.capabilities.contains("devices"))
         guard case .deviceList(let list) = try await client.request(.listDevices(.init())).frame.envelope.body else {
             Issue.record("no device list")
@@ -88,8 +81,8 @@ struct DeviceLeaseTests {
         let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
         defer { agent.stop() }
         let device = "synthetic:SYN0001"
-        let first = try await connect(agent, pki, as: "coordinator")
-        let second = try await connect(agent, pki, as: "coordinator-2")
+        let first = try await agent.connect(pki, as: "coordinator")
+        let second = try await agent.connect(pki, as: "coordinator-2")
 
         let lease = try await lock(first, device, ms: 30_000)
         #expect(lease.holder == "coordinator")
@@ -137,7 +130,7 @@ struct DeviceLeaseTests {
         let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
         defer { agent.stop() }
         let device = "synthetic:SYN0001"
-        let coordinator = try await connect(agent, pki, as: "coordinator")
+        let coordinator = try await agent.connect(pki, as: "coordinator")
         let lease = try await lock(coordinator, device, ms: 1_000)
         var renew = WireRenewLease()
         renew.leaseID = lease.leaseID
@@ -149,7 +142,7 @@ struct DeviceLeaseTests {
         // Expired means free: the same client can lock again.
         _ = try await lock(coordinator, device)
 
-        let viewer = try await connect(agent, pki, as: "viewer-1")
+        let viewer = try await agent.connect(pki, as: "viewer-1")
         let denied = await remoteError { _ = try await lock(viewer, device) }
         #expect(denied?.code == .permissionDenied)
         await viewer.close()

@@ -8,13 +8,6 @@ import Testing
 /// Events pushed to subscribed clients by a real agent process.
 @Suite("Events")
 struct EventTests {
-    func connect(_ agent: AgentProcess, _ pki: TestPKI, as identity: String = "coordinator") async throws -> AgentClient {
-        try await AgentClient.connect(
-            to: AgentEndpoint(host: agent.host, port: agent.port),
-            security: .tls(try MutualTLS.client(directory: pki.directory, identityName: identity))
-        )
-    }
-
     /// Collects events until `count` arrived or `seconds` passed.
     func events(_ client: AgentClient, count: Int, within seconds: Double, after action: @Sendable () async throws -> Void) async throws -> [WireEvent] {
         let stream = client.stream(.subscribe(WireSubscribe()))
@@ -42,8 +35,8 @@ struct EventTests {
         defer { try? FileManager.default.removeItem(atPath: spool) }
         let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1", "--spool-dir", spool])
         defer { agent.stop() }
-        let watcher = try await connect(agent, pki, as: "viewer-1")
-        let coordinator = try await connect(agent, pki)
+        let watcher = try await agent.connect(pki, as: "viewer-1")
+        let coordinator = try await agent.connect(pki)
         let received = try await events(watcher, count: 2, within: 5) {
             var lock = WireLock()
             lock.deviceID = "synthetic:SYN0001"
@@ -80,7 +73,7 @@ struct EventTests {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let agent = try AgentProcess(["--tls-dir", pki.path, "--v4l2", node, "--spool-dir", NSTemporaryDirectory() + "camrig-spool-\(UUID().uuidString)"])
         defer { agent.stop() }
-        let client = try await connect(agent, pki, as: "viewer-1")
+        let client = try await agent.connect(pki, as: "viewer-1")
         let received = try await events(client, count: 2, within: 6) {
             _ = FileManager.default.createFile(atPath: node, contents: nil)
             try await Task.sleep(for: .milliseconds(2_500))

@@ -10,13 +10,6 @@ import Testing
 /// Streaming from a real agent process with synthetic cameras.
 @Suite("Streaming over the wire")
 struct StreamingTests {
-    func connect(_ agent: AgentProcess, _ pki: TestPKI, as identity: String = "coordinator") async throws -> AgentClient {
-        try await AgentClient.connect(
-            to: AgentEndpoint(host: agent.host, port: agent.port),
-            security: .tls(try MutualTLS.client(directory: pki.directory, identityName: identity))
-        )
-    }
-
     func start(_ device: String, maxQueued: UInt32 = 0) -> WireEnvelope.OneOf_Body {
         var start = WireStartStream()
         start.deviceID = device
@@ -30,7 +23,7 @@ struct StreamingTests {
         defer { pki.remove() }
         let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
         defer { agent.stop() }
-        let client = try await connect(agent, pki, as: "viewer-1")
+        let client = try await agent.connect(pki, as: "viewer-1")
         var streamID = ""
         var frames: [(WireVideoFrame, ByteBuffer)] = []
         var ended: WireStreamEnded?
@@ -76,8 +69,8 @@ struct StreamingTests {
         defer { pki.remove() }
         let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
         defer { agent.stop() }
-        let a = try await connect(agent, pki)
-        let b = try await connect(agent, pki, as: "viewer-1")
+        let a = try await agent.connect(pki)
+        let b = try await agent.connect(pki, as: "viewer-1")
         func sequences(_ client: AgentClient) async throws -> Set<UInt64> {
             var seen = Set<UInt64>()
             for try await message in client.stream(start("synthetic:SYN0001")) {
@@ -101,7 +94,7 @@ struct StreamingTests {
         let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1", "--log-level", "notice"])
         defer { agent.stop() }
         // Put the camera in 1920x1080 YUYV (4 MB frames) at 30 fps.
-        let coordinator = try await connect(agent, pki)
+        let coordinator = try await agent.connect(pki)
         var lock = WireLock()
         lock.deviceID = "synthetic:SYN0001"
         guard case .lease(let lease) = try await coordinator.request(.lock(lock)).frame.envelope.body else { return }
