@@ -10,16 +10,28 @@ public final class AgentProcess: @unchecked Sendable {
     public let host: String
     public let port: Int
     public let logFile: URL
+    /// The private spool this process was given, when the test did not name one.
+    private let ownSpool: URL?
 
     /// `host:port`, as `camrig --agent` takes it.
     public var address: String { "\(host):\(port)" }
 
     /// Starts the agent with `arguments` plus `--listen 127.0.0.1:0` and waits for its `listening` line.
+    /// Unless `arguments` name a `--spool-dir` or a `--config`, the agent gets a temporary spool of its own, removed with it.
     public init(_ arguments: [String], startupTimeout: Double = 20) throws {
         logFile = URL(fileURLWithPath: NSTemporaryDirectory() + "camrig-agent-\(UUID().uuidString).log")
         _ = FileManager.default.createFile(atPath: logFile.path, contents: nil)
         process = Process()
         process.executableURL = Executables.url("camrig-agent")
+        var arguments = arguments
+        // A test that names the spool, or passes a configuration file that may, keeps its choice.
+        if arguments.contains("--spool-dir") || arguments.contains("--config") {
+            ownSpool = nil
+        } else {
+            let spool = URL(fileURLWithPath: NSTemporaryDirectory() + "camrig-spool-\(UUID().uuidString)")
+            arguments += ["--spool-dir", spool.path]
+            ownSpool = spool
+        }
         process.arguments = ["--listen", "127.0.0.1:0"] + arguments
         let output = Pipe()
         process.standardOutput = output
@@ -87,6 +99,7 @@ public final class AgentProcess: @unchecked Sendable {
     deinit {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         try? FileManager.default.removeItem(at: logFile)
+        if let ownSpool { try? FileManager.default.removeItem(at: ownSpool) }
     }
 
     static func read(_ url: URL) -> String {

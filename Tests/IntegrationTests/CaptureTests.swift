@@ -79,9 +79,7 @@ struct CaptureTests {
     func triggers() async throws {
         let pki = try TestPKI()
         defer { pki.remove() }
-        let spool = NSTemporaryDirectory() + "camrig-spool-\(UUID().uuidString)"
-        defer { try? FileManager.default.removeItem(atPath: spool) }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1", "--spool-dir", spool])
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
         defer { agent.stop() }
         let client = try await agent.connect(pki)
         #expect(client.welcome.capabilities.contains("capture"))
@@ -118,9 +116,7 @@ struct CaptureTests {
     func streamAtT() async throws {
         let pki = try TestPKI()
         defer { pki.remove() }
-        let spool = NSTemporaryDirectory() + "camrig-spool-\(UUID().uuidString)"
-        defer { try? FileManager.default.removeItem(atPath: spool) }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1", "--spool-dir", spool])
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
         defer { agent.stop() }
         let client = try await agent.connect(pki)
         // Someone already watches the device, so it streams before T.
@@ -169,9 +165,7 @@ struct CaptureTests {
     func spoolFull() async throws {
         let pki = try TestPKI()
         defer { pki.remove() }
-        let spool = NSTemporaryDirectory() + "camrig-spool-\(UUID().uuidString)"
-        defer { try? FileManager.default.removeItem(atPath: spool) }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1", "--spool-dir", spool, "--spool-size-mb", "1"])
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1", "--spool-size-mb", "1"])
         defer { agent.stop() }
         let client = try await agent.connect(pki)
         let first = try await capture(client)

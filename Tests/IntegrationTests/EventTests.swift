@@ -31,9 +31,7 @@ struct EventTests {
     func leaseLostAndLateTrigger() async throws {
         let pki = try TestPKI()
         defer { pki.remove() }
-        let spool = NSTemporaryDirectory() + "camrig-spool-\(UUID().uuidString)"
-        defer { try? FileManager.default.removeItem(atPath: spool) }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1", "--spool-dir", spool])
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
         defer { agent.stop() }
         let watcher = try await agent.connect(pki, as: "viewer-1")
         let coordinator = try await agent.connect(pki)
@@ -71,7 +69,7 @@ struct EventTests {
         for suffix in ["", ".state", ".lock", ".unplugged"] { try? FileManager.default.removeItem(atPath: node + suffix) }
         defer { for suffix in ["", ".state", ".lock", ".unplugged"] { try? FileManager.default.removeItem(atPath: node + suffix) } }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--v4l2", node, "--spool-dir", NSTemporaryDirectory() + "camrig-spool-\(UUID().uuidString)"])
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--v4l2", node])
         defer { agent.stop() }
         let client = try await agent.connect(pki, as: "viewer-1")
         let received = try await events(client, count: 2, within: 6) {
