@@ -6,8 +6,10 @@
 //   CamRigWire         wire protocol: schema (generated), frame codec, connection state machines
 //   CamRigSecurity     certificate authority, peer roles, TLS 1.3 with client certificates
 //   CamRigDevices      the device model and its backends (synthetic, V4L2 through CLibV4L2)
+//   CamRigWireModel    the device model's values in wire messages and back
 //   CamRigAgent        the server that runs on each camera host
-//   CamRigCoordinator  the client side: connections to agents, sessions
+//   CamRigCoordinator  the client side: agent pool, clock synchronization, rig sessions, sync sets
+//   CamRigStorage      capture output: image files (PNG through CZlib), manifests, the SQLite catalog
 //   camrig, camrig-agent   the command-line executables
 //   CamRigTestSupport  helpers any test can use: a throwaway PKI, agent processes, raw TLS peers
 import PackageDescription
@@ -33,6 +35,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
     ],
     targets: [
         .target(
@@ -68,9 +71,13 @@ let package = Package(
             ]
         ),
         .target(
+            name: "CamRigWireModel",
+            dependencies: ["CamRigWire", "CamRigDevices"]
+        ),
+        .target(
             name: "CamRigAgent",
             dependencies: [
-                "CamRigWire", "CamRigSecurity", "CamRigDevices",
+                "CamRigWire", "CamRigSecurity", "CamRigDevices", "CamRigWireModel",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOTLS", package: "swift-nio"),
@@ -81,10 +88,22 @@ let package = Package(
                 .product(name: "Yams", package: "Yams"),
             ]
         ),
+        .systemLibrary(
+            name: "CZlib",
+            pkgConfig: "zlib",
+            providers: [.apt(["zlib1g-dev"])]
+        ),
+        .target(
+            name: "CamRigStorage",
+            dependencies: [
+                "CZlib", "CamRigDevices",
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ]
+        ),
         .target(
             name: "CamRigCoordinator",
             dependencies: [
-                "CamRigWire", "CamRigSecurity",
+                "CamRigWire", "CamRigSecurity", "CamRigDevices", "CamRigStorage", "CamRigWireModel",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOTLS", package: "swift-nio"),
@@ -96,8 +115,9 @@ let package = Package(
         .executableTarget(
             name: "camrig",
             dependencies: [
-                "CamRigCoordinator", "CamRigSecurity", "CamRigWire",
+                "CamRigCoordinator", "CamRigSecurity", "CamRigWire", "CamRigDevices", "CamRigStorage", "CamRigWireModel",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Yams", package: "Yams"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -149,6 +169,14 @@ let package = Package(
                 "CamRigAgent", "CamRigWire", "CamRigCoordinator", "CamRigTestSupport", "CamRigDevices",
                 .product(name: "NIOEmbedded", package: "swift-nio"),
             ]
+        ),
+        .testTarget(
+            name: "CamRigCoordinatorTests",
+            dependencies: ["CamRigCoordinator", "CamRigDevices", "CamRigWire"]
+        ),
+        .testTarget(
+            name: "CamRigStorageTests",
+            dependencies: ["CamRigStorage", "CamRigDevices", "CZlib"]
         ),
         .testTarget(
             name: "IntegrationTests",

@@ -1,5 +1,6 @@
 import CamRigDevices
 import CamRigWire
+import CamRigWireModel
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
@@ -14,6 +15,7 @@ public final class AgentCapture: Sendable {
     let streams: AgentStreams
     public let spool: ResultSpool
     let agentID: String
+    var clock: HostClock { streams.devices.clock }
     let maxPendingTriggers: Int
     /// How long before T the thread stops sleeping and starts spinning.
     static let spinNanoseconds: Int64 = 300_000
@@ -39,7 +41,7 @@ public final class AgentCapture: Sendable {
     ) {
         switch body {
         case .capturePhoto(let capture):
-            let now = MonotonicClock.now()
+            let now = clock.now()
             Task {
                 reply(await self.fire(triggerID: "photo-\(requestID)", devices: [capture.deviceID], session: capture.sessionID, settings: capture.settings, fireAt: now, firedAt: now), nil)
             }
@@ -77,7 +79,7 @@ public final class AgentCapture: Sendable {
         connection: AgentRequestRouter.Connection,
         reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void
     ) {
-        let now = MonotonicClock.now()
+        let now = clock.now()
         guard trigger.action == .capturePhoto || trigger.action == .startStream else {
             reply(.error(error(.invalidArgument, "trigger \(trigger.triggerID) has no action; use CAPTURE_PHOTO or START_STREAM")))
             return
@@ -114,9 +116,14 @@ public final class AgentCapture: Sendable {
         reply(.triggerScheduled(scheduled))
         let thread = Thread { [self] in
             let fireAt = trigger.fireAtNs
-            HostClock.sleep(untilMonotonic: fireAt - Self.spinNanoseconds)
-            var firedAt = MonotonicClock.now()
-            while firedAt < fireAt { firedAt = MonotonicClock.now() }
+            let clock = self.clock
+            // Cameras that can start exposing on a grid start on T, on every agent alike.
+            for deviceID in trigger.deviceIds {
+                self.streams.devices.discovery.device(uniqueID: deviceID)?.alignNextStream(toMonotonic: clock.monotonic(atReading: fireAt))
+            }
+            HostClock.sleep(untilMonotonic: clock.monotonic(atReading: fireAt - Self.spinNanoseconds))
+            var firedAt = clock.now()
+            while firedAt < fireAt { firedAt = clock.now() }
             self.pending.withLockedValue { $0 -= 1 }
             if trigger.action == .startStream {
                 self.startStream(trigger, requestID: requestID, connection: connection, fireAt: fireAt, firedAt: firedAt, reply: reply)

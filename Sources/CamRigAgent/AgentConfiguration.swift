@@ -1,4 +1,5 @@
 import CamRigSecurity
+import CamRigDevices
 import CamRigWire
 import NIOCore
 
@@ -31,6 +32,9 @@ public struct AgentConfiguration: Sendable {
     /// Largest frame accepted from a client. Clients send only control messages, so the default is the
     /// protocol's minimum (1 MiB + 4): a client can make the agent buffer at most that much.
     public var maxFrameLength: UInt32
+    /// The host clock: `CLOCK_MONOTONIC`, or a simulated host's skewed clock (it must be the one the
+    /// devices stamp frames with). Clock probes, triggers, leases and events are all on it.
+    public var clock: HostClock
 
     public init(
         host: String = "0.0.0.0",
@@ -42,8 +46,10 @@ public struct AgentConfiguration: Sendable {
         maxConnections: Int = 64,
         maxFrameLength: UInt32 = WireProtocol.minimumMaxFrameLength,
         devices: AgentDevices? = nil,
-        spool: ResultSpool? = nil
+        spool: ResultSpool? = nil,
+        clock: HostClock? = nil
     ) {
+        self.clock = clock ?? devices?.clock ?? .system
         self.devices = devices
         self.spool = spool
         self.host = host

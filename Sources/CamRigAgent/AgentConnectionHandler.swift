@@ -1,3 +1,4 @@
+import CamRigDevices
 import CamRigSecurity
 import CamRigWire
 import Logging
@@ -21,6 +22,8 @@ final class AgentConnectionHandler: ChannelInboundHandler {
     typealias OutboundOut = WireFrame
 
     private let configuration: ServerConnectionStateMachine.Configuration
+    /// The host clock probes are answered from (t2, t3) and the welcome is stamped with.
+    private let clock: HostClock
     private let handshakeTimeout: TimeAmount
     private let idleTimeout: TimeAmount
     private let verification: PeerVerificationRecord?
@@ -51,8 +54,10 @@ final class AgentConnectionHandler: ChannelInboundHandler {
         verification: PeerVerificationRecord?,
         insecureClient: ServerConnectionStateMachine.Client?,
         router: AgentRequestRouter,
+        clock: HostClock = .system,
         logger: Logger
     ) {
+        self.clock = clock
         self.configuration = configuration
         self.handshakeTimeout = handshakeTimeout
         self.idleTimeout = idleTimeout
@@ -144,7 +149,7 @@ final class AgentConnectionHandler: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         // Taken first, as near the socket as this handler gets: t2 of a clock probe.
-        let receivedAt = MonotonicClock.now()
+        let receivedAt = clock.now()
         let frame = unwrapInboundIn(data)
         frameSinceIdleTick = true
         guard var machine else {
@@ -241,7 +246,7 @@ final class AgentConnectionHandler: ChannelInboundHandler {
             var reply = WireClockProbeReply()
             reply.clientTransmitNs = probe.clientTransmitNs
             reply.agentReceiveNs = receivedAt
-            reply.agentTransmitNs = MonotonicClock.now()
+            reply.agentTransmitNs = clock.now()
             context.writeAndFlush(
                 wrapOutboundOut(WireFrame(requestID: frame.requestID, .clockProbeReply(reply))),
                 promise: nil

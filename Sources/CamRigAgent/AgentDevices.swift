@@ -1,5 +1,6 @@
 import CamRigDevices
 import CamRigWire
+import CamRigWireModel
 import Dispatch
 import Foundation
 import Logging
@@ -18,10 +19,16 @@ public final class AgentDevices: Sendable {
     private let locks = NIOLockedValueBox<[String: ConfigurationLock]>([:])
     private let logger: Logger
     /// Where lease and device events go.
-    public let events = AgentEvents()
+    public let events: AgentEvents
+    /// The host clock every agent time on the wire is read from.
+    public let clock: HostClock
 
-    public init(discovery: DeviceDiscovery, agentID: String, logger: Logger) {
+    /// - Parameter clock: the host's clock; `.system` except for simulated hosts, where it must be the
+    ///   clock the synthetic cameras stamp frames with.
+    public init(discovery: DeviceDiscovery, agentID: String, clock: HostClock = .system, logger: Logger) {
         self.discovery = discovery
+        self.clock = clock
+        self.events = AgentEvents(clock: clock)
         self.agentID = agentID
         self.logger = logger
         leases = NIOLockedValueBox(LeaseTable(idPrefix: String(UInt32.random(in: 0...UInt32.max), radix: 16)))
@@ -53,7 +60,7 @@ public final class AgentDevices: Sendable {
     /// Ends expired leases (called periodically).
     func expireLeases() {
         queue.async {
-            let now = MonotonicClock.now()
+            let now = self.clock.now()
             let expired = self.leases.withLockedValue { $0.expire(now: now) }
             for lease in expired {
                 self.unlock(lease)
@@ -101,7 +108,7 @@ public final class AgentDevices: Sendable {
     // MARK: Requests
 
     func answer(_ request: WireEnvelope.OneOf_Body, client: ServerConnectionStateMachine.Client, connection: UInt64) -> WireEnvelope.OneOf_Body {
-        let now = MonotonicClock.now()
+        let now = clock.now()
         switch request {
         case .listDevices:
             return .deviceList(list(discovery.devices, now: now))

@@ -13,7 +13,11 @@ public final class AgentEvents: Sendable {
 
     private let subscriptions = NIOLockedValueBox<[Subscription]>([])
 
-    public init() {}
+    private let clock: HostClock
+
+    public init(clock: HostClock = .system) {
+        self.clock = clock
+    }
 
     func subscribe(connection: UInt64, requestID: UInt64, kinds: [WireEventKind], write: @escaping @Sendable (WireFrame) -> Void) {
         subscriptions.withLockedValue {
@@ -29,7 +33,7 @@ public final class AgentEvents: Sendable {
     func publish(_ event: WireEvent) {
         var event = event
         if !event.hasTime {
-            event.time.nanoseconds = MonotonicClock.now()
+            event.time.nanoseconds = clock.now()
             event.time.clock = .agentMonotonic
         }
         for subscription in subscriptions.withLockedValue({ $0 }) where subscription.kinds.isEmpty || subscription.kinds.contains(event.kind) {

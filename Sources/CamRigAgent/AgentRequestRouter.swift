@@ -1,4 +1,5 @@
 import CamRigWire
+import CamRigWireModel
 import NIOCore
 
 /// Answers requests other than the ones served on the connection's fast path (ping, clock probe).

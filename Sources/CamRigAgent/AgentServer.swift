@@ -137,6 +137,7 @@ public final class AgentServer: Service, Sendable {
                 verification: verification,
                 insecureClient: insecureClient,
                 router: router,
+                clock: configuration.clock,
                 logger: logger
             )
         )

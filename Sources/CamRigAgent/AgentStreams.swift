@@ -1,5 +1,6 @@
 import CamRigDevices
 import CamRigWire
+import CamRigWireModel
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore

@@ -1,54 +1,8 @@
 import CamRigDevices
 import CamRigWire
+import CamRigWireModel
 
-/// The device model in wire messages, and back.
-extension WireRational {
-    init(_ duration: FrameDuration) {
-        self.init()
-        numerator = duration.numerator
-        denominator = duration.denominator
-    }
-
-    var duration: FrameDuration? { FrameDuration(numerator: numerator, denominator: denominator) }
-}
-
-extension WireDimensions {
-    init(_ dimensions: Dimensions) {
-        self.init()
-        width = dimensions.width
-        height = dimensions.height
-    }
-}
-
-extension WireFrameRateRange {
-    init(_ range: FrameRateRange) {
-        self.init()
-        minFrameDuration = WireRational(range.minFrameDuration)
-        maxFrameDuration = WireRational(range.maxFrameDuration)
-        switch range.kind {
-        case .discrete: kind = .discrete
-        case .continuous: kind = .continuous
-        case .stepwise(let step):
-            kind = .stepwise
-            self.step = WireRational(step)
-        }
-    }
-}
-
-extension WireFormat {
-    init(_ format: DeviceFormat) {
-        self.init()
-        id = format.id
-        pixelFormat = format.pixelFormat.rawValue
-        fourcc = format.pixelFormat.fourCC
-        dimensions = WireDimensions(format.dimensions)
-        frameRateRanges = format.frameRateRanges.map(WireFrameRateRange.init)
-        supportedPhotoDimensions = format.supportedPhotoDimensions.map(WireDimensions.init)
-        maxZoomFactor = format.maxZoomFactor
-        compressed = format.pixelFormat.isCompressed
-    }
-}
-
+/// The agent's device model in wire messages, and back.
 extension WireDeviceType {
     init(_ type: DeviceType) {
         switch type {

@@ -86,3 +86,12 @@ public protocol CameraBackend: AnyObject, Sendable {
     /// Stops streaming; `sink` gets `.ended(nil)` once no more frames will come.
     func stopStreaming()
 }
+
+/// A camera whose exposures can be put on a time grid: the next stream's frames start exposing at
+/// `anchor + k × frame duration` (`CLOCK_MONOTONIC`), so that cameras on several hosts told the same
+/// instant expose together. Sensors with an external trigger input can do this; free-running V4L2
+/// cameras cannot, and their frames are matched by timestamp instead.
+public protocol FrameAlignableBackend: CameraBackend {
+    /// Aligns the next `startStreaming` (within a second of `anchor`) to `anchor`.
+    func alignNextStream(toMonotonic anchor: Int64)
+}

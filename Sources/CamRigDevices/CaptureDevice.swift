@@ -50,6 +50,15 @@ public final class CaptureDevice: Sendable, CustomStringConvertible {
 
     public var uniqueID: String { identity.uniqueID }
 
+    /// Puts the next stream's exposures on the grid `anchor + k × frame duration` (`CLOCK_MONOTONIC`);
+    /// returns `false` when the camera cannot (it free-runs).
+    @discardableResult
+    public func alignNextStream(toMonotonic anchor: Int64) -> Bool {
+        guard let alignable = backend as? any FrameAlignableBackend else { return false }
+        alignable.alignNextStream(toMonotonic: anchor)
+        return true
+    }
+
     /// Reads the backend's formats and controls and starts in its first format at its default rate.
     public init(backend: any CameraBackend) throws(DeviceError) {
         let identity = backend.identity

@@ -67,6 +67,18 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Largest size of the result spool in MiB (default 1024); captures beyond it are refused, never older results dropped.")
     var spoolSizeMb: Int?
 
+    @Option(name: .long, help: "Seed of the synthetic cameras' serials and noise (default 1); give each simulated host its own.")
+    var syntheticSeed: UInt64 = 1
+
+    @Option(name: .long, help: ArgumentHelp("Simulate a host whose clock is off by this many microseconds (synthetic cameras only; for tests and demos).", valueName: "us"))
+    var simulateClockOffsetUs: Double?
+
+    @Option(name: .long, help: ArgumentHelp("Simulate a host whose clock drifts by this many parts per million (synthetic cameras only).", valueName: "ppm"))
+    var simulateClockDriftPpm: Double?
+
+    @Option(name: .long, help: ArgumentHelp("CLOCK_MONOTONIC instant from which the simulated drift accumulates (default: when the agent starts).", valueName: "ns"))
+    var simulateClockEpochNs: Int64?
+
     @Flag(name: .long, help: "With --list-devices: print JSON.")
     var json = false
 
@@ -86,6 +98,8 @@ struct AgentCommand: AsyncParsableCommand {
         var v4l2: [String]
         var spoolDir: String
         var spoolSizeMB: Int
+        var syntheticSeed: UInt64
+        var clock: HostClock
     }
 
     func settings() throws -> Settings {
@@ -101,7 +115,7 @@ struct AgentCommand: AsyncParsableCommand {
             guard let parsed = Logger.Level(rawValue: text) else { throw ValidationError("log_level '\(text)' is not one of trace, debug, info, notice, warning, error, critical") }
             level = parsed
         }
-        let settings = Settings(
+        var settings = Settings(
             listenHost: host,
             listenPort: port,
             tlsDir: tlsDir ?? file.tlsDir,
@@ -117,9 +131,26 @@ struct AgentCommand: AsyncParsableCommand {
             spoolDir: spoolDir ?? file.spool?.dir
                 ?? ProcessInfo.processInfo.environment["STATE_DIRECTORY"].map { "\($0)/spool" }
                 ?? "\(NSHomeDirectory())/.local/state/camrig/spool",
-            spoolSizeMB: spoolSizeMb ?? file.spool?.sizeMB ?? 1024
+            spoolSizeMB: spoolSizeMb ?? file.spool?.sizeMB ?? 1024,
+            syntheticSeed: syntheticSeed,
+            clock: .system
         )
         guard (0...64).contains(settings.synthetic) else { throw ValidationError("synthetic cameras must be within 0…64") }
+        if simulateClockOffsetUs != nil || simulateClockDriftPpm != nil {
+            guard settings.synthetic > 0, settings.v4l2.isEmpty else {
+                throw ValidationError("a simulated clock needs --synthetic cameras and no --v4l2 devices: V4L2 frames carry the kernel's own timestamps")
+            }
+            let offset = simulateClockOffsetUs ?? 0
+            let drift = simulateClockDriftPpm ?? 0
+            guard abs(offset) <= 3_600_000_000, abs(drift) <= 1000 else {
+                throw ValidationError("simulated clock offset must be within ±1 h and drift within ±1000 ppm")
+            }
+            settings.clock = HostClock(
+                offsetNanoseconds: Int64((offset * 1000).rounded()),
+                driftPPM: drift,
+                epoch: simulateClockEpochNs ?? HostClock.monotonicNow()
+            )
+        }
         guard settings.spoolSizeMB > 0 else { throw ValidationError("the spool size must be positive") }
         guard settings.handshakeTimeout > 0, settings.idleTimeout > 0, settings.maxConnections > 0 else {
             throw ValidationError("timeouts and the connection limit must be positive")
@@ -135,7 +166,9 @@ struct AgentCommand: AsyncParsableCommand {
     /// The device sources the settings select.
     static func providers(_ settings: Settings) -> (providers: [any DeviceProvider], v4l2: V4L2DeviceProvider?) {
         var providers: [any DeviceProvider] = []
-        if settings.synthetic > 0 { providers.append(SyntheticDeviceProvider(count: settings.synthetic)) }
+        if settings.synthetic > 0 {
+            providers.append(SyntheticDeviceProvider(count: settings.synthetic, seed: settings.syntheticSeed, clock: settings.clock))
+        }
         var v4l2Provider: V4L2DeviceProvider?
         if !settings.v4l2.isEmpty || settings.synthetic == 0 {
             let provider = V4L2DeviceProvider(patterns: settings.v4l2.isEmpty ? ["/dev/video*"] : settings.v4l2)
@@ -203,7 +236,7 @@ struct AgentCommand: AsyncParsableCommand {
                 handshakeTimeout: .seconds(Int64(settings.handshakeTimeout)),
                 idleTimeout: .seconds(Int64(settings.idleTimeout)),
                 maxConnections: settings.maxConnections,
-                devices: AgentDevices(discovery: discovery, agentID: agentName, logger: logger),
+                devices: AgentDevices(discovery: discovery, agentID: agentName, clock: settings.clock, logger: logger),
                 spool: spool
             ),
             logger: logger

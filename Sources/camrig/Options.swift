@@ -1,6 +1,7 @@
 import ArgumentParser
 import CamRigCoordinator
 import CamRigSecurity
+import CamRigStorage
 import CamRigWire
 import Foundation
 import Logging
@@ -56,8 +57,9 @@ struct OutputOptions: ParsableArguments {
 extension Logger.Level: @retroactive ExpressibleByArgument {}
 
 /// Prints a value as pretty, key-sorted JSON on standard output.
-func printJSON(_ value: some Encodable) throws {
+func printJSON(_ value: some Encodable, snakeCase: Bool = false) throws {
     let encoder = JSONEncoder()
+    if snakeCase { encoder.keyEncodingStrategy = .convertToSnakeCase }
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
     print(String(decoding: try encoder.encode(value), as: UTF8.self))
 }
@@ -67,6 +69,9 @@ func userFacing(_ error: any Error) -> any Error {
     switch error {
     case let error as AgentClientError: return ValidationFailure(error.description)
     case let error as SecurityError: return ValidationFailure(error.message)
+    case let error as RigSession.CommitError: return ValidationFailure(error.description)
+    case let error as FrameRatePlanner.PlanError: return ValidationFailure(error.description)
+    case let error as StorageError: return ValidationFailure(error.description)
     default: return error
     }
 }

@@ -46,7 +46,7 @@ public struct SyntheticCameraConfiguration: Hashable, Sendable {
 /// A complete camera in software: real formats and frame intervals, real-time pacing from the active
 /// frame duration, pixels that say which frame they are and when it was exposed, controls with visible
 /// effects, and injectable clock offset, drift, drops, jitter and noise.
-public final class SyntheticCamera: CameraBackend {
+public final class SyntheticCamera: FrameAlignableBackend {
     public let configuration: SyntheticCameraConfiguration
     public let identity: DeviceIdentity
     public let typedControlSupport: TypedControlSupport
@@ -60,6 +60,8 @@ public final class SyntheticCamera: CameraBackend {
         var settings = CameraSettings()
         var controls: [UInt32: Int64]
         var streaming: StreamControl?
+        /// Where the next stream's exposure grid is anchored (`CLOCK_MONOTONIC`).
+        var alignment: Int64?
         var connected = true
     }
 
@@ -213,6 +215,10 @@ public final class SyntheticCamera: CameraBackend {
         thread.start()
     }
 
+    public func alignNextStream(toMonotonic anchor: Int64) {
+        state.withLockedValue { $0.alignment = anchor }
+    }
+
     public func stopStreaming() {
         let control = state.withLockedValue { state -> StreamControl? in
             defer { state.streaming = nil }
@@ -242,6 +248,15 @@ public final class SyntheticCamera: CameraBackend {
         let start = HostClock.monotonicNow()
         var sequence: UInt64 = 0
         var due = start
+        let (alignment, period) = state.withLockedValue { state in
+            defer { state.alignment = nil }
+            return (state.alignment, state.frameDuration.nanoseconds)
+        }
+        if let anchor = alignment, abs(start - anchor) < 1_000_000_000 {
+            // The first exposure starts on the grid anchor + k × period, at the first point not yet past.
+            let k = start <= anchor ? 0 : (start - anchor + period - 1) / period
+            due = anchor + k * period
+        }
         while true {
             let (format, duration, settings, controls, connected) = state.withLockedValue {
                 ($0.format, $0.frameDuration, $0.settings, $0.controls, $0.connected)

@@ -1,0 +1,260 @@
+import CamRigWire
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// One agent of the rig as the coordinator keeps it: a connection that comes back after failures
+/// (exponential backoff with jitter), health, and the agent's clock relative to the coordinator's.
+///
+/// Every agent runs on its own task, so one agent down, slow or refusing never stalls the others.
+public final class RemoteAgent: Sendable {
+    /// Connection state, as `camrig agents` reports it.
+    public enum Status: Sendable, Equatable {
+        case connecting
+        case connected
+        /// Not connected; the reason of the last failure and when the next attempt is due.
+        case down(reason: String, retryIn: Duration)
+        case stopped
+
+        public var name: String {
+            switch self {
+            case .connecting: "connecting"
+            case .connected: "connected"
+            case .down: "down"
+            case .stopped: "stopped"
+            }
+        }
+    }
+
+    /// Everything known about the agent right now.
+    public struct Snapshot: Sendable {
+        public var endpoint: AgentEndpoint
+        public var status: Status
+        /// The id the agent announced (its certificate name by default); empty until first connected.
+        public var agentID: String
+        public var software: String
+        /// When the agent last answered anything (wall clock).
+        public var lastSeen: Date?
+        public var connectedSince: Date?
+        public var connectAttempts: Int
+        public var clock: ClockEstimate?
+        public var clockSamples: Int
+        public var clockJumps: Int
+        /// The most recent round trips of clock probes, nanoseconds, newest last.
+        public var recentRoundTrips: [Int64]
+
+        /// A name for messages: the agent id once known, else the address.
+        public var name: String { agentID.isEmpty ? endpoint.description : agentID }
+    }
+
+    /// How often and how eagerly to probe and reconnect.
+    public struct Timing: Sendable {
+        /// Probes sent back to back after (re)connecting, to get a first estimate quickly.
+        public var initialProbes: Int = 16
+        public var initialProbeInterval: Duration = .milliseconds(10)
+        /// Probe interval afterwards.
+        public var probeInterval: Duration = .milliseconds(500)
+        public var probeTimeout: TimeAmount = .seconds(2)
+        public var connectTimeout: TimeAmount = .seconds(5)
+        public var initialBackoff: Duration = .milliseconds(250)
+        public var maximumBackoff: Duration = .seconds(10)
+
+        public init() {}
+    }
+
+    public let endpoint: AgentEndpoint
+    private let security: ClientSecurity
+    private let timing: Timing
+    private let logger: Logger
+
+    private struct State {
+        var status: Status = .connecting
+        var client: AgentClient?
+        var agentID = ""
+        var software = ""
+        var lastSeen: Date?
+        var connectedSince: Date?
+        var connectAttempts = 0
+        var estimator: ClockEstimator
+        var recentRoundTrips: [Int64] = []
+    }
+
+    private let state: NIOLockedValueBox<State>
+
+    public init(endpoint: AgentEndpoint, security: ClientSecurity, timing: Timing = .init(), clockConfiguration: ClockEstimator.Configuration = .init(), logger: Logger) {
+        self.endpoint = endpoint
+        self.security = security
+        self.timing = timing
+        self.logger = logger
+        self.state = NIOLockedValueBox(State(estimator: ClockEstimator(configuration: clockConfiguration)))
+    }
+
+    public var snapshot: Snapshot {
+        state.withLockedValue { state in
+            let estimate = state.estimator.estimate
+            return Snapshot(
+                endpoint: endpoint,
+                status: state.status,
+                agentID: state.agentID,
+                software: state.software,
+                lastSeen: state.lastSeen,
+                connectedSince: state.connectedSince,
+                connectAttempts: state.connectAttempts,
+                clock: estimate,
+                clockSamples: state.estimator.sampleCount,
+                clockJumps: state.estimator.jumpCount,
+                recentRoundTrips: state.recentRoundTrips
+            )
+        }
+    }
+
+    /// The agent's name for messages: its id once known, else its address.
+    public var name: String { snapshot.name }
+
+    /// The live connection.
+    ///
+    /// - Throws: `AgentClientError` naming the agent when it is not connected.
+    public func client() throws -> AgentClient {
+        let (client, status) = state.withLockedValue { ($0.client, $0.status) }
+        guard let client else {
+            var detail = "not connected"
+            if case .down(let reason, _) = status { detail += " (\(reason))" }
+            throw AgentClientError(.connectionClosed, agent: name, "\(detail); check that camrig-agent runs there (`camrig agents` shows every agent's state)")
+        }
+        return client
+    }
+
+    /// The current clock estimate.
+    ///
+    /// - Throws: when no probe has been answered yet.
+    public func clockEstimate() throws -> ClockEstimate {
+        guard let estimate = state.withLockedValue({ $0.estimator.estimate }) else {
+            throw AgentClientError(.timeout, agent: name, "no clock estimate yet: no clock probe answered")
+        }
+        return estimate
+    }
+
+    /// Waits until connected or `timeout` passes; returns whether connected.
+    public func waitUntilConnected(timeout: Duration) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while state.withLockedValue({ $0.client == nil }) {
+            guard ContinuousClock.now < deadline, !Task.isCancelled else { return false }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return true
+    }
+
+    /// Waits until the clock estimate rests on at least `samples` probes, or `timeout` passes.
+    public func waitForClock(samples: Int, timeout: Duration) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while (state.withLockedValue { $0.estimator.sampleCount }) < samples {
+            guard ContinuousClock.now < deadline, !Task.isCancelled else { return false }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return true
+    }
+
+    /// Connects, probes the clock and reconnects after failures until the task is cancelled.
+    func run() async {
+        var backoff = timing.initialBackoff
+        while !Task.isCancelled {
+            state.withLockedValue {
+                $0.status = .connecting
+                $0.connectAttempts += 1
+            }
+            do {
+                let client = try await AgentClient.connect(
+                    to: endpoint,
+                    security: security,
+                    timeout: timing.connectTimeout,
+                    keepAliveInterval: .seconds(10),
+                    logger: logger
+                )
+                state.withLockedValue { state in
+                    state.client = client
+                    state.status = .connected
+                    state.agentID = client.welcome.agentID
+                    state.software = client.welcome.agentSoftware
+                    state.connectedSince = Date()
+                    state.lastSeen = Date()
+                }
+                logger.info("agent connected", metadata: ["agent": "\(client.welcome.agentID)", "address": "\(endpoint)"])
+                backoff = timing.initialBackoff
+                // Until the connection drops or the pool stops; then close it, which ends both children.
+                await withTaskGroup(of: Void.self) { group in
+                    group.addTask { await client.closed }
+                    group.addTask { await self.probe(client) }
+                    await group.next()
+                    group.cancelAll()
+                    await client.close()
+                }
+                state.withLockedValue {
+                    $0.client = nil
+                    $0.status = .down(reason: "connection closed", retryIn: backoff)
+                }
+                if Task.isCancelled { break }
+                logger.warning("agent connection lost; reconnecting", metadata: ["agent": "\(name)"])
+            } catch {
+                let reason = (error as? AgentClientError)?.message ?? "\(error)"
+                state.withLockedValue { $0.status = .down(reason: reason, retryIn: backoff) }
+                logger.notice("agent unreachable", metadata: ["agent": "\(name)", "reason": "\(reason)"])
+            }
+            // Jitter keeps a rack of agents that failed together from retrying in lockstep.
+            let jittered = backoff * Double.random(in: 0.8...1.2)
+            try? await Task.sleep(for: jittered)
+            backoff = min(backoff * 2, timing.maximumBackoff)
+        }
+        let client = state.withLockedValue { state -> AgentClient? in
+            defer {
+                state.client = nil
+                state.status = .stopped
+            }
+            return state.client
+        }
+        await client?.close()
+    }
+
+    /// Clock probes over the connection until it closes or the task is cancelled.
+    private func probe(_ client: AgentClient) async {
+        var sent = 0
+        while !Task.isCancelled {
+            do {
+                let sample = try await probeOnce(client)
+                state.withLockedValue { state in
+                    state.estimator.add(sample)
+                    state.lastSeen = Date()
+                    state.recentRoundTrips.append(sample.roundTrip)
+                    if state.recentRoundTrips.count > 64 { state.recentRoundTrips.removeFirst() }
+                }
+            } catch {
+                if Task.isCancelled { return }
+                logger.debug("clock probe failed", metadata: ["agent": "\(name)", "error": "\(error)"])
+            }
+            sent += 1
+            let interval = sent < timing.initialProbes ? timing.initialProbeInterval : timing.probeInterval
+            try? await Task.sleep(for: interval)
+        }
+    }
+
+    /// One four-timestamp exchange: t1 and t4 are taken on the connection's event loop.
+    func probeOnce(_ client: AgentClient) async throws -> ClockSample {
+        var probe = WireClockProbe()
+        probe.clientTransmitNs = MonotonicClock.now()
+        let reply = try await client.request(.clockProbe(probe), timeout: timing.probeTimeout)
+        guard case .clockProbeReply(let answer) = reply.frame.envelope.body else {
+            throw AgentClientError(.protocolViolation, agent: name, "answered a clock probe with \(reply.frame.envelope.messageName)")
+        }
+        return ClockSample(
+            coordinatorTransmit: reply.sentAt,
+            agentReceive: answer.agentReceiveNs,
+            agentTransmit: answer.agentTransmitNs,
+            coordinatorReceive: reply.receivedAt
+        )
+    }
+
+    /// Notes that the agent answered something (any request counts as a sign of life).
+    func noteSeen() {
+        state.withLockedValue { $0.lastSeen = Date() }
+    }
+}
