@@ -3,6 +3,8 @@
 # Debian packages CamRig builds and tests with.
 CAMRIG_PACKAGES=(
     libv4l-dev        # V4L2 cameras through libv4l2
+    zlib1g-dev        # PNG output of captured frames
+    libsqlite3-dev    # the capture catalog (GRDB)
     v4l-utils         # v4l2-ctl, v4l2-compliance
     protobuf-compiler # protoc, to regenerate proto/ and for the interoperability test
     python3-protobuf  # the interoperability test's independent Python client

@@ -33,7 +33,7 @@ struct PNGEncoderTests {
         let noise = randomBytes(700 * 500 * 3)
         let large = try DecodedPNG(try png(noise, width: 700, height: 500, channels: .rgb8))
         #expect(large.chunks.filter { $0.type == "IDAT" }.count > 1)
-        #expect(large.pixels == noise)
+        #expect(firstDifference(large.pixels, noise) == nil)
         for chunk in small.chunks + large.chunks {
             #expect(chunk.storedCRC == chunk.computedCRC, "CRC of \(chunk.type)")
         }
@@ -48,7 +48,7 @@ struct PNGEncoderTests {
         let bytes = try png(buffer, width: width, height: height, channels: .grey8, bytesPerRow: width + padding)
         let image = try DecodedPNG(bytes)
         #expect(image.colourType == 0)
-        #expect(image.pixels == visible)
+        #expect(firstDifference(image.pixels, visible) == nil)
     }
 
     @Test("RGB pixels decode to the input, tightly packed or with row padding", arguments: [0, 2, 5, 96])
@@ -58,14 +58,14 @@ struct PNGEncoderTests {
         let bytes = try png(buffer, width: width, height: height, channels: .rgb8, bytesPerRow: width * 3 + padding)
         let image = try DecodedPNG(bytes)
         #expect(image.colourType == 2)
-        #expect(image.pixels == visible)
+        #expect(firstDifference(image.pixels, visible) == nil)
     }
 
     @Test("every compression level gives back the same pixels", arguments: [Int32(-1), 0, 1, 6, 9])
     func compressionLevels(level: Int32) throws {
         let pixels = patternRGB(width: 64, height: 48)
         let bytes = try png(pixels, width: 64, height: 48, channels: .rgb8, compressionLevel: level)
-        #expect(try DecodedPNG(bytes).pixels == pixels)
+        #expect(firstDifference(try DecodedPNG(bytes).pixels, pixels) == nil)
     }
 
     @Test("a patterned image compresses to well under its raw size at level 1")
@@ -74,7 +74,7 @@ struct PNGEncoderTests {
         let pixels = patternRGB(width: width, height: height)
         let bytes = try png(pixels, width: width, height: height, channels: .rgb8)
         #expect(bytes.count < pixels.count / 10, "\(bytes.count) bytes for \(pixels.count) raw")
-        #expect(try DecodedPNG(bytes).pixels == pixels)
+        #expect(firstDifference(try DecodedPNG(bytes).pixels, pixels) == nil)
     }
 
     @Test("the last row needs no padding after it; one byte less is too short")
@@ -168,7 +168,7 @@ struct PNGEncoderTests {
             #expect(frame.fileExtension == "png")
             let image = try DecodedPNG(frame.data)
             #expect(image.colourType == colourType, "\(format)")
-            #expect(image.pixels == visible, "\(format)")
+            #expect(firstDifference(image.pixels, visible) == nil, "\(format)")
         }
     }
 
@@ -302,6 +302,14 @@ extension FrameImageWriter {
     }
 }
 
+/// Where two byte arrays first differ, or `nil` when they are equal; keeps failures short for large images.
+private func firstDifference(_ actual: [UInt8], _ expected: [UInt8]) -> String? {
+    guard actual != expected else { return nil }
+    guard actual.count == expected.count else { return "\(actual.count) bytes, expected \(expected.count)" }
+    let index = actual.indices.first { actual[$0] != expected[$0] }!
+    return "byte \(index) is \(actual[index]), expected \(expected[index])"
+}
+
 /// Deterministic pseudo-random bytes.
 private func randomBytes(_ count: Int, seed: UInt64 = 0x9E37_79B9_7F4A_7C15) -> [UInt8] {
     var state = seed
@@ -427,7 +435,10 @@ private struct DecodedPNG {
                 return CZlib.inflate(stream, Z_FINISH)
             }
         }
-        guard result == Z_STREAM_END else { throw ReadError(description: "inflate returned \(result)") }
+        guard result == Z_STREAM_END else {
+            let message = stream.pointee.msg.map { String(cString: $0) } ?? "no message"
+            throw ReadError(description: "inflate returned \(result): \(message)")
+        }
         guard Int(stream.pointee.total_out) == expected, stream.pointee.avail_in == 0 else {
             throw ReadError(description: "inflated \(stream.pointee.total_out) bytes, expected \(expected)")
         }

@@ -144,6 +144,7 @@ public enum PNGEncoder {
         var adler = adler32(0, nil, 0)
         for (index, stripe) in deflated.enumerated() {
             adler = adler32_combine(adler, stripe.adler, stripe.filteredByteCount)
+            // zlib header: deflate with a 32 KiB window, no preset dictionary.
             let zlibHeader: [UInt8] = index == 0 ? [0x78, 0x01] : []
             let trailer = index == stripeCount - 1 ? ChunkWriter.bigEndian(UInt32(truncatingIfNeeded: adler)) : []
             output.appendChunk("IDAT", zlibHeader, stripe.bytes, trailer)

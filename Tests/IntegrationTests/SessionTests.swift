@@ -1,0 +1,156 @@
+import CamRigCoordinator
+import CamRigDevices
+import CamRigTestSupport
+import CamRigWire
+import Foundation
+import Logging
+import Testing
+
+/// Multi-camera sessions across real agent processes over TLS.
+@Suite("Rig sessions across agents")
+struct SessionTests {
+    static func object(_ json: String) throws -> [String: Any] {
+        try #require(JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any])
+    }
+
+    @Test("camrig demo: clocks estimated against the injected truth, every frame accounted for, photo skew under 1 ms, catalog matching the report")
+    func demo() throws {
+        let out = NSTemporaryDirectory() + "camrig-demo-test-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: out) }
+        let result = try Executables.run("camrig", ["demo", "--agents", "2", "--fps", "15", "--duration", "1", "--out", out, "--json"], timeout: 240)
+        #expect(result.status == 0, "\(result.stderr)")
+        let report = try Self.object(result.stdout)
+        let agents = try #require(report["agents"] as? [[String: Any]])
+        #expect(agents.count == 2)
+        for agent in agents {
+            let injected = try #require(agent["injected_offset_us"] as? Double)
+            let estimated = try #require(agent["estimated_offset_us"] as? Double)
+            let bound = try #require(agent["error_bound_us"] as? Double)
+            // Injected offsets are milliseconds apart; on loopback the estimate lands within a fraction
+            // of a millisecond (a debug build is slower and less symmetric than a release one).
+            #expect(abs(injected) > 1000)
+            #expect(abs(estimated - injected) < 500, "agent \(agent["agent"] ?? "?"): injected \(injected) µs, estimated \(estimated) µs")
+            #expect(bound > 0)
+        }
+        let captures = try #require(report["captures"] as? [[String: Any]])
+        let photo = try #require(captures.first { $0["kind"] as? String == "photo" })
+        let recording = try #require(captures.first { $0["kind"] as? String == "recording" })
+        #expect(photo["complete_sets"] as? Int == 1)
+        #expect(try #require(photo["max_skew_us"] as? Double) < 1000)
+        #expect(try #require(recording["sets"] as? Int) >= 10)
+
+        // The recording's manifest: every delivered frame is in exactly one set or listed unmatched, and
+        // between a camera's first and last frame every sequence number was delivered or reported dropped.
+        let directory = try #require(recording["directory"] as? String)
+        let manifest = try Self.object(String(contentsOfFile: directory + "/manifest.json", encoding: .utf8))
+        let cameras = try #require(manifest["cameras"] as? [[String: Any]])
+        let sets = try #require(manifest["sets"] as? [[String: Any]])
+        let unmatched = try #require(manifest["unmatched"] as? [[String: Any]])
+        let frames = sets.flatMap { ($0["frames"] as? [[String: Any]]) ?? [] } + unmatched
+        for camera in cameras {
+            let index = try #require(camera["index"] as? Int)
+            let own = frames.filter { $0["camera"] as? Int == index }
+            let sequences = own.compactMap { $0["sequence"] as? Int }
+            #expect(Set(sequences).count == sequences.count, "a frame of camera \(index) appears twice")
+            #expect(own.count == camera["frames_delivered"] as? Int)
+            let span = (sequences.max() ?? 0) - (sequences.min() ?? 0) + 1
+            #expect(span <= own.count + (camera["frames_dropped"] as? Int ?? 0))
+            for frame in own {
+                let file = try #require(frame["file"] as? String)
+                #expect(file.hasSuffix(".png"))
+                #expect(FileManager.default.fileExists(atPath: directory + "/" + file), "\(file) missing")
+            }
+        }
+        // Complete sets of aligned cameras are tight: far under one frame period (66 ms at 15 fps).
+        for set in sets where set["complete"] as? Bool == true {
+            #expect(try #require(set["skew_ns"] as? Int) < 5_000_000)
+        }
+
+        let listed = try Executables.run("camrig", ["captures", "list", "--out", out, "--json"])
+        #expect(listed.status == 0, "\(listed.stderr)")
+        let entries = try #require(try Self.object(listed.stdout)["captures"] as? [[String: Any]])
+        #expect(Set(entries.compactMap { $0["id"] as? String }) == Set(captures.compactMap { $0["id"] as? String }))
+        let catalogRecording = try #require(entries.first { $0["kind"] as? String == "recording" })
+        #expect(catalogRecording["sets"] as? Int == recording["sets"] as? Int)
+        #expect(catalogRecording["dropped_frames"] as? Int == recording["dropped_frames"] as? Int)
+        #expect(catalogRecording["incomplete_sets"] as? Int == recording["incomplete_sets"] as? Int)
+
+        let shown = try Executables.run("camrig", ["captures", "show", try #require(recording["id"] as? String), "--out", out, "--json"])
+        #expect(shown.status == 0, "\(shown.stderr)")
+        #expect(try Self.object(shown.stdout)["id"] as? String == recording["id"] as? String)
+    }
+
+    @Test("a commit one agent refuses leaves every other agent exactly as it was, and the error names the agent and device")
+    func commitRefused() async throws {
+        let pki = try TestPKI(agents: ["agent-1", "agent-2"])
+        defer { pki.remove() }
+        let first = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "1"])
+        defer { first.stop() }
+        let second = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-2", "--synthetic", "1"])
+        defer { second.stop() }
+
+        // Someone else holds agent-2's camera.
+        let other = try await second.connect(pki)
+        var lock = WireLock()
+        lock.deviceID = "synthetic:SYN0001"
+        lock.durationMs = 60_000
+        guard case .lease(let held) = try await other.request(.lock(lock)).frame.envelope.body else {
+            Issue.record("the other client got no lease")
+            return
+        }
+
+        var describe = WireDescribeDevice()
+        describe.deviceID = "synthetic:SYN0001"
+        let observer = try await first.connect(pki)
+        guard case .deviceDescription(let before) = try await observer.request(.describeDevice(describe)).frame.envelope.body else {
+            Issue.record("no description")
+            return
+        }
+
+        let pool = AgentPool(
+            endpoints: [AgentEndpoint(host: first.host, port: first.port), AgentEndpoint(host: second.host, port: second.port)],
+            security: .tls(try MutualTLS.client(directory: pki.directory, identityName: "coordinator")),
+            logger: Logger(label: "test")
+        )
+        pool.start()
+        #expect(await pool.waitUntilReady(clockSamples: 4, timeout: .seconds(20)).isEmpty)
+        let (devices, failures) = await RigDiscovery.devices(in: pool)
+        #expect(failures.isEmpty)
+        #expect(devices.count == 2)
+        let session = RigSession(pool: pool, logger: Logger(label: "test"))
+        for device in devices { try await session.addInput(device) }
+        await session.beginConfiguration()
+        // A rate and size other than the cameras' current ones, so that an applied change would show.
+        await session.setFrameRate(.init(dimensions: Dimensions(width: 1280, height: 720), frameDuration: FrameDuration(framesPerSecond: 15)))
+        do {
+            try await session.commitConfiguration()
+            Issue.record("the commit succeeded although agent-2's camera is leased by another client")
+        } catch let error as RigSession.CommitError {
+            #expect(error.description.contains("agent-2/synthetic:SYN0001"))
+            #expect(error.description.contains("LEASE_HELD"))
+            #expect(error.failures.map(\.device) == ["agent-2/synthetic:SYN0001"])
+        }
+        guard case .deviceDescription(let after) = try await observer.request(.describeDevice(describe)).frame.envelope.body else {
+            Issue.record("no description")
+            return
+        }
+        #expect(after.state == before.state)
+        #expect(!after.hasLease, "agent-1's lease from the failed commit was not released")
+
+        // Once the other client lets go, the same commit goes through on both.
+        var unlock = WireUnlock()
+        unlock.leaseID = held.lease.leaseID
+        _ = try await other.request(.unlock(unlock))
+        try await session.commitConfiguration()
+        guard case .deviceDescription(let committed) = try await observer.request(.describeDevice(describe)).frame.envelope.body else {
+            Issue.record("no description")
+            return
+        }
+        #expect(committed.state.activeFormatID.hasSuffix("1280x720"))
+        #expect(committed.state.activeMinFrameDuration.denominator == 15)
+        await session.stop()
+        await pool.stop()
+        await other.close()
+        await observer.close()
+    }
+}
