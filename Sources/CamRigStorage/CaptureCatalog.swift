@@ -27,7 +27,7 @@ public final class CaptureCatalog: Sendable {
             id = manifest.id
             kind = manifest.kind
             created = manifest.created
-            sessionId = manifest.sessionID
+            sessionId = manifest.sessionId
             self.directory = directory
             cameras = manifest.cameras.count
             sets = manifest.summary.sets

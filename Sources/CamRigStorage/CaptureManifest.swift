@@ -12,7 +12,7 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
     public var kind: String
     /// ISO 8601, UTC.
     public var created: String
-    public var sessionID: String
+    public var sessionId: String
     /// What `timestamp_ns` values are measured on.
     public var clock: String = "coordinator CLOCK_MONOTONIC"
     /// Frames per second of the session (recordings).
@@ -24,11 +24,11 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
     public var unmatched: [Frame]
     public var summary: Summary
 
-    public init(id: String, kind: String, created: String, sessionID: String, framesPerSecond: Double? = nil, frameDuration: Rational? = nil, cameras: [Camera], sets: [SyncSet], unmatched: [Frame], summary: Summary) {
+    public init(id: String, kind: String, created: String, sessionId: String, framesPerSecond: Double? = nil, frameDuration: Rational? = nil, cameras: [Camera], sets: [SyncSet], unmatched: [Frame], summary: Summary) {
         self.id = id
         self.kind = kind
         self.created = created
-        self.sessionID = sessionID
+        self.sessionId = sessionId
         self.framesPerSecond = framesPerSecond
         self.frameDuration = frameDuration
         self.cameras = cameras

@@ -1,5 +1,6 @@
 import CamRigCoordinator
 import CamRigDevices
+import CamRigSecurity
 import CamRigTestSupport
 import CamRigWire
 import Foundation
