@@ -18,6 +18,8 @@ public final class AgentCapture: Sendable {
     var clock: HostClock { streams.devices.clock }
     let maxPendingTriggers: Int
     /// How long before T the thread stops sleeping and starts spinning.
+    /// How long before a photo trigger its cameras are started.
+    static let prepareNanoseconds: Int64 = 100_000_000
     static let spinNanoseconds: Int64 = 300_000
     private let pending = NIOLockedValueBox(0)
     /// Captures between firing and being stored.
@@ -43,7 +45,7 @@ public final class AgentCapture: Sendable {
         case .capturePhoto(let capture):
             let now = clock.now()
             Task {
-                reply(await self.fire(triggerID: "photo-\(requestID)", devices: [capture.deviceID], session: capture.sessionID, settings: capture.settings, fireAt: now, firedAt: now), nil)
+                reply(await self.fire(triggerID: "photo-\(requestID)", frames: self.prepare([capture.deviceID], notBefore: now), session: capture.sessionID, settings: capture.settings, fireAt: now, firedAt: now), nil)
             }
 
         case .scheduleTrigger(let trigger):
@@ -121,6 +123,13 @@ public final class AgentCapture: Sendable {
             for deviceID in trigger.deviceIds {
                 self.streams.devices.discovery.device(uniqueID: deviceID)?.alignNextStream(toMonotonic: clock.monotonic(atReading: fireAt))
             }
+            var frames: [(String, Task<CapturedFrame, any Error>)] = []
+            if trigger.action == .capturePhoto {
+                // The cameras start before T, so each photo is the frame exposed from T on rather than the
+                // first one a camera manages after a late start (prepared capture).
+                HostClock.sleep(untilMonotonic: clock.monotonic(atReading: fireAt - Self.prepareNanoseconds))
+                frames = self.prepare(trigger.deviceIds, notBefore: fireAt)
+            }
             HostClock.sleep(untilMonotonic: clock.monotonic(atReading: fireAt - Self.spinNanoseconds))
             var firedAt = clock.now()
             while firedAt < fireAt { firedAt = clock.now() }
@@ -130,7 +139,7 @@ public final class AgentCapture: Sendable {
                 return
             }
             Task {
-                reply(await self.fire(triggerID: trigger.triggerID, devices: trigger.deviceIds, session: trigger.sessionID, settings: trigger.photoSettings, fireAt: fireAt, firedAt: firedAt))
+                reply(await self.fire(triggerID: trigger.triggerID, frames: frames, session: trigger.sessionID, settings: trigger.photoSettings, fireAt: fireAt, firedAt: firedAt))
             }
         }
         thread.name = "camrig-trigger"
@@ -138,14 +147,21 @@ public final class AgentCapture: Sendable {
         thread.start()
     }
 
-    /// Captures one photo per device exposed at or after `fireAt`, stores each, and reports the firing.
-    private func fire(triggerID: String, devices: [String], session: String, settings: WirePhotoSettings, fireAt: Int64, firedAt: Int64) async -> WireEnvelope.OneOf_Body {
+    /// Starts waiting for each device's first frame exposed at or after `notBefore` (starting its stream).
+    private func prepare(_ devices: [String], notBefore: Int64) -> [(String, Task<CapturedFrame, any Error>)] {
+        devices.map { deviceID in
+            (deviceID, Task { try await self.streams.nextFrame(deviceID: deviceID, notBefore: notBefore) })
+        }
+    }
+
+    /// Stores the photo each device's frame task delivers, and reports the firing.
+    private func fire(triggerID: String, frames: [(String, Task<CapturedFrame, any Error>)], session: String, settings: WirePhotoSettings, fireAt: Int64, firedAt: Int64) async -> WireEnvelope.OneOf_Body {
         inFlight.withLockedValue { $0 += 1 }
         defer { inFlight.withLockedValue { $0 -= 1 } }
         var fired = Self.fired(triggerID, fireAt: fireAt, firedAt: firedAt)
-        for deviceID in devices {
+        for (deviceID, frameTask) in frames {
             do {
-                let frame = try await streams.nextFrame(deviceID: deviceID, notBefore: fireAt)
+                let frame = try await frameTask.value
                 var result = WirePhotoResult()
                 result.resultID = "\(agentID)-\(UUID().uuidString.lowercased())"
                 result.sessionID = session

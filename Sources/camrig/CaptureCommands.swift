@@ -31,6 +31,13 @@ struct CaptureOutput: Encodable {
     var skewP99Us: Double
     var maxSkewUs: Double
     var cameras: [Camera]
+    /// Skew in real time, where the truth is known (`camrig demo`).
+    var trueSkew: TrueSkew?
+
+    struct TrueSkew: Encodable {
+        var p50Us: Double
+        var maxUs: Double
+    }
 
     init(_ manifest: CaptureManifest, directory: String) {
         id = manifest.id
@@ -54,7 +61,10 @@ struct CaptureOutput: Encodable {
     var text: String {
         var lines = ["\(kind) \(id) in \(directory)"]
         lines.append("  sets \(sets) (complete \(completeSets), incomplete \(incompleteSets)); frames \(framesDelivered) delivered, \(droppedFrames) dropped, \(unmatchedFrames) unmatched")
-        lines.append("  skew p50 \(String(format: "%.1f", skewP50Us)) µs, p99 \(String(format: "%.1f", skewP99Us)) µs, max \(String(format: "%.1f", maxSkewUs)) µs (coordinator clock)")
+        lines.append("  skew p50 \(String(format: "%.1f", skewP50Us)) µs, p99 \(String(format: "%.1f", skewP99Us)) µs, max \(String(format: "%.1f", maxSkewUs)) µs (coordinator clock; each frame's uncertainty adds the clock error)")
+        if let trueSkew {
+            lines.append("  true skew p50 \(String(format: "%.1f", trueSkew.p50Us)) µs, max \(String(format: "%.1f", trueSkew.maxUs)) µs (real time, from the injected clock errors)")
+        }
         lines.append(table(
             ["  CAMERA", "FRAMES", "DROPPED", "UNMATCHED", "OFFSET µs", "±µs"],
             cameras.map { ["  " + $0.camera, "\($0.framesDelivered)", "\($0.droppedFrames)", "\($0.unmatchedFrames)", String(format: "%.1f", $0.offsetUs), String(format: "%.1f", $0.errorBoundUs)] }

@@ -52,6 +52,22 @@ struct Demo: AsyncParsableCommand {
         return (offsets[index % offsets.count] * Double(index / offsets.count + 1), drifts[index % drifts.count])
     }
 
+    /// Skews of the complete sets in real time: each frame's agent timestamp mapped back through the
+    /// clock error injected into its agent (which the coordinator does not know). This includes the
+    /// clock-estimation error that skews in the coordinator's clock cannot show.
+    static func trueSkew(_ manifest: CaptureManifest, epoch: Int64, agents: [String]) -> CaptureOutput.TrueSkew {
+        let clocks = manifest.cameras.map { camera -> HostClock in
+            let injected = Self.injected(agents.firstIndex(of: camera.agent) ?? 0)
+            return HostClock(offsetNanoseconds: Int64((injected.offsetMicroseconds * 1000).rounded()), driftPPM: injected.driftPPM, epoch: epoch)
+        }
+        let skews = manifest.sets.filter(\.complete).map { set -> Int64 in
+            let times = set.frames.map { clocks[$0.camera].monotonic(atReading: $0.agentTimestampNs) }
+            return (times.max() ?? 0) - (times.min() ?? 0)
+        }.sorted()
+        guard !skews.isEmpty else { return .init(p50Us: 0, maxUs: 0) }
+        return .init(p50Us: Double(skews[skews.count / 2]) / 1000, maxUs: Double(skews.last!) / 1000)
+    }
+
     func run() async throws {
         let logger = output.makeLogger(label: "camrig.demo")
         let say: (String) -> Void = { line in
@@ -109,7 +125,11 @@ struct Demo: AsyncParsableCommand {
                     agents: pool.agents.enumerated().map { index, agent in
                         DemoOutput.Agent(agent.snapshot, injected: Self.injected(index), epoch: epoch, frames: recording.manifest.cameras.filter { $0.agent == agent.snapshot.agentID })
                     },
-                    captures: [CaptureOutput(photo.manifest, directory: photo.directory.path), CaptureOutput(recording.manifest, directory: recording.directory.path)],
+                    captures: [photo, recording].map { report in
+                        var output = CaptureOutput(report.manifest, directory: report.directory.path)
+                        output.trueSkew = Self.trueSkew(report.manifest, epoch: epoch, agents: pool.agents.map(\.snapshot.agentID))
+                        return output
+                    },
                     catalog: store.catalog.path
                 )
             } catch {

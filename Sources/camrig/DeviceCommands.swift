@@ -193,6 +193,7 @@ struct Device: AsyncParsableCommand {
                     let session = RigSession(pool: pool, logger: logger)
                     try await session.addInput(found)
                     await session.beginConfiguration()
+                    await session.setPreset(.inputPriority)
                     await session.setControls(of: found.name, parsed)
                     try await session.commitConfiguration()
                     await session.stop()

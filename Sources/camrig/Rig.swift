@@ -171,10 +171,11 @@ struct Agents: AsyncParsableCommand {
             } else {
                 print(table(
                     ["AGENT", "ADDRESS", "STATUS", "SOFTWARE", "OFFSET µs", "±µs", "RTT µs", "LAST SEEN"],
-                    agents.map { [$0.agent, $0.address, $0.status + ($0.reason.map { " (\($0))" } ?? ""), $0.software,
+                    agents.map { [$0.agent, $0.address, $0.status, $0.software,
                                   $0.offsetUs.map { String(format: "%.1f", $0) } ?? "-", $0.errorBoundUs.map { String(format: "%.1f", $0) } ?? "-",
                                   $0.minRoundTripUs.map { String(format: "%.1f", $0) } ?? "-", $0.lastSeen ?? "never"] }
                 ))
+                for agent in agents { if let reason = agent.reason { print("\(agent.agent): \(reason)") } }
             }
             if agents.contains(where: { $0.status != "connected" }) { throw ExitCode(2) }
         } catch let error as ExitCode {

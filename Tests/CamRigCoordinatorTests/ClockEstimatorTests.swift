@@ -132,6 +132,20 @@ struct ClockEstimatorTests {
     }
 
     @Test(
+        "a short, very noisy window does not claim hundreds of ppm, and its offset stays within half a round trip",
+        arguments: clockSeeds)
+    func shortNoisyWindow(seed: UInt64) throws {
+        var simulator = ProbeSimulator(seed: seed, offset: 250_000, driftPPM: 0)
+        simulator.jitterMean = 400_000
+        var estimator = ClockEstimator()
+        simulator.feed(12, to: &estimator)
+        let estimate = try #require(estimator.estimate)
+        #expect(estimate.driftPPM.magnitude < 100)
+        #expect(simulator.offsetError(of: estimate).magnitude < Double(estimate.minimumRoundTrip) / 2)
+        #expect(estimate.errorBoundNanoseconds >= simulator.offsetError(of: estimate).magnitude)
+    }
+
+    @Test(
         "3.7 ms offset, +42 ppm, 0.5 ms ± 0.1 ms delays: offset within 20 µs, drift within 2 ppm, bound holds",
         arguments: clockSeeds)
     func typicalNetwork(seed: UInt64) throws {

@@ -38,7 +38,7 @@ extension RigSession {
     /// plus a margin for scheduling on the coordinator.
     nonisolated static func triggerLead(roundTrips: [Int64]) -> Duration {
         let worst = roundTrips.max() ?? 1_000_000
-        return .nanoseconds(max(30_000_000, 4 * worst + 25_000_000))
+        return .nanoseconds(max(50_000_000, 4 * worst + 40_000_000))
     }
 
     /// Per input: its agent's clock estimate, or an error naming the agent.

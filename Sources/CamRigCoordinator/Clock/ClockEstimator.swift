@@ -174,7 +174,9 @@ public struct ClockEstimator: Sendable {
         public var pathAsymmetryAllowance: Double
         /// Standard errors included in the error bound.
         public var coverageFactor: Double
-        /// The drift uncertainty assumed while drift is not fitted (two crystals of ±50 ppm).
+        /// The drift uncertainty assumed while drift is not fitted (two crystals of ±50 ppm). It is also
+        /// the prior spread of drift: a fitted drift is shrunk toward zero (ridge regression) by how
+        /// uncertain the fit is relative to this, so a short or noisy window cannot claim hundreds of ppm.
         public var unfittedDriftUncertaintyPPM: Double
         /// The smallest drift uncertainty claimed once drift is fitted.
         public var driftUncertaintyFloorPPM: Double
@@ -384,7 +386,7 @@ public struct ClockEstimator: Sendable {
                     sample: sample))
         }
 
-        guard var line = weightedLine(points) else { return unfitted(from: best) }
+        guard var line = weightedLine(points, driftPriorPPM: configuration.unfittedDriftUncertaintyPPM) else { return unfitted(from: best) }
         for _ in 0..<2 {
             var residuals: [Double] = []
             residuals.reserveCapacity(points.count)
@@ -401,7 +403,7 @@ public struct ClockEstimator: Sendable {
             }
             if kept.count == points.count { break }
             points = kept
-            guard points.count >= minimumForDrift, let refitted = weightedLine(points) else {
+            guard points.count >= minimumForDrift, let refitted = weightedLine(points, driftPriorPPM: configuration.unfittedDriftUncertaintyPPM) else {
                 var survivor = points.first?.sample ?? best
                 for point in points where point.sample.roundTrip < survivor.roundTrip { survivor = point.sample }
                 return unfitted(from: survivor)
@@ -460,7 +462,10 @@ public struct ClockEstimator: Sendable {
 
     /// Weighted least squares `y = intercept + slope × x`, with variances from the weighted residuals;
     /// `nil` when the points do not span any time.
-    private static func weightedLine(_ points: [Point]) -> Line? {
+    ///
+    /// The slope is the posterior mean under a zero-mean prior of spread `driftPriorPPM`: with residual
+    /// variance s², the normal equation's `sxx` becomes `sxx + s² / prior²`.
+    private static func weightedLine(_ points: [Point], driftPriorPPM: Double) -> Line? {
         guard points.count >= 3 else { return nil }
         var totalWeight = 0.0, meanX = 0.0, meanY = 0.0
         for point in points {
@@ -477,19 +482,23 @@ public struct ClockEstimator: Sendable {
             sxy += point.weight * dx * (point.y - meanY)
         }
         guard sxx > 0 else { return nil }
-        let slope = sxy / sxx
-        let intercept = meanY - slope * meanX
+        let leastSquaresSlope = sxy / sxx
         var squaredResiduals = 0.0
         for point in points {
-            let residual = point.y - intercept - slope * point.x
+            let residual = point.y - (meanY - leastSquaresSlope * meanX) - leastSquaresSlope * point.x
             squaredResiduals += point.weight * residual * residual
         }
         let residualVariance = squaredResiduals / Double(points.count - 2)
+        // Slope in ns per s: 1 ppm is 1000.
+        let prior = driftPriorPPM * 1_000
+        let shrunkSxx = prior > 0 ? sxx + residualVariance / (prior * prior) : sxx
+        let slope = sxy / shrunkSxx
+        let intercept = meanY - slope * meanX
         return Line(
             intercept: intercept,
             slope: slope,
-            interceptVariance: residualVariance * (1 / totalWeight + meanX * meanX / sxx),
-            slopeVariance: residualVariance / sxx)
+            interceptVariance: residualVariance * (1 / totalWeight + meanX * meanX / shrunkSxx),
+            slopeVariance: residualVariance / shrunkSxx)
     }
 
     /// The median of `values`, which are reordered.
