@@ -155,3 +155,39 @@ struct SessionTests {
         await observer.close()
     }
 }
+
+/// The agent pool as operators see it through `camrig agents`.
+@Suite("Agent pool")
+struct AgentPoolTests {
+    @Test("one agent down: the others are reported connected with clock estimates, the down one with its reason, exit status 2")
+    func oneDown() throws {
+        let pki = try TestPKI(agents: ["agent-1"])
+        defer { pki.remove() }
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1"])
+        defer { agent.stop() }
+        // A port nothing listens on: the agent process just started and stopped on it.
+        let gone = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1"])
+        let deadPort = gone.port
+        gone.stop()
+        let rig = NSTemporaryDirectory() + "camrig-rig-\(UUID().uuidString).yaml"
+        defer { try? FileManager.default.removeItem(atPath: rig) }
+        try "tls_dir: \(pki.path)\nagents:\n  - 127.0.0.1:\(agent.port)\n  - 127.0.0.1:\(deadPort)\n".write(toFile: rig, atomically: true, encoding: .utf8)
+
+        let result = try Executables.run("camrig", ["agents", "--rig", rig, "--connect-timeout", "3", "--json"], timeout: 60)
+        #expect(result.status == 2, "\(result.stderr)")
+        let agents = try #require(try SessionTests.object(result.stdout)["agents"] as? [[String: Any]])
+        #expect(agents.count == 2)
+        let up = try #require(agents.first { $0["address"] as? String == "127.0.0.1:\(agent.port)" })
+        #expect(up["status"] as? String == "connected")
+        #expect(up["agent"] as? String == "agent-1")
+        #expect(try #require(up["samples"] as? Int) >= 8)
+        #expect(up["offset_us"] is Double)
+        let down = try #require(agents.first { $0["address"] as? String == "127.0.0.1:\(deadPort)" })
+        #expect(down["status"] as? String == "down")
+        #expect((down["reason"] as? String ?? "").contains("cannot connect"))
+        #expect(down["last_seen"] == nil)
+
+        let text = try Executables.run("camrig", ["agents", "--rig", rig, "--connect-timeout", "3"], timeout: 60)
+        #expect(text.stdout.contains("127.0.0.1:\(deadPort): cannot connect"))
+    }
+}
