@@ -180,7 +180,7 @@ let package = Package(
         ),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["camrig", "camrig-agent", "CamRigTestSupport", "CamRigCoordinator", "CamRigWire", "CamRigDevices", "CamRigSecurity"]
+            dependencies: ["camrig", "camrig-agent", "CamRigTestSupport", "CamRigCoordinator", "CamRigWire", "CamRigDevices", "CamRigSecurity", "CamRigStorage"]
         ),
     ]
 )

@@ -79,7 +79,10 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
         /// Reported dropped by the agent (never delivered).
         public var framesDropped: Int
         public var framesUnmatched: Int
-        public init(index: Int, name: String, agent: String, device: String, model: String, format: String, pixelFormat: String, width: UInt32, height: UInt32, clock: ClockStatistics, framesDelivered: Int, framesDropped: Int, framesUnmatched: Int) {
+        /// Why this camera delivered less than asked (agent gone, device unplugged, trigger refused).
+        public var error: String?
+        public init(index: Int, name: String, agent: String, device: String, model: String, format: String, pixelFormat: String, width: UInt32, height: UInt32, clock: ClockStatistics, framesDelivered: Int, framesDropped: Int, framesUnmatched: Int, error: String? = nil) {
+            self.error = error
             self.index = index
             self.name = name
             self.agent = agent

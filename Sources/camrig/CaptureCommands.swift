@@ -15,6 +15,7 @@ struct CaptureOutput: Encodable {
         var unmatchedFrames: Int
         var offsetUs: Double
         var errorBoundUs: Double
+        var error: String?
     }
 
     var id: String
@@ -54,7 +55,7 @@ struct CaptureOutput: Encodable {
         skewP99Us = Double(manifest.summary.skewP99Ns) / 1000
         maxSkewUs = Double(manifest.summary.skewMaxNs) / 1000
         cameras = manifest.cameras.map {
-            Camera(camera: $0.name, framesDelivered: $0.framesDelivered, droppedFrames: $0.framesDropped, unmatchedFrames: $0.framesUnmatched, offsetUs: $0.clock.offsetNs / 1000, errorBoundUs: $0.clock.errorBoundNs / 1000)
+            Camera(camera: $0.name, framesDelivered: $0.framesDelivered, droppedFrames: $0.framesDropped, unmatchedFrames: $0.framesUnmatched, offsetUs: $0.clock.offsetNs / 1000, errorBoundUs: $0.clock.errorBoundNs / 1000, error: $0.error)
         }
     }
 
@@ -69,6 +70,7 @@ struct CaptureOutput: Encodable {
             ["  CAMERA", "FRAMES", "DROPPED", "UNMATCHED", "OFFSET µs", "±µs"],
             cameras.map { ["  " + $0.camera, "\($0.framesDelivered)", "\($0.droppedFrames)", "\($0.unmatchedFrames)", String(format: "%.1f", $0.offsetUs), String(format: "%.1f", $0.errorBoundUs)] }
         ))
+        for camera in cameras { if let error = camera.error { lines.append("  \(camera.camera): \(error)") } }
         return lines.joined(separator: "\n")
     }
 }

@@ -1,6 +1,7 @@
 import CamRigCoordinator
 import CamRigDevices
 import CamRigSecurity
+import CamRigStorage
 import CamRigTestSupport
 import CamRigWire
 import Foundation
@@ -189,5 +190,61 @@ struct AgentPoolTests {
 
         let text = try Executables.run("camrig", ["agents", "--rig", rig, "--connect-timeout", "3"], timeout: 60)
         #expect(text.stdout.contains("127.0.0.1:\(deadPort): cannot connect"))
+    }
+}
+
+/// Recordings when part of the rig fails.
+@Suite("Recording with failures")
+struct RecordingFailureTests {
+    @Test("an agent killed mid-recording: its camera's later sets are incomplete and say so, the other camera records on, nothing hangs")
+    func agentKilled() async throws {
+        let pki = try TestPKI(agents: ["agent-1", "agent-2"])
+        defer { pki.remove() }
+        let first = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "1"])
+        defer { first.stop() }
+        let second = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-2", "--synthetic", "1"])
+        defer { second.stop() }
+        let out = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-rec-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: out) }
+
+        let logger = Logger(label: "test")
+        let pool = AgentPool(
+            endpoints: [AgentEndpoint(host: first.host, port: first.port), AgentEndpoint(host: second.host, port: second.port)],
+            security: .tls(try MutualTLS.client(directory: pki.directory, identityName: "coordinator")),
+            logger: logger
+        )
+        pool.start()
+        #expect(await pool.waitUntilReady(clockSamples: 8, timeout: .seconds(20)).isEmpty)
+        let (devices, _) = await RigDiscovery.devices(in: pool)
+        let session = RigSession(pool: pool, logger: logger)
+        for device in devices { try await session.addInput(device) }
+        await session.beginConfiguration()
+        await session.setFrameRate(.init(dimensions: Dimensions(width: 640, height: 480), frameDuration: FrameDuration(framesPerSecond: 15)))
+        try await session.commitConfiguration()
+
+        let killer = Task {
+            try await Task.sleep(for: .milliseconds(1000))
+            second.crash()
+        }
+        let report = try await session.record(duration: .seconds(3), into: try CamRigStorage.CaptureStore(root: out))
+        try await killer.value
+        await session.stop()
+        await pool.stop()
+
+        let manifest = report.manifest
+        let survivor = try #require(manifest.cameras.first { $0.agent == "agent-1" })
+        let victim = try #require(manifest.cameras.first { $0.agent == "agent-2" })
+        // 3 s at 15 fps: the surviving camera delivers (nearly) all its frames, the killed one about a second's worth.
+        #expect(survivor.framesDelivered >= 40)
+        #expect(victim.framesDelivered > 0 && victim.framesDelivered < survivor.framesDelivered)
+        #expect(survivor.error == nil)
+        #expect(victim.error != nil)
+        let incomplete = manifest.sets.filter { !$0.complete }
+        #expect(incomplete.count >= survivor.framesDelivered - victim.framesDelivered - 1)
+        #expect(incomplete.allSatisfy { $0.missingCameras == [victim.index] || $0.missingCameras == [survivor.index] })
+        #expect(manifest.summary.incompleteSets == incomplete.count)
+        // Every delivered frame is in exactly one set.
+        let inSets = manifest.sets.flatMap(\.frames).count + manifest.unmatched.count
+        #expect(inSets == survivor.framesDelivered + victim.framesDelivered)
     }
 }

@@ -129,9 +129,13 @@ extension RigSession {
         let estimates = try clockEstimates()
         var frames: [CaptureManifest.Frame?] = Array(repeating: nil, count: inputs.count)
         var failures: [String] = []
+        var cameraFailures: [String: String] = [:]
         for (agentID, indices) in byAgent.sorted(by: { $0.key < $1.key }) {
             guard case .success(let firing) = fired[agentID] else {
-                if case .failure(let error) = fired[agentID] { failures.append("agent \(agentID): \(Self.message(error))") }
+                if case .failure(let error) = fired[agentID] {
+                    failures.append("agent \(agentID): \(Self.message(error))")
+                    cameraFailures[agentID] = "trigger failed: \(Self.message(error))"
+                }
                 continue
             }
             let agent = inputs[indices[0]].agent
@@ -176,6 +180,7 @@ extension RigSession {
                 }
             } catch {
                 failures.append("agent \(agentID): \(Self.message(error)) (its results stay in its spool)")
+                cameraFailures[agentID] = "results not fetched: \(Self.message(error)); they stay in the agent's spool"
             }
         }
 
@@ -190,7 +195,10 @@ extension RigSession {
             frames: present
         )
         var cameras = cameraEntries(estimates, formats: Array(repeating: nil, count: inputs.count))
-        for index in cameras.indices { cameras[index].framesDelivered = frames[index] == nil ? 0 : 1 }
+        for index in cameras.indices {
+            cameras[index].framesDelivered = frames[index] == nil ? 0 : 1
+            if frames[index] == nil { cameras[index].error = cameraFailures[inputs[index].agentID] ?? "no photo in the agent's results" }
+        }
         let manifest = CaptureManifest(
             id: captureID,
             kind: "photo",
@@ -246,7 +254,7 @@ extension RigSession {
         var unmatched: [(SyncFrame<PendingFrame>, String)] = []
         var delivered = Array(repeating: 0, count: inputs.count)
         var dropped = Array(repeating: 0, count: inputs.count)
-        var failures: [String] = []
+        var failures: [Int: String] = [:]
         var lastProgress = ContinuousClock.now
         func take(_ outputs: [SyncMatcherOutput<PendingFrame>]) {
             for output in outputs {
@@ -264,7 +272,7 @@ extension RigSession {
             case .dropped(let camera, let count):
                 dropped[camera] += count
             case .ended(let camera, let failure):
-                if let failure { failures.append("\(inputs[camera].name): \(failure)") }
+                if let failure { failures[camera] = failure }
                 take(matcher.finish(camera: camera))
             }
             if let progress, ContinuousClock.now - lastProgress > .milliseconds(500) {
@@ -312,6 +320,7 @@ extension RigSession {
             cameras[index].framesDelivered = delivered[index]
             cameras[index].framesDropped = dropped[index]
             cameras[index].framesUnmatched = manifestUnmatched.filter { $0.camera == index }.count
+            cameras[index].error = failures[index]
         }
         let manifest = CaptureManifest(
             id: captureID,
@@ -332,7 +341,7 @@ extension RigSession {
         )
         try store.finish(manifest, in: directory)
         if delivered.allSatisfy({ $0 == 0 }) {
-            throw CommitError(description: "no camera delivered a frame:\n" + failures.map { "  \($0)" }.joined(separator: "\n"), failures: [], rollbackFailures: [])
+            throw CommitError(description: "no camera delivered a frame:\n" + failures.sorted { $0.key < $1.key }.map { "  \(inputs[$0.key].name): \($0.value)" }.joined(separator: "\n"), failures: [], rollbackFailures: [])
         }
         return CaptureReport(manifest: manifest, directory: directory)
     }
