@@ -193,6 +193,42 @@ struct AgentPoolTests {
     }
 }
 
+extension AgentPoolTests {
+    @Test("an agent that crashes is reported down, and the pool reconnects by itself when it comes back on the same address")
+    func reconnects() async throws {
+        let pki = try TestPKI(agents: ["agent-1"])
+        defer { pki.remove() }
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1"])
+        let port = agent.port
+        var timing = RemoteAgent.Timing()
+        timing.maximumBackoff = .milliseconds(500)
+        let pool = AgentPool(
+            endpoints: [AgentEndpoint(host: "127.0.0.1", port: port)],
+            security: .tls(try MutualTLS.client(directory: pki.directory, identityName: "coordinator")),
+            timing: timing,
+            logger: Logger(label: "test")
+        )
+        pool.start()
+        let remote = pool.agents[0]
+        #expect(await remote.waitUntilConnected(timeout: .seconds(10)))
+        agent.crash()
+        var sawDown = false
+        for _ in 0..<200 where !sawDown {
+            if case .down = remote.snapshot.status { sawDown = true } else { try await Task.sleep(for: .milliseconds(25)) }
+        }
+        #expect(sawDown)
+        #expect(throws: AgentClientError.self) { try remote.client() }
+
+        let restarted = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--listen", "127.0.0.1:\(port)"])
+        defer { restarted.stop() }
+        #expect(await remote.waitUntilConnected(timeout: .seconds(15)))
+        #expect(remote.snapshot.connectAttempts >= 2)
+        #expect(try await remote.client().ping() > .zero)
+        await pool.stop()
+        #expect(remote.snapshot.status == .stopped)
+    }
+}
+
 /// Recordings when part of the rig fails.
 @Suite("Recording with failures")
 struct RecordingFailureTests {
