@@ -11,6 +11,19 @@ import Testing
 /// Multi-camera sessions across real agent processes over TLS.
 @Suite("Rig sessions across agents")
 struct SessionTests {
+    /// A started pool over these agents, every one connected with a clock estimate.
+    static func readyPool(_ agents: [AgentProcess], pki: TestPKI) async throws -> AgentPool {
+        let pool = AgentPool(
+            endpoints: agents.map { AgentEndpoint(host: $0.host, port: $0.port) },
+            security: .tls(try MutualTLS.client(directory: pki.directory, identityName: "coordinator")),
+            logger: Logger(label: "test")
+        )
+        pool.start()
+        let notReady = await pool.waitUntilReady(clockSamples: 8, timeout: .seconds(20))
+        #expect(notReady.isEmpty, "not ready: \(notReady.map(\.name))")
+        return pool
+    }
+
     static func object(_ json: String) throws -> [String: Any] {
         try #require(JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any])
     }
@@ -109,13 +122,7 @@ struct SessionTests {
             return
         }
 
-        let pool = AgentPool(
-            endpoints: [AgentEndpoint(host: first.host, port: first.port), AgentEndpoint(host: second.host, port: second.port)],
-            security: .tls(try MutualTLS.client(directory: pki.directory, identityName: "coordinator")),
-            logger: Logger(label: "test")
-        )
-        pool.start()
-        #expect(await pool.waitUntilReady(clockSamples: 4, timeout: .seconds(20)).isEmpty)
+        let pool = try await SessionTests.readyPool([first, second], pki: pki)
         let (devices, failures) = await RigDiscovery.devices(in: pool)
         #expect(failures.isEmpty)
         #expect(devices.count == 2)
@@ -244,13 +251,7 @@ struct RecordingFailureTests {
         defer { try? FileManager.default.removeItem(at: out) }
 
         let logger = Logger(label: "test")
-        let pool = AgentPool(
-            endpoints: [AgentEndpoint(host: first.host, port: first.port), AgentEndpoint(host: second.host, port: second.port)],
-            security: .tls(try MutualTLS.client(directory: pki.directory, identityName: "coordinator")),
-            logger: logger
-        )
-        pool.start()
-        #expect(await pool.waitUntilReady(clockSamples: 8, timeout: .seconds(20)).isEmpty)
+        let pool = try await SessionTests.readyPool([first, second], pki: pki)
         let (devices, _) = await RigDiscovery.devices(in: pool)
         let session = RigSession(pool: pool, logger: logger)
         for device in devices { try await session.addInput(device) }
