@@ -123,13 +123,12 @@ public final class AgentCapture: Sendable {
             for deviceID in trigger.deviceIds {
                 self.streams.devices.discovery.device(uniqueID: deviceID)?.alignNextStream(toMonotonic: clock.monotonic(atReading: fireAt))
             }
-            var frames: [(String, Task<CapturedFrame, any Error>)] = []
-            if trigger.action == .capturePhoto {
-                // The cameras start before T, so each photo is the frame exposed from T on rather than the
-                // first one a camera manages after a late start (prepared capture).
-                HostClock.sleep(untilMonotonic: clock.monotonic(atReading: fireAt - Self.prepareNanoseconds))
-                frames = self.prepare(trigger.deviceIds, notBefore: fireAt)
-            }
+            // The cameras start before T, so a photo is the frame exposed from T on, and a stream's first
+            // frame is exposed at T, rather than whatever a camera manages after a late start (prepared
+            // capture). For a stream, waiting for that first frame only keeps the camera running until the
+            // stream's own subscriber has joined at T.
+            HostClock.sleep(untilMonotonic: clock.monotonic(atReading: fireAt - Self.prepareNanoseconds))
+            let frames = self.prepare(trigger.deviceIds, notBefore: fireAt)
             HostClock.sleep(untilMonotonic: clock.monotonic(atReading: fireAt - Self.spinNanoseconds))
             var firedAt = clock.now()
             while firedAt < fireAt { firedAt = clock.now() }

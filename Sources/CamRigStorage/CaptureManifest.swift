@@ -79,6 +79,8 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
         /// Reported dropped by the agent (never delivered).
         public var framesDropped: Int
         public var framesUnmatched: Int
+        /// Frames delivered but exposed after the recording's end, so left out of it (not stored).
+        public var framesAfterEnd: Int = 0
         /// Why this camera delivered less than asked (agent gone, device unplugged, trigger refused).
         public var error: String?
         public init(index: Int, name: String, agent: String, device: String, model: String, format: String, pixelFormat: String, width: UInt32, height: UInt32, clock: ClockStatistics, framesDelivered: Int, framesDropped: Int, framesUnmatched: Int, error: String? = nil) {

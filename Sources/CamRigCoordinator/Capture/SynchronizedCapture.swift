@@ -236,24 +236,30 @@ extension RigSession {
         let lead = Self.triggerLead(roundTrips: inputs.flatMap { $0.agent.snapshot.recentRoundTrips })
         let fireAt = MonotonicClock.now() + lead.nanosecondsValue
         let stopAt = fireAt + duration.nanosecondsValue
+        // Frames exposed from T on, up to the end: exposures on T's grid fall half a period clear of the cut.
+        let lastExposure = stopAt - frameDuration.nanoseconds / 2
         let (events, sink) = AsyncStream.makeStream(of: StreamEvent.self)
 
         let streams = Task {
             await withTaskGroup(of: Void.self) { group in
                 for index in inputs.indices {
                     group.addTask {
-                        await Self.recordCamera(index, device: inputs[index], estimate: estimates[index], sessionID: sessionID, fireAt: fireAt, stopAt: stopAt, directory: directory, sink: sink)
+                        await Self.recordCamera(index, device: inputs[index], estimate: estimates[index], sessionID: sessionID, fireAt: fireAt, stopAt: stopAt, lastExposure: lastExposure, directory: directory, sink: sink)
                     }
                 }
             }
             sink.finish()
         }
 
-        var matcher = SyncSetMatcher<PendingFrame>(configuration: .init(cameraCount: inputs.count, framePeriod: frameDuration.nanoseconds))
+        // A set waits for a lagging camera up to a second (or four frame periods): frames from a busy
+        // agent arrive late, and a set closed too early would turn them into unmatched frames.
+        let period = frameDuration.nanoseconds
+        var matcher = SyncSetMatcher<PendingFrame>(configuration: .init(cameraCount: inputs.count, framePeriod: period, closeAfter: max(4 * period, 1_000_000_000)))
         var sets: [SyncSet<PendingFrame>] = []
         var unmatched: [(SyncFrame<PendingFrame>, String)] = []
         var delivered = Array(repeating: 0, count: inputs.count)
         var dropped = Array(repeating: 0, count: inputs.count)
+        var afterEnd = Array(repeating: 0, count: inputs.count)
         var failures: [Int: String] = [:]
         var lastProgress = ContinuousClock.now
         func take(_ outputs: [SyncMatcherOutput<PendingFrame>]) {
@@ -271,6 +277,8 @@ extension RigSession {
                 take(matcher.add(frame))
             case .dropped(let camera, let count):
                 dropped[camera] += count
+            case .afterEnd(let camera):
+                afterEnd[camera] += 1
             case .ended(let camera, let failure):
                 if let failure { failures[camera] = failure }
                 take(matcher.finish(camera: camera))
@@ -321,6 +329,7 @@ extension RigSession {
             cameras[index].framesDropped = dropped[index]
             cameras[index].framesUnmatched = manifestUnmatched.filter { $0.camera == index }.count
             cameras[index].error = failures[index]
+            cameras[index].framesAfterEnd = afterEnd[index]
         }
         let manifest = CaptureManifest(
             id: captureID,
@@ -386,6 +395,8 @@ extension RigSession {
     enum StreamEvent: Sendable {
         case frame(SyncFrame<PendingFrame>)
         case dropped(camera: Int, count: Int)
+        /// A frame exposed after the recording's end: counted, not recorded.
+        case afterEnd(camera: Int)
         case ended(camera: Int, failure: String?)
     }
 
@@ -398,6 +409,7 @@ extension RigSession {
         sessionID: String,
         fireAt: Int64,
         stopAt: Int64,
+        lastExposure: Int64,
         directory: URL,
         sink: AsyncStream<StreamEvent>.Continuation
     ) async {
@@ -436,10 +448,15 @@ extension RigSession {
                     if video.droppedBefore > 0 { sink.yield(.dropped(camera: camera, count: Int(video.droppedBefore))) }
                     droppedReported += video.droppedBefore
                     lastSequence = video.sequence
-                    let file = folder.appendingPathComponent(String(format: "%06llu.raw", video.sequence))
-                    try payload.withUnsafeReadableBytes { bytes in try spill(bytes, to: file) }
                     let agentTime = video.timestamp.nanoseconds
                     let onCoordinator = estimate.coordinatorTime(atAgent: agentTime)
+                    if onCoordinator >= lastExposure {
+                        // Exposed after the recording's end (the stop takes a moment to reach the agent).
+                        sink.yield(.afterEnd(camera: camera))
+                        continue
+                    }
+                    let file = folder.appendingPathComponent(String(format: "%06llu.raw", video.sequence))
+                    try payload.withUnsafeReadableBytes { bytes in try spill(bytes, to: file) }
                     sink.yield(.frame(SyncFrame(
                         camera: camera,
                         sequence: video.sequence,
