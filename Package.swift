@@ -42,6 +42,7 @@ let package = Package(
             name: "CamRigWire",
             dependencies: [
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ]
         ),
@@ -150,6 +151,7 @@ let package = Package(
             name: "CamRigWireTests",
             dependencies: [
                 "CamRigWire",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOTestUtils", package: "swift-nio"),

@@ -64,7 +64,7 @@ public struct AgentConfiguration: Sendable {
 
     /// What the connection state machine announces.
     var handshake: ServerConnectionStateMachine.Configuration {
-        var capabilities = [WireProtocol.Capability.ping, WireProtocol.Capability.clockProbe]
+        var capabilities = [WireProtocol.Capability.ping, WireProtocol.Capability.clockProbe, WireProtocol.Capability.clockUDP]
         if devices != nil {
             capabilities += [WireProtocol.Capability.devices, WireProtocol.Capability.leases, WireProtocol.Capability.streaming]
             if spool != nil { capabilities += [WireProtocol.Capability.capture] }

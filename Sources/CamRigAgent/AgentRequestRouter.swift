@@ -12,8 +12,10 @@ struct AgentRequestRouter: Sendable {
     let devices: AgentDevices?
     let streams: AgentStreams?
     let capture: AgentCapture?
+    let clockChannel: ClockChannelServer?
 
-    init(agentID: String, devices: AgentDevices?, streams: AgentStreams? = nil, capture: AgentCapture? = nil) {
+    init(agentID: String, devices: AgentDevices?, streams: AgentStreams? = nil, capture: AgentCapture? = nil, clockChannel: ClockChannelServer? = nil) {
+        self.clockChannel = clockChannel
         self.agentID = agentID
         self.devices = devices
         self.streams = streams
@@ -31,6 +33,18 @@ struct AgentRequestRouter: Sendable {
     func route(_ frame: WireFrame, client: ServerConnectionStateMachine.Client, connection: Connection) {
         let reply: @Sendable (WireFrame) -> Void = { connection.write($0, nil) }
         let requestID = frame.requestID
+        if case .openClockChannel = frame.envelope.body, let body = frame.envelope.body, client.role.mayRequest(body) {
+            if let channel = clockChannel?.open(connection: connection.id) {
+                reply(WireFrame(requestID: requestID, .clockChannel(channel)))
+            } else {
+                var error = WireError()
+                error.agentID = agentID
+                error.code = .unsupported
+                error.message = "agent \(agentID) has no UDP clock channel (see its log); probe over this connection instead"
+                reply(WireFrame(requestID: requestID, .error(error)))
+            }
+            return
+        }
         if let streams, let devices, let body = frame.envelope.body, client.role.mayRequest(body) {
             switch body {
             case .startStream(let start):
@@ -117,6 +131,7 @@ struct AgentRequestRouter: Sendable {
     }
 
     func connectionClosed(_ connection: UInt64) {
+        clockChannel?.connectionClosed(connection)
         devices?.events.connectionClosed(connection)
         streams?.connectionClosed(connection)
         devices?.connectionClosed(connection)

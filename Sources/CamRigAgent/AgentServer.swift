@@ -18,6 +18,7 @@ public final class AgentServer: Service, Sendable {
     private let connections = ConnectionRegistry()
     private let addressPromise: EventLoopPromise<SocketAddress>
     private let router: AgentRequestRouter
+    private let clockChannel: ClockChannelServer
 
     public init(configuration: AgentConfiguration, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger) {
         self.configuration = configuration
@@ -31,7 +32,8 @@ public final class AgentServer: Service, Sendable {
             } else {
                 nil
             }
-        router = AgentRequestRouter(agentID: configuration.agentID, devices: configuration.devices, streams: streams, capture: capture)
+        clockChannel = ClockChannelServer(clock: configuration.clock, logger: logger)
+        router = AgentRequestRouter(agentID: configuration.agentID, devices: configuration.devices, streams: streams, capture: capture, clockChannel: clockChannel)
     }
 
     /// The address the server listens on, once bound (useful with port 0).
@@ -54,6 +56,8 @@ public final class AgentServer: Service, Sendable {
             throw failure
         }
         if let address = channel.localAddress {
+            // Clock probes over UDP on the same port number as the TLS listener.
+            clockChannel.start(host: configuration.host, port: address.port ?? configuration.port)
             addressPromise.succeed(address)
             logger.info("listening", metadata: ["address": "\(address)", "agent": "\(configuration.agentID)"])
         }
@@ -73,6 +77,7 @@ public final class AgentServer: Service, Sendable {
             self.logger.info("shutting down: closing the listener and saying goodbye to clients")
             channel.close(promise: nil)
         }
+        clockChannel.stop()
         await connections.closeAll(reason: "agent \(configuration.agentID) is shutting down")
         router.streams?.stopAll(message: "agent is shutting down")
         await router.capture?.drain()

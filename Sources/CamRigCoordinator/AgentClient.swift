@@ -168,6 +168,9 @@ public final class AgentClient: Sendable {
         try? await channel.close()
     }
 
+    /// The agent's address as connected.
+    public var remoteAddress: SocketAddress? { channel.remoteAddress }
+
     /// Completes when the connection closes.
     public var closed: Void {
         get async { try? await channel.closeFuture.get() }

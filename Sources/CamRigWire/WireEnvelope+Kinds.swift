@@ -19,6 +19,8 @@ extension WireEnvelope.OneOf_Body {
         case .clockProbe: "clock_probe"
         case .clockProbeReply: "clock_probe_reply"
         case .ok: "ok"
+        case .openClockChannel: "open_clock_channel"
+        case .clockChannel: "clock_channel"
         case .listDevices: "list_devices"
         case .discoveryQuery: "discovery_query"
         case .deviceList: "device_list"
@@ -59,7 +61,7 @@ extension WireEnvelope.OneOf_Body {
     /// Whether the message is a request a client sends to an agent (and so needs a non-zero request id).
     public var isClientRequest: Bool {
         switch self {
-        case .ping, .clockProbe, .listDevices, .discoveryQuery, .describeDevice, .lock, .renewLease, .unlock,
+        case .ping, .clockProbe, .openClockChannel, .listDevices, .discoveryQuery, .describeDevice, .lock, .renewLease, .unlock,
             .configure, .startStream, .stopStream, .capturePhoto, .scheduleTrigger, .fetchResults,
             .acknowledgeResults, .subscribe:
             true
@@ -78,7 +80,7 @@ extension WirePeerRole {
             return true
         case .viewer:
             switch request {
-            case .ping, .clockProbe, .listDevices, .discoveryQuery, .describeDevice, .startStream, .stopStream, .subscribe:
+            case .ping, .clockProbe, .openClockChannel, .listDevices, .discoveryQuery, .describeDevice, .startStream, .stopStream, .subscribe:
                 return true
             default:
                 return false

@@ -27,6 +27,8 @@ public enum WireProtocol {
     public enum Capability {
         public static let ping = "ping"
         public static let clockProbe = "clock-probe"
+        /// `open_clock_channel`: clock probes over authenticated UDP (PROTOCOL.md, "UDP clock channel").
+        public static let clockUDP = "clock-udp"
         /// `list_devices`, `discovery_query`, `describe_device`.
         public static let devices = "devices"
         /// `lock`, `renew_lease`, `unlock`, `configure`.

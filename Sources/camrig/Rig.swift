@@ -135,6 +135,8 @@ struct AgentStatusOutput: Encodable {
     var minRoundTripUs: Double?
     var samples: Int
     var clockJumps: Int
+    /// tls, udp or udp-kernel.
+    var clockTransport: String?
 
     init(_ snapshot: RemoteAgent.Snapshot) {
         agent = snapshot.name
@@ -152,6 +154,7 @@ struct AgentStatusOutput: Encodable {
         }
         samples = snapshot.clockSamples
         clockJumps = snapshot.clockJumps
+        clockTransport = snapshot.clockTransport?.rawValue
     }
 }
 
@@ -213,10 +216,10 @@ struct Sync: AsyncParsableCommand {
                     try printJSON(["agents": agents], snakeCase: true)
                 } else {
                     print(table(
-                        ["AGENT", "OFFSET µs", "DRIFT ppm", "ERROR BOUND µs", "MIN RTT µs", "SAMPLES", "JUMPS"],
+                        ["AGENT", "OFFSET µs", "DRIFT ppm", "ERROR BOUND µs", "MIN RTT µs", "SAMPLES", "JUMPS", "PROBES"],
                         agents.map { [$0.agent, $0.offsetUs.map { String(format: "%.1f", $0) } ?? "-", $0.driftPpm.map { String(format: "%.2f", $0) } ?? "-",
                                       $0.errorBoundUs.map { String(format: "%.1f", $0) } ?? "-", $0.minRoundTripUs.map { String(format: "%.1f", $0) } ?? "-",
-                                      "\($0.samples)", "\($0.clockJumps)"] }
+                                      "\($0.samples)", "\($0.clockJumps)", $0.clockTransport ?? "-"] }
                     ))
                 }
             } catch {

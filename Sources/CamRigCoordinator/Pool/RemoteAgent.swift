@@ -43,6 +43,8 @@ public final class RemoteAgent: Sendable {
         public var clockJumps: Int
         /// The most recent round trips of clock probes, nanoseconds, newest last.
         public var recentRoundTrips: [Int64]
+        /// How the clock is probed.
+        public var clockTransport: ClockTransport?
 
         /// A name for messages: the agent id once known, else the address.
         public var name: String { agentID.isEmpty ? endpoint.description : agentID }
@@ -59,6 +61,9 @@ public final class RemoteAgent: Sendable {
         public var connectTimeout: TimeAmount = .seconds(5)
         public var initialBackoff: Duration = .milliseconds(250)
         public var maximumBackoff: Duration = .seconds(10)
+        /// Probe over the agent's UDP clock channel when it has one (kernel receive timestamps, no TLS
+        /// or event loop in the path); otherwise over the TLS connection.
+        public var preferUDPClockChannel = true
 
         public init() {}
     }
@@ -78,6 +83,7 @@ public final class RemoteAgent: Sendable {
         var connectAttempts = 0
         var estimator: ClockEstimator
         var recentRoundTrips: [Int64] = []
+        var clockTransport: ClockTransport?
     }
 
     private let state: NIOLockedValueBox<State>
@@ -104,7 +110,8 @@ public final class RemoteAgent: Sendable {
                 clock: estimate,
                 clockSamples: state.estimator.sampleCount,
                 clockJumps: state.estimator.jumpCount,
-                recentRoundTrips: state.recentRoundTrips
+                recentRoundTrips: state.recentRoundTrips,
+                clockTransport: state.clockTransport
             )
         }
     }
@@ -218,10 +225,36 @@ public final class RemoteAgent: Sendable {
     /// Clock probes over the connection until it closes or the task is cancelled.
     private func probe(_ client: AgentClient) async {
         var sent = 0
+        var channel = await openClockChannel(client)
+        var udpFailures = 0
         while !Task.isCancelled {
             do {
-                let sample = try await probeOnce(client)
+                let sample: ClockSample
+                let transport: ClockTransport
+                if let open = channel {
+                    do {
+                        let (udpSample, kernelStamped) = try await ClockChannelClient.shared.probe(open, agent: name, timeout: .milliseconds(Int64(timing.probeTimeout.nanoseconds / 1_000_000)))
+                        sample = udpSample
+                        transport = kernelStamped && open.kernelTimestamps ? .udpKernel : .udp
+                        udpFailures = 0
+                    } catch {
+                        udpFailures += 1
+                        if udpFailures >= 3 {
+                            logger.notice("UDP clock probes get no answer (a firewall?); probing over the TLS connection", metadata: ["agent": "\(name)"])
+                            channel = nil
+                        }
+                        throw error
+                    }
+                } else {
+                    sample = try await probeOnce(client)
+                    transport = .tls
+                }
                 state.withLockedValue { state in
+                    if state.clockTransport != transport {
+                        // Paths differ in their asymmetry: samples of two transports do not mix.
+                        if state.clockTransport != nil { state.estimator.reset() }
+                        state.clockTransport = transport
+                    }
                     state.estimator.add(sample)
                     state.lastSeen = Date()
                     state.recentRoundTrips.append(sample.roundTrip)
@@ -234,6 +267,20 @@ public final class RemoteAgent: Sendable {
             sent += 1
             let interval = sent < timing.initialProbes ? timing.initialProbeInterval : timing.probeInterval
             try? await Task.sleep(for: interval)
+        }
+    }
+
+    /// The agent's UDP clock channel, when it offers one and answers `OpenClockChannel`.
+    private func openClockChannel(_ client: AgentClient) async -> ClockChannelClient.Channel? {
+        guard timing.preferUDPClockChannel, client.welcome.capabilities.contains(WireProtocol.Capability.clockUDP), let remote = client.remoteAddress else { return nil }
+        do {
+            guard case .clockChannel(let wire) = try await client.request(.openClockChannel(WireOpenClockChannel())).frame.envelope.body else {
+                throw AgentClientError(.protocolViolation, agent: name, "answered OpenClockChannel with something else")
+            }
+            return try ClockChannelClient.Channel(remote: remote, channel: wire)
+        } catch {
+            logger.notice("no UDP clock channel; probing over the TLS connection", metadata: ["agent": "\(name)", "error": "\(error)"])
+            return nil
         }
     }
 
@@ -257,4 +304,14 @@ public final class RemoteAgent: Sendable {
     func noteSeen() {
         state.withLockedValue { $0.lastSeen = Date() }
     }
+}
+
+/// How an agent's clock is probed.
+public enum ClockTransport: String, Sendable, Codable {
+    /// Inside the TLS connection: t2 and t4 taken in the connection handlers.
+    case tls
+    /// The UDP clock channel, stamped when `recvmsg` returned.
+    case udp
+    /// The UDP clock channel with the kernel's receive timestamps for t2 and t4.
+    case udpKernel = "udp-kernel"
 }

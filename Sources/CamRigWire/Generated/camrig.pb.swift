@@ -20,6 +20,11 @@
 // - Durations of frames and exposures are exact rationals of seconds (Rational), never floating point.
 // - Field numbers are never reused; a field that is retired is reserved.
 
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 import SwiftProtobuf
 
 // If the compiler emits an error on this type, it is because this file
@@ -1013,6 +1018,22 @@ public nonisolated struct WireEnvelope: Sendable {
     set {body = .ok(newValue)}
   }
 
+  public var openClockChannel: WireOpenClockChannel {
+    get {
+      if case .openClockChannel(let v)? = body {return v}
+      return WireOpenClockChannel()
+    }
+    set {body = .openClockChannel(newValue)}
+  }
+
+  public var clockChannel: WireClockChannel {
+    get {
+      if case .clockChannel(let v)? = body {return v}
+      return WireClockChannel()
+    }
+    set {body = .clockChannel(newValue)}
+  }
+
   /// Devices
   public var listDevices: WireListDevices {
     get {
@@ -1239,6 +1260,8 @@ public nonisolated struct WireEnvelope: Sendable {
     case clockProbe(WireClockProbe)
     case clockProbeReply(WireClockProbeReply)
     case ok(WireOk)
+    case openClockChannel(WireOpenClockChannel)
+    case clockChannel(WireClockChannel)
     /// Devices
     case listDevices(WireListDevices)
     case discoveryQuery(WireDiscoveryQuery)
@@ -1455,6 +1478,40 @@ public nonisolated struct WireClockProbeReply: Sendable {
 
   /// t3: when the agent wrote this reply, agent CLOCK_MONOTONIC
   public var agentTransmitNs: Int64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Asks for the authenticated UDP clock channel (capability "clock-udp"). Replied to with ClockChannel.
+public nonisolated struct WireOpenClockChannel: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Where and how to send UDP clock probes (PROTOCOL.md, "UDP clock channel"): to `port` on the address
+/// of this connection's agent, each packet naming `key_id` and authenticated with HMAC-SHA256 under
+/// `key`. The key belongs to this connection alone and is forgotten when it closes.
+public nonisolated struct WireClockChannel: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var port: UInt32 = 0
+
+  public var keyID: UInt32 = 0
+
+  /// 32 bytes
+  public var key: Data = Data()
+
+  /// t2 is the kernel's receive timestamp of the probe
+  public var kernelTimestamps: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -2966,7 +3023,7 @@ nonisolated extension WireEventKind: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Envelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{2}\u{9}hello\0\u{1}welcome\0\u{1}error\0\u{1}goodbye\0\u{1}ping\0\u{1}pong\0\u{3}clock_probe\0\u{3}clock_probe_reply\0\u{1}ok\0\u{4}\u{2}list_devices\0\u{3}discovery_query\0\u{3}device_list\0\u{3}describe_device\0\u{3}device_description\0\u{2}\u{6}lock\0\u{1}lease\0\u{3}renew_lease\0\u{1}unlock\0\u{1}configure\0\u{3}device_state\0\u{4}\u{5}start_stream\0\u{3}stream_started\0\u{3}stop_stream\0\u{3}stream_ended\0\u{3}video_frame\0\u{4}\u{6}capture_photo\0\u{3}schedule_trigger\0\u{3}trigger_scheduled\0\u{3}trigger_fired\0\u{3}fetch_results\0\u{3}photo_result\0\u{3}results_end\0\u{3}acknowledge_results\0\u{2}\u{3}subscribe\0\u{1}event\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{2}\u{9}hello\0\u{1}welcome\0\u{1}error\0\u{1}goodbye\0\u{1}ping\0\u{1}pong\0\u{3}clock_probe\0\u{3}clock_probe_reply\0\u{1}ok\0\u{3}open_clock_channel\0\u{3}list_devices\0\u{3}discovery_query\0\u{3}device_list\0\u{3}describe_device\0\u{3}device_description\0\u{2}\u{6}lock\0\u{1}lease\0\u{3}renew_lease\0\u{1}unlock\0\u{1}configure\0\u{3}device_state\0\u{4}\u{5}start_stream\0\u{3}stream_started\0\u{3}stop_stream\0\u{3}stream_ended\0\u{3}video_frame\0\u{4}\u{6}capture_photo\0\u{3}schedule_trigger\0\u{3}trigger_scheduled\0\u{3}trigger_fired\0\u{3}fetch_results\0\u{3}photo_result\0\u{3}results_end\0\u{3}acknowledge_results\0\u{2}\u{3}subscribe\0\u{1}event\0\u{3}clock_channel\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3090,6 +3147,19 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
         if let v = v {
           if hadOneofValue {try decoder.handleConflictingOneOf()}
           self.body = .ok(v)
+        }
+      }()
+      case 19: try {
+        var v: WireOpenClockChannel?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .openClockChannel(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .openClockChannel(v)
         }
       }()
       case 20: try {
@@ -3430,6 +3500,19 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
           self.body = .event(v)
         }
       }()
+      case 62: try {
+        var v: WireClockChannel?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .clockChannel(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .clockChannel(v)
+        }
+      }()
       default: break
       }
     }
@@ -3479,6 +3562,10 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
     case .ok?: try {
       guard case .ok(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 18)
+    }()
+    case .openClockChannel?: try {
+      guard case .openClockChannel(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 19)
     }()
     case .listDevices?: try {
       guard case .listDevices(let v)? = self.body else { preconditionFailure() }
@@ -3583,6 +3670,10 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
     case .event?: try {
       guard case .event(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 61)
+    }()
+    case .clockChannel?: try {
+      guard case .clockChannel(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 62)
     }()
     case nil: break
     }
@@ -3955,6 +4046,70 @@ nonisolated extension WireClockProbeReply: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.clientTransmitNs != rhs.clientTransmitNs {return false}
     if lhs.agentReceiveNs != rhs.agentReceiveNs {return false}
     if lhs.agentTransmitNs != rhs.agentTransmitNs {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireOpenClockChannel: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".OpenClockChannel"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    // Load everything into unknown fields
+    while try decoder.nextFieldNumber() != nil {}
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireOpenClockChannel, rhs: WireOpenClockChannel) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireClockChannel: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ClockChannel"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}port\0\u{3}key_id\0\u{1}key\0\u{3}kernel_timestamps\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.port) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.keyID) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.key) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.kernelTimestamps) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.port != 0 {
+      try visitor.visitSingularUInt32Field(value: self.port, fieldNumber: 1)
+    }
+    if self.keyID != 0 {
+      try visitor.visitSingularUInt32Field(value: self.keyID, fieldNumber: 2)
+    }
+    if !self.key.isEmpty {
+      try visitor.visitSingularBytesField(value: self.key, fieldNumber: 3)
+    }
+    if self.kernelTimestamps != false {
+      try visitor.visitSingularBoolField(value: self.kernelTimestamps, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireClockChannel, rhs: WireClockChannel) -> Bool {
+    if lhs.port != rhs.port {return false}
+    if lhs.keyID != rhs.keyID {return false}
+    if lhs.key != rhs.key {return false}
+    if lhs.kernelTimestamps != rhs.kernelTimestamps {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -1,0 +1,115 @@
+import CamRigWire
+import Crypto
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// The coordinator's end of the UDP clock channel: one socket per address family for every agent,
+/// a receive thread that stamps replies with the kernel's receive time (t4), and probes matched to
+/// replies by sequence number and authenticated with each agent's key.
+public final class ClockChannelClient: Sendable {
+    /// Where an agent's channel is, and its key (from `ClockChannel`).
+    public struct Channel: Sendable {
+        public var address: sockaddr_storage
+        public var addressLength: socklen_t
+        public var keyID: UInt32
+        public var key: SymmetricKey
+        public var kernelTimestamps: Bool
+
+        /// The channel of an agent at `remote` (its TLS peer address) as `ClockChannel` describes it.
+        public init(remote: SocketAddress, channel: WireClockChannel) throws {
+            guard let ip = remote.ipAddress else { throw AgentClientError(.protocolViolation, agent: "\(remote)", "has no IP address for a UDP clock channel") }
+            let target = try SocketAddress(ipAddress: ip, port: Int(channel.port))
+            var storage = sockaddr_storage()
+            let length = target.withSockAddr { pointer, size in
+                withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: UnsafeRawBufferPointer(start: pointer, count: size)) }
+                return size
+            }
+            guard channel.key.count == 32 else { throw AgentClientError(.protocolViolation, agent: "\(remote)", "clock channel key is \(channel.key.count) bytes, not 32") }
+            address = storage
+            addressLength = socklen_t(length)
+            keyID = channel.keyID
+            key = SymmetricKey(data: channel.key)
+            kernelTimestamps = channel.kernelTimestamps
+        }
+    }
+
+    private struct Pending: Sendable {
+        var keyID: UInt32
+        var key: SymmetricKey
+        var deadline: Int64
+        var continuation: CheckedContinuation<(ClockSample, Bool), any Error>
+    }
+
+    /// The process's clock channel client.
+    public static let shared = ClockChannelClient()
+
+    private let pending = NIOLockedValueBox<[UInt64: Pending]>([:])
+    private let nextSequence = NIOLockedValueBox<UInt64>(UInt64.random(in: 1...UInt64.max / 2))
+    private let sockets = NIOLockedValueBox<[Int32: TimestampingUDPSocket]>([:])
+
+    private init() {}
+
+    /// One probe; returns the four timestamps and whether t4 is the kernel's receive timestamp.
+    ///
+    /// - Throws: `AgentClientError(.timeout)` when no authenticated reply comes within `timeout`.
+    public func probe(_ channel: Channel, agent: String, timeout: Duration = .seconds(1)) async throws -> (ClockSample, Bool) {
+        let socket = try socket(family: Int32(channel.address.ss_family))
+        let sequence = nextSequence.withLockedValue { value -> UInt64 in
+            value &+= 1
+            return value
+        }
+        return try await withCheckedThrowingContinuation { continuation in
+            let deadline = MonotonicClock.now() + timeout.nanosecondsValue
+            pending.withLockedValue { $0[sequence] = Pending(keyID: channel.keyID, key: channel.key, deadline: deadline, continuation: continuation) }
+            let probe = ClockPacket(kind: .probe, keyID: channel.keyID, sequence: sequence, t1: MonotonicClock.now())
+            if !socket.send(probe.encoded(key: channel.key), to: channel.address, length: channel.addressLength) {
+                if let entry = pending.withLockedValue({ $0.removeValue(forKey: sequence) }) {
+                    entry.continuation.resume(throwing: AgentClientError(.connectFailed, agent: agent, "cannot send a UDP clock probe: \(String(cString: strerror(errno)))"))
+                }
+            }
+        }
+    }
+
+    private func socket(family: Int32) throws -> TimestampingUDPSocket {
+        try sockets.withLockedValue { sockets in
+            if let socket = sockets[family] { return socket }
+            let socket = try TimestampingUDPSocket(host: family == AF_INET6 ? "::" : "0.0.0.0", port: 0, receiveTimeout: .milliseconds(100))
+            sockets[family] = socket
+            let thread = Thread { [self] in self.receive(on: socket) }
+            thread.name = "camrig-clock-udp"
+            thread.qualityOfService = .userInteractive
+            thread.start()
+            return socket
+        }
+    }
+
+    /// Matches replies to probes for the life of the process; expires probes past their deadline.
+    private func receive(on socket: TimestampingUDPSocket) {
+        while true {
+            if let datagram = socket.receive(), datagram.bytes.count == ClockPacket.replyLength, let keyID = ClockPacket.keyID(of: datagram.bytes) {
+                let sequence = datagram.bytes[16..<24].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+                let match = pending.withLockedValue { pending -> (Pending, ClockPacket)? in
+                    guard let entry = pending[sequence], entry.keyID == keyID,
+                        let reply = ClockPacket.decode(datagram.bytes, expected: .reply, key: entry.key), reply.sequence == sequence
+                    else { return nil }
+                    pending.removeValue(forKey: sequence)
+                    return (entry, reply)
+                }
+                if let (entry, reply) = match {
+                    let sample = ClockSample(coordinatorTransmit: reply.t1, agentReceive: reply.t2, agentTransmit: reply.t3, coordinatorReceive: datagram.receivedAt)
+                    entry.continuation.resume(returning: (sample, datagram.kernelStamped))
+                }
+            }
+            let now = MonotonicClock.now()
+            let expired = pending.withLockedValue { pending -> [Pending] in
+                let late = pending.filter { $0.value.deadline <= now }
+                for key in late.keys { pending.removeValue(forKey: key) }
+                return Array(late.values)
+            }
+            for entry in expired {
+                entry.continuation.resume(throwing: AgentClientError(.timeout, agent: "udp", "no answer to a UDP clock probe"))
+            }
+        }
+    }
+}
