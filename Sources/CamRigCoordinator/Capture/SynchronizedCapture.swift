@@ -238,13 +238,16 @@ extension RigSession {
         let stopAt = fireAt + duration.nanosecondsValue
         // Frames exposed from T on, up to the end: exposures on T's grid fall half a period clear of the cut.
         let lastExposure = stopAt - frameDuration.nanoseconds / 2
+        // The last frame is read out a period after its exposure began: stop only once it is delivered
+        // (frames after the end that slip through are counted, not recorded).
+        let stopStreamsAt = stopAt + frameDuration.nanoseconds + 20_000_000
         let (events, sink) = AsyncStream.makeStream(of: StreamEvent.self)
 
         let streams = Task {
             await withTaskGroup(of: Void.self) { group in
                 for index in inputs.indices {
                     group.addTask {
-                        await Self.recordCamera(index, device: inputs[index], estimate: estimates[index], sessionID: sessionID, fireAt: fireAt, stopAt: stopAt, lastExposure: lastExposure, directory: directory, sink: sink)
+                        await Self.recordCamera(index, device: inputs[index], estimate: estimates[index], sessionID: sessionID, fireAt: fireAt, stopAt: stopStreamsAt, lastExposure: lastExposure, directory: directory, sink: sink)
                     }
                 }
             }
