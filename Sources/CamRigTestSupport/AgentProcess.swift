@@ -7,6 +7,7 @@ import Foundation
 /// Its log (standard error) goes to a file that `log()` reads; `stop()` sends SIGTERM and waits.
 public final class AgentProcess: @unchecked Sendable {
     public let process: Process
+    private let local: LocalAgentProcess
     public let host: String
     public let port: Int
     public let logFile: URL
@@ -20,9 +21,6 @@ public final class AgentProcess: @unchecked Sendable {
     /// Unless `arguments` name a `--spool-dir` or a `--config`, the agent gets a temporary spool of its own, removed with it.
     public init(_ arguments: [String], startupTimeout: Double = 20) throws {
         logFile = URL(fileURLWithPath: NSTemporaryDirectory() + "camrig-agent-\(UUID().uuidString).log")
-        _ = FileManager.default.createFile(atPath: logFile.path, contents: nil)
-        process = Process()
-        process.executableURL = Executables.url("camrig-agent")
         var arguments = arguments
         // A test that names the spool, or passes a configuration file that may, keeps its choice.
         if arguments.contains("--spool-dir") || arguments.contains("--config") {
@@ -32,37 +30,19 @@ public final class AgentProcess: @unchecked Sendable {
             arguments += ["--spool-dir", spool.path]
             ownSpool = spool
         }
-        process.arguments = ["--listen", "127.0.0.1:0"] + arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = try FileHandle(forWritingTo: logFile)
-        try process.run()
-
-        let reader = output.fileHandleForReading
-        let line = LockedData()
-        let done = DispatchSemaphore(value: 0)
-        DispatchQueue.global().async {
-            var buffer = Data()
-            while true {
-                let chunk = reader.availableData
-                if chunk.isEmpty { break }
-                buffer.append(chunk)
-                if buffer.contains(UInt8(ascii: "\n")) { break }
-            }
-            line.set(buffer)
-            done.signal()
+        do {
+            local = try LocalAgentProcess.start(
+                executable: Executables.url("camrig-agent"),
+                arguments: ["--listen", "127.0.0.1:0"] + arguments,
+                logFile: logFile,
+                timeout: .milliseconds(Int64(startupTimeout * 1000))
+            )
+        } catch let error as AgentClientError {
+            throw AgentProcessError(error.message)
         }
-        guard done.wait(timeout: .now() + startupTimeout) == .success else {
-            process.terminate()
-            throw AgentProcessError("agent did not report 'listening' within \(startupTimeout) s; log:\n\(Self.read(logFile))")
-        }
-        let text = String(decoding: line.get(), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        guard text.hasPrefix("listening "), let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]) else {
-            process.waitUntilExit()
-            throw AgentProcessError("agent exited (status \(process.terminationStatus)) without listening; output '\(text)'; log:\n\(Self.read(logFile))")
-        }
-        self.host = "127.0.0.1"
-        self.port = port
+        process = local.process
+        host = "127.0.0.1"
+        port = local.endpoint.port
     }
 
     /// The agent's log so far.
@@ -80,21 +60,11 @@ public final class AgentProcess: @unchecked Sendable {
     public var isRunning: Bool { process.isRunning }
 
     /// SIGKILL: a crash, with no chance to clean up.
-    public func crash() {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
-    }
+    public func crash() { local.crash() }
 
     /// SIGTERM, then wait (SIGKILL after `timeout`). Returns the exit status.
     @discardableResult
-    public func stop(timeout: Double = 10) -> Int32 {
-        if process.isRunning { process.terminate() }
-        let deadline = Date().addingTimeInterval(timeout)
-        while process.isRunning && Date() < deadline { usleep(10_000) }
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
-        return process.terminationStatus
-    }
+    public func stop(timeout: Double = 10) -> Int32 { local.stop(timeout: timeout) }
 
     deinit {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
