@@ -62,10 +62,26 @@ struct Devices: AsyncParsableCommand {
     @Option(name: .long, help: "Only cameras whose rig label starts with this.")
     var labelPrefix: String?
 
+    @Option(name: .long, help: ArgumentHelp("The same as one string: type=T[+T…],position=P,label=PREFIX.", valueName: "query"))
+    var query: String?
+
     @OptionGroup var rig: RigOptions
     @OptionGroup var output: OutputOptions
 
-    func query() throws -> WireDiscoveryQuery? {
+    func discoveryQuery() throws -> WireDiscoveryQuery? {
+        var type = self.type
+        var position = self.position
+        var labelPrefix = self.labelPrefix
+        for term in (query ?? "").split(separator: ",") {
+            let parts = term.split(separator: "=", maxSplits: 1).map(String.init)
+            guard parts.count == 2 else { throw ValidationError("--query term '\(term)' is not key=value") }
+            switch parts[0] {
+            case "type": type += parts[1].split(separator: "+").map(String.init)
+            case "position": position = parts[1]
+            case "label": labelPrefix = parts[1]
+            default: throw ValidationError("--query key '\(parts[0])': use type, position or label")
+            }
+        }
         guard !type.isEmpty || position != nil || labelPrefix != nil else { return nil }
         var query = WireDiscoveryQuery()
         let types: [String: WireDeviceType] = ["synthetic": .synthetic, "external": .external, "wide-angle": .builtInWideAngle, "telephoto": .builtInTelephoto, "ultra-wide": .builtInUltraWide]
@@ -86,7 +102,7 @@ struct Devices: AsyncParsableCommand {
 
     func run() async throws {
         let logger = output.makeLogger()
-        let query = try query()
+        let query = try discoveryQuery()
         do {
             let (devices, failures) = try await rig.withPool(logger: logger, clockSamples: 0) { pool in await RigDiscovery.devices(in: pool, query: query) }
             for failure in failures { logger.warning("agent did not list its devices", metadata: ["agent": "\(failure.agent)", "error": "\(failure.error)"]) }
