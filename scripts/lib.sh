@@ -21,7 +21,7 @@ install_system_packages() {
         dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
     done
     if [ ${#missing[@]} -eq 0 ]; then
-        echo "system packages: all present"
+        echo "system packages: all present" >&2
         return
     fi
     local sudo=""
@@ -29,7 +29,7 @@ install_system_packages() {
         command -v sudo >/dev/null || { echo "need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
         sudo="sudo"
     fi
-    echo "installing: ${missing[*]}"
+    echo "installing: ${missing[*]}" >&2
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 }
