@@ -119,11 +119,9 @@ public final class AgentCapture: Sendable {
         let thread = Thread { [self] in
             let fireAt = trigger.fireAtNs
             let clock = self.clock
-            // Cameras that can start exposing on a grid start on T, on every agent alike. The anchor is the
-            // first nanosecond that reads T or later on this host's clock (a drifting clock's inverse rounds),
-            // so the frame exposed at T passes the "from T on" filter.
-            var anchor = clock.monotonic(atReading: fireAt)
-            while clock.reading(atMonotonic: anchor) < fireAt { anchor += 1 }
+            // Cameras that can start exposing on a grid start on T, on every agent alike. The anchor reads T or
+            // later on this host's clock, so the frame exposed at T passes the "from T on" filter.
+            let anchor = clock.monotonic(atReading: fireAt)
             for deviceID in trigger.deviceIds {
                 self.streams.devices.discovery.device(uniqueID: deviceID)?.alignNextStream(toMonotonic: anchor)
             }

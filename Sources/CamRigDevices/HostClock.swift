@@ -33,10 +33,13 @@ public struct HostClock: Sendable, Hashable {
         return monotonic + offsetNanoseconds + Int64(drift.rounded())
     }
 
-    /// The `CLOCK_MONOTONIC` instant at which this clock reads `reading` (inverse of `reading(atMonotonic:)`).
+    /// The first `CLOCK_MONOTONIC` instant at which this clock reads `reading` or later (the inverse of
+    /// `reading(atMonotonic:)`, rounded up where drift makes the inverse inexact).
     public func monotonic(atReading reading: Int64) -> Int64 {
         let scale = 1 + driftPPM / 1_000_000
-        return epoch + Int64((Double(reading - offsetNanoseconds - epoch) / scale).rounded())
+        var monotonic = epoch + Int64((Double(reading - offsetNanoseconds - epoch) / scale).rounded())
+        while self.reading(atMonotonic: monotonic) < reading { monotonic += 1 }
+        return monotonic
     }
 
     /// `CLOCK_MONOTONIC` in nanoseconds.

@@ -68,6 +68,13 @@ public struct ClockPacket: Sendable, Equatable {
         return UInt32(read(bytes, at: 8) >> 32)
     }
 
+    /// The sequence number of a datagram of `kind`, so a client can find the probe it answers before
+    /// authenticating it.
+    public static func sequence(of datagram: [UInt8], kind: Kind) -> UInt64? {
+        guard datagram.count == (kind == .probe ? probeLength : replyLength), keyID(of: datagram) != nil else { return nil }
+        return read(datagram, at: 16)
+    }
+
     /// Parses and authenticates a datagram; `nil` for anything malformed, of another kind than
     /// `expected`, or not authenticated under `key` (compared in constant time).
     public static func decode(_ datagram: [UInt8], expected: Kind, key: SymmetricKey) -> ClockPacket? {

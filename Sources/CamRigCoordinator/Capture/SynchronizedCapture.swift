@@ -36,8 +36,8 @@ struct PendingFrame: Sendable {
 extension RigSession {
     /// The lead before a trigger instant: enough for the slowest agent's round trip, several times over,
     /// plus a margin for scheduling on the coordinator.
-    nonisolated static func triggerLead(roundTrips: [Int64]) -> Duration {
-        let worst = roundTrips.max() ?? 1_000_000
+    nonisolated static func triggerLead(for inputs: [RigDevice]) -> Duration {
+        let worst = inputs.flatMap(\.agent.recentRoundTrips).max() ?? 1_000_000
         return .nanoseconds(max(50_000_000, 4 * worst + 40_000_000))
     }
 
@@ -93,7 +93,7 @@ extension RigSession {
         let inputs = self.inputs
         let sessionID = id
         let byAgent = Dictionary(grouping: inputs.indices, by: { inputs[$0].agentID })
-        let lead = Self.triggerLead(roundTrips: inputs.flatMap { $0.agent.snapshot.recentRoundTrips })
+        let lead = Self.triggerLead(for: inputs)
         let triggerID = "photo-" + String(UInt64.random(in: 0...UInt64.max), radix: 36)
         let fireAt = MonotonicClock.now() + lead.nanosecondsValue
 
@@ -233,7 +233,7 @@ extension RigSession {
         let sessionID = id
         let estimates = try clockEstimates()
         let (captureID, directory) = try store.makeCaptureDirectory(kind: "recording")
-        let lead = Self.triggerLead(roundTrips: inputs.flatMap { $0.agent.snapshot.recentRoundTrips })
+        let lead = Self.triggerLead(for: inputs)
         let fireAt = MonotonicClock.now() + lead.nanosecondsValue
         let stopAt = fireAt + duration.nanosecondsValue
         // Frames exposed from T on, up to the end: exposures on T's grid fall half a period clear of the cut.

@@ -87,8 +87,9 @@ public final class ClockChannelClient: Sendable {
     /// Matches replies to probes for the life of the process; expires probes past their deadline.
     private func receive(on socket: TimestampingUDPSocket) {
         while true {
-            if let datagram = socket.receive(), datagram.bytes.count == ClockPacket.replyLength, let keyID = ClockPacket.keyID(of: datagram.bytes) {
-                let sequence = datagram.bytes[16..<24].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+            if let datagram = socket.receive(), let sequence = ClockPacket.sequence(of: datagram.bytes, kind: .reply),
+                let keyID = ClockPacket.keyID(of: datagram.bytes)
+            {
                 let match = pending.withLockedValue { pending -> (Pending, ClockPacket)? in
                     guard let entry = pending[sequence], entry.keyID == keyID,
                         let reply = ClockPacket.decode(datagram.bytes, expected: .reply, key: entry.key), reply.sequence == sequence

@@ -117,7 +117,12 @@ public final class RemoteAgent: Sendable {
     }
 
     /// The agent's name for messages: its id once known, else its address.
-    public var name: String { snapshot.name }
+    public var name: String {
+        state.withLockedValue { $0.agentID.isEmpty ? endpoint.description : $0.agentID }
+    }
+
+    /// The most recent round trips of clock probes, nanoseconds, newest last (without refitting the clock).
+    public var recentRoundTrips: [Int64] { state.withLockedValue { $0.recentRoundTrips } }
 
     /// The live connection.
     ///
