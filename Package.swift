@@ -10,8 +10,11 @@
 //   CamRigAgent        the server that runs on each camera host
 //   CamRigCoordinator  the client side: agent pool, clock synchronization, rig sessions, sync sets
 //   CamRigStorage      capture output: image files (PNG through CZlib), manifests, the SQLite catalog
+//   CamRigCLI          what the command-line tools share: tables and JSON output
 //   camrig, camrig-agent   the command-line executables
-//   CamRigTestSupport  helpers any test can use: a throwaway PKI, agent processes, raw TLS peers
+//   camrig-bench       benchmarks against baselines measured in the same run (sync, throughput, latency, scale)
+//   CamRigTestSupport  helpers any test or benchmark can use: a throwaway PKI, agent processes, raw TLS
+//                      peers, and a multi-host network (namespaces, and a relay for delay, jitter and loss)
 import PackageDescription
 
 let package = Package(
@@ -20,6 +23,7 @@ let package = Package(
     products: [
         .executable(name: "camrig", targets: ["camrig"]),
         .executable(name: "camrig-agent", targets: ["camrig-agent"]),
+        .executable(name: "camrig-bench", targets: ["camrig-bench"]),
         .library(name: "CamRigWire", targets: ["CamRigWire"]),
         .library(name: "CamRigCoordinator", targets: ["CamRigCoordinator"]),
         .library(name: "CamRigTestSupport", targets: ["CamRigTestSupport"]),
@@ -113,10 +117,11 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        .target(name: "CamRigCLI"),
         .executableTarget(
             name: "camrig",
             dependencies: [
-                "CamRigCoordinator", "CamRigSecurity", "CamRigWire", "CamRigDevices", "CamRigStorage", "CamRigWireModel",
+                "CamRigCLI", "CamRigCoordinator", "CamRigSecurity", "CamRigWire", "CamRigDevices", "CamRigStorage", "CamRigWireModel",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -145,6 +150,18 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        .executableTarget(
+            name: "camrig-bench",
+            dependencies: [
+                "CamRigCLI", "CamRigCoordinator", "CamRigTestSupport", "CamRigSecurity", "CamRigWire", "CamRigDevices", "CamRigStorage",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(

@@ -130,7 +130,7 @@ public final class SyntheticDeviceProvider: DeviceProvider {
     }
 
     /// `count` cameras with serials SYN0001…, seeded from `seed`, on a host with `clock`.
-    public convenience init(count: Int, seed: UInt64 = 1, clock: HostClock = .system) {
+    public convenience init(count: Int, seed: UInt64 = 1, clock: HostClock = .system, highSpeed: Bool = false) {
         self.init(
             (0..<count).map { index in
                 SyntheticCameraConfiguration(
@@ -138,7 +138,8 @@ public final class SyntheticDeviceProvider: DeviceProvider {
                     label: "cam\(index)",
                     position: index % 2 == 0 ? .front : .back,
                     seed: seed &+ UInt64(index),
-                    clock: clock
+                    clock: clock,
+                    highSpeed: highSpeed
                 )
             }
         )

@@ -56,3 +56,14 @@ public struct HostClock: Sendable, Hashable {
         while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &spec, nil) == EINTR {}
     }
 }
+
+extension HostClock {
+    /// A plausible clock error for simulated host `index` (demos and benchmarks): offsets of a few
+    /// milliseconds either way, drifts of tens of ppm, as unsynchronized crystals show. Distinct for
+    /// the first eight hosts; later hosts repeat them with larger offsets.
+    public static func simulatedError(host index: Int) -> (offsetMicroseconds: Double, driftPPM: Double) {
+        let offsets: [Double] = [1_250, -3_400, 7_900, -12_600, 450, 21_300, -6_050, 15_500]
+        let drifts: [Double] = [35, -20, 12, -48, 5, 27, -9, 44]
+        return (offsets[index % offsets.count] * Double(index / offsets.count + 1), drifts[index % drifts.count])
+    }
+}

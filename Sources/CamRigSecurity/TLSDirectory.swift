@@ -43,8 +43,9 @@ public struct TLSDirectory: Sendable {
     }
 
     func file(_ name: String) -> String { (path as NSString).appendingPathComponent(name) }
-    func certificateFile(for name: String) -> String { file("\(name).pem") }
-    func keyFile(for name: String) -> String { file("\(name)-key.pem") }
+    public func certificateFile(for name: String) -> String { file("\(name).pem") }
+    public func keyFile(for name: String) -> String { file("\(name)-key.pem") }
+    public var caCertificatePath: String { file(Self.caCertificateFile) }
 
     // MARK: Creating
 

@@ -70,6 +70,9 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Seed of the synthetic cameras' serials and noise (default 1); give each simulated host its own.")
     var syntheticSeed: UInt64 = 1
 
+    @Flag(name: .long, help: "Synthetic cameras also offer 1920x1080 YUYV at up to 1000 fps (a source for throughput benchmarks).")
+    var syntheticHighSpeed = false
+
     @Option(name: .long, help: ArgumentHelp("Simulate a host whose clock is off by this many microseconds (synthetic cameras only; for tests and demos).", valueName: "us"))
     var simulateClockOffsetUs: Double?
 
@@ -99,6 +102,7 @@ struct AgentCommand: AsyncParsableCommand {
         var spoolDir: String
         var spoolSizeMB: Int
         var syntheticSeed: UInt64
+        var syntheticHighSpeed = false
         var clock: HostClock
     }
 
@@ -135,6 +139,7 @@ struct AgentCommand: AsyncParsableCommand {
             syntheticSeed: syntheticSeed,
             clock: .system
         )
+        settings.syntheticHighSpeed = syntheticHighSpeed
         guard (0...64).contains(settings.synthetic) else { throw ValidationError("synthetic cameras must be within 0…64") }
         if simulateClockOffsetUs != nil || simulateClockDriftPpm != nil {
             guard settings.synthetic > 0, settings.v4l2.isEmpty else {
@@ -167,7 +172,7 @@ struct AgentCommand: AsyncParsableCommand {
     static func providers(_ settings: Settings) -> (providers: [any DeviceProvider], v4l2: V4L2DeviceProvider?) {
         var providers: [any DeviceProvider] = []
         if settings.synthetic > 0 {
-            providers.append(SyntheticDeviceProvider(count: settings.synthetic, seed: settings.syntheticSeed, clock: settings.clock))
+            providers.append(SyntheticDeviceProvider(count: settings.synthetic, seed: settings.syntheticSeed, clock: settings.clock, highSpeed: settings.syntheticHighSpeed))
         }
         var v4l2Provider: V4L2DeviceProvider?
         if !settings.v4l2.isEmpty || settings.synthetic == 0 {

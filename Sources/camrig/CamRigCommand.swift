@@ -1,4 +1,5 @@
 import ArgumentParser
+import CamRigCLI
 import CamRigWire
 
 /// `camrig`: the coordinator and command line of a CamRig rig.

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CamRigCLI
 import CamRigCoordinator
 import CamRigDevices
 import CamRigSecurity
@@ -44,13 +45,8 @@ struct Demo: AsyncParsableCommand {
         guard duration > 0, duration <= 600 else { throw ValidationError("--duration must be within (0, 600] seconds") }
     }
 
-    /// The clock error injected into agent `index`: offsets of a few milliseconds either way, drifts of
-    /// tens of ppm, as unsynchronized crystals show.
-    static func injected(_ index: Int) -> (offsetMicroseconds: Double, driftPPM: Double) {
-        let offsets: [Double] = [1_250, -3_400, 7_900, -12_600, 450, 21_300, -6_050, 15_500]
-        let drifts: [Double] = [35, -20, 12, -48, 5, 27, -9, 44]
-        return (offsets[index % offsets.count] * Double(index / offsets.count + 1), drifts[index % drifts.count])
-    }
+    /// The clock error injected into agent `index`.
+    static func injected(_ index: Int) -> (offsetMicroseconds: Double, driftPPM: Double) { HostClock.simulatedError(host: index) }
 
     /// Skews of the complete sets in real time: each frame's agent timestamp mapped back through the
     /// clock error injected into its agent (which the coordinator does not know). This includes the

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CamRigCLI
 import CamRigCoordinator
 import CamRigDevices
 import CamRigWire

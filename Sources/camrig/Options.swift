@@ -1,4 +1,5 @@
 import ArgumentParser
+import CamRigCLI
 import CamRigCoordinator
 import CamRigSecurity
 import CamRigStorage
@@ -55,14 +56,6 @@ struct OutputOptions: ParsableArguments {
 }
 
 extension Logger.Level: @retroactive ExpressibleByArgument {}
-
-/// Prints a value as pretty, key-sorted JSON on standard output.
-func printJSON(_ value: some Encodable, snakeCase: Bool = false) throws {
-    let encoder = JSONEncoder()
-    if snakeCase { encoder.keyEncodingStrategy = .convertToSnakeCase }
-    encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-    print(String(decoding: try encoder.encode(value), as: UTF8.self))
-}
 
 /// Turns a library error into the message and exit code the user sees.
 func userFacing(_ error: any Error) -> any Error {

@@ -3,12 +3,17 @@ import CamRigStorage
 import CamRigWire
 import CamRigWireModel
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 
 /// What a finished capture produced: its manifest (also written as `manifest.json`) and where.
 public struct CaptureReport: Sendable {
     public var manifest: CaptureManifest
     public var directory: URL
+    /// How long the phases took (photos only): every agent's trigger accepted, counted from the first
+    /// trigger sent; and the sync set on disk, counted from the trigger instant T.
+    public var triggerFanOut: Duration?
+    public var gatheredAfterTrigger: Duration?
 }
 
 /// Progress of a recording, reported about twice a second.
@@ -95,7 +100,9 @@ extension RigSession {
         let byAgent = Dictionary(grouping: inputs.indices, by: { inputs[$0].agentID })
         let lead = Self.triggerLead(for: inputs)
         let triggerID = "photo-" + String(UInt64.random(in: 0...UInt64.max), radix: 36)
-        let fireAt = MonotonicClock.now() + lead.nanosecondsValue
+        let sentAt = MonotonicClock.now()
+        let fireAt = sentAt + lead.nanosecondsValue
+        let lastScheduled = NIOLockedValueBox<Int64?>(nil)
 
         // Fire: one trigger per agent naming its cameras.
         let fired = await withTaskGroup(of: (String, Result<WireTriggerFired, any Error>).self) { group in
@@ -112,6 +119,10 @@ extension RigSession {
                         trigger.sessionID = sessionID
                         trigger.photoSettings = settings
                         for try await frame in try agent.client().stream(.scheduleTrigger(trigger)) {
+                            if case .triggerScheduled = frame.envelope.body {
+                                let now = MonotonicClock.now()
+                                lastScheduled.withLockedValue { $0 = max($0 ?? now, now) }
+                            }
                             if case .triggerFired(let fired) = frame.envelope.body { return (agentID, .success(fired)) }
                         }
                         throw AgentClientError(.connectionClosed, agent: agentID, "trigger \(triggerID) ended without firing")
@@ -213,7 +224,12 @@ extension RigSession {
         if !failures.isEmpty && present.isEmpty {
             throw CommitError(description: "no camera delivered a photo:\n" + failures.map { "  \($0)" }.joined(separator: "\n"), failures: [], rollbackFailures: [])
         }
-        return CaptureReport(manifest: manifest, directory: directory)
+        return CaptureReport(
+            manifest: manifest,
+            directory: directory,
+            triggerFanOut: lastScheduled.withLockedValue { $0 }.map { .nanoseconds($0 - sentAt) },
+            gatheredAfterTrigger: .nanoseconds(MonotonicClock.now() - fireAt)
+        )
     }
 
     // MARK: Recording
@@ -355,7 +371,7 @@ extension RigSession {
         if delivered.allSatisfy({ $0 == 0 }) {
             throw CommitError(description: "no camera delivered a frame:\n" + failures.sorted { $0.key < $1.key }.map { "  \(inputs[$0.key].name): \($0.value)" }.joined(separator: "\n"), failures: [], rollbackFailures: [])
         }
-        return CaptureReport(manifest: manifest, directory: directory)
+        return CaptureReport(manifest: manifest, directory: directory, triggerFanOut: nil, gatheredAfterTrigger: nil)
     }
 
     /// Turns spilled raw frames into image files (PNG for raw formats); returns each raw file's

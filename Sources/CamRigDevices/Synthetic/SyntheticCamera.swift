@@ -19,6 +19,10 @@ public struct SyntheticCameraConfiguration: Hashable, Sendable {
     public var jitterNanoseconds: Int64
     /// Amplitude of sensor noise in pixel levels.
     public var noise: UInt8
+    /// Also offer 1920×1080 YUYV at any rate up to 1000 fps, faster than a link can carry: a source
+    /// for throughput benchmarks. Frames are paced as at any rate; when drawing cannot keep up they
+    /// come back to back.
+    public var highSpeed: Bool
 
     public init(
         serial: String,
@@ -29,7 +33,8 @@ public struct SyntheticCameraConfiguration: Hashable, Sendable {
         clock: HostClock = .system,
         dropProbability: Double = 0,
         jitterNanoseconds: Int64 = 0,
-        noise: UInt8 = 2
+        noise: UInt8 = 2,
+        highSpeed: Bool = false
     ) {
         self.serial = serial
         self.name = name
@@ -40,6 +45,7 @@ public struct SyntheticCameraConfiguration: Hashable, Sendable {
         self.dropProbability = dropProbability
         self.jitterNanoseconds = jitterNanoseconds
         self.noise = noise
+        self.highSpeed = highSpeed
     }
 }
 
@@ -90,7 +96,7 @@ public final class SyntheticCamera: FrameAlignableBackend {
         support.zoom = true
         support.torch = true
         typedControlSupport = support
-        formatList = Self.standardFormats
+        formatList = configuration.highSpeed ? Self.highSpeedFormats : Self.standardFormats
         controlList = Self.standardControls
         deviceHash = SyntheticFrameHeader.hash(identity.uniqueID)
         state = NIOLockedValueBox(
@@ -100,6 +106,14 @@ public final class SyntheticCamera: FrameAlignableBackend {
                 controls: Dictionary(uniqueKeysWithValues: controlList.map { ($0.id, $0.defaultValue) })
             )
         )
+    }
+
+    /// The standard formats, with 1920×1080 YUYV also offered continuously from 1 to 1000 fps.
+    static let highSpeedFormats: [DeviceFormat] = standardFormats.map { format in
+        guard format.pixelFormat == .yuyv, format.dimensions == Dimensions(width: 1920, height: 1080) else { return format }
+        var fast = format
+        fast.frameRateRanges.append(FrameRateRange(min: FrameDuration(framesPerSecond: 1000)!, max: FrameDuration(framesPerSecond: 1)!, kind: .continuous)!)
+        return fast
     }
 
     /// The formats every synthetic camera offers.

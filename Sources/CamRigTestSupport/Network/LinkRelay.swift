@@ -1,0 +1,363 @@
+import CamRigDevices
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+
+/// One direction of a network path.
+public struct LinkProfile: Sendable, Equatable, CustomStringConvertible {
+    /// Base one-way delay.
+    public var delay: Duration
+    /// Each packet's delay varies uniformly within ± this.
+    public var jitter: Duration
+    /// Probability that a packet is lost: a datagram is dropped; a TCP segment arrives only after
+    /// `retransmissionDelay`, and everything behind it waits (TCP delivers in order).
+    public var loss: Double
+    /// What a lost TCP segment costs: the time until its retransmission arrives.
+    public var retransmissionDelay: Duration
+
+    public init(delay: Duration = .zero, jitter: Duration = .zero, loss: Double = 0, retransmissionDelay: Duration = .milliseconds(10)) {
+        self.delay = delay
+        self.jitter = jitter
+        self.loss = loss
+        self.retransmissionDelay = retransmissionDelay
+    }
+
+    public var description: String {
+        var text = String(format: "%.3f ms ± %.3f ms", delay.seconds * 1000, jitter.seconds * 1000)
+        if loss > 0 { text += String(format: ", %.1f%% loss", loss * 100) }
+        return text
+    }
+}
+
+/// Both directions of the path between the coordinator and one host.
+public struct PathConditions: Sendable, Equatable {
+    public var toHost: LinkProfile
+    public var fromHost: LinkProfile
+
+    public init(toHost: LinkProfile = .init(), fromHost: LinkProfile = .init()) {
+        self.toHost = toHost
+        self.fromHost = fromHost
+    }
+
+    /// `delay` each way, longer by `asymmetry / 2` towards the host and shorter by as much back.
+    public static func lan(delay: Duration, jitter: Duration, asymmetry: Duration = .zero, loss: Double = 0) -> PathConditions {
+        PathConditions(
+            toHost: LinkProfile(delay: delay + asymmetry / 2, jitter: jitter, loss: loss),
+            fromHost: LinkProfile(delay: delay - asymmetry / 2, jitter: jitter, loss: loss)
+        )
+    }
+
+    /// The same path seen from the host's side (for traffic the host starts, such as NTP to a server).
+    public var reversed: PathConditions { PathConditions(toHost: fromHost, fromHost: toHost) }
+}
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+    var timeAmount: TimeAmount { .nanoseconds(Int64(seconds * 1e9)) }
+}
+
+/// A userspace relay that imposes `PathConditions` on TCP and UDP between clients and one target,
+/// for kernels without `netem`.
+///
+/// It listens on one port for both TCP and UDP (as an agent does) and forwards to `target`. Every
+/// packet (a TCP read, or a datagram) is held for its direction's delay plus uniform jitter, never
+/// overtaking an earlier one (order is preserved, as on one link); losses drop datagrams and delay TCP
+/// segments by a retransmission. Delays and losses are drawn from a seeded generator, so a run can be
+/// repeated. Conditions can be changed while traffic flows.
+///
+/// The relay runs on its own event loop so that its timing does not depend on the work of the process
+/// around it.
+public final class LinkRelay: Sendable {
+    public let address: SocketAddress
+    public let target: SocketAddress
+    private let group: MultiThreadedEventLoopGroup
+    private let ownsGroup: Bool
+    private let state: NIOLockedValueBox<State>
+    private let tcp: any Channel
+    private let udp: any Channel
+
+    struct State {
+        var conditions: PathConditions
+        var random: SeededRandom
+        var udpSessions: [SocketAddress: EventLoopFuture<any Channel>] = [:]
+        var tcpChannels: [ObjectIdentifier: any Channel] = [:]
+        var stopped = false
+    }
+
+    /// Listens on `host` (port chosen by the system, the same for TCP and UDP) and relays to `target`.
+    public init(listenHost: String = "127.0.0.1", target: SocketAddress, conditions: PathConditions, seed: UInt64, group: MultiThreadedEventLoopGroup? = nil) throws {
+        self.target = target
+        self.group = group ?? MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        ownsGroup = group == nil
+        state = NIOLockedValueBox(State(conditions: conditions, random: SeededRandom(seed: seed)))
+        let loop = self.group.next()
+        var attempt = 0
+        while true {
+            attempt += 1
+            let tcp = try Self.listenTCP(host: listenHost, loop: loop, state: state, target: target)
+            let port = tcp.localAddress!.port!
+            do {
+                udp = try Self.listenUDP(host: listenHost, port: port, loop: loop, state: state, target: target)
+                self.tcp = tcp
+                address = tcp.localAddress!
+                return
+            } catch where attempt < 8 {
+                try? tcp.close().wait()  // the UDP port was taken: try another pair
+            }
+        }
+    }
+
+    /// Changes the conditions for packets from now on.
+    public var conditions: PathConditions {
+        get { state.withLockedValue { $0.conditions } }
+        set { state.withLockedValue { $0.conditions = newValue } }
+    }
+
+    /// The relay's address as `host:port`.
+    public var endpoint: String { "\(address.ipAddress!):\(address.port!)" }
+
+    /// Closes everything; safe to call more than once.
+    public func shutdown() {
+        let channels = state.withLockedValue { state -> ([any Channel], [EventLoopFuture<any Channel>])? in
+            guard !state.stopped else { return nil }
+            state.stopped = true
+            defer { state.tcpChannels = [:]; state.udpSessions = [:] }
+            return (Array(state.tcpChannels.values), Array(state.udpSessions.values))
+        }
+        guard let channels else { return }
+        for channel in channels.0 { channel.close(promise: nil) }
+        for future in channels.1 { future.whenSuccess { $0.close(promise: nil) } }
+        try? tcp.close().wait()
+        try? udp.close().wait()
+        if ownsGroup { try? group.syncShutdownGracefully() }
+    }
+
+    // MARK: TCP
+
+    private static func listenTCP(host: String, loop: any EventLoop, state: NIOLockedValueBox<State>, target: SocketAddress) throws -> any Channel {
+        try ServerBootstrap(group: loop)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.autoRead, value: false)
+            .childChannelInitializer { inbound in
+                // Connect onwards first; only then start reading the client.
+                ClientBootstrap(group: inbound.eventLoop)
+                    .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                    .channelOption(.autoRead, value: false)
+                    .connect(to: target)
+                    .flatMap { outbound in
+                        let toHost = DelayLine<TCPItem>(loop: inbound.eventLoop, state: state, direction: \.toHost, stream: true)
+                        let fromHost = DelayLine<TCPItem>(loop: inbound.eventLoop, state: state, direction: \.fromHost, stream: true)
+                        state.withLockedValue {
+                            $0.tcpChannels[ObjectIdentifier(inbound)] = inbound
+                            $0.tcpChannels[ObjectIdentifier(outbound)] = outbound
+                        }
+                        let forget = { (channel: any Channel) in _ = state.withLockedValue { $0.tcpChannels.removeValue(forKey: ObjectIdentifier(channel)) } }
+                        inbound.closeFuture.whenComplete { _ in forget(inbound) }
+                        outbound.closeFuture.whenComplete { _ in forget(outbound) }
+                        return inbound.pipeline.addHandler(RelayHandler(line: toHost, peer: outbound)).flatMap {
+                            outbound.pipeline.addHandler(RelayHandler(line: fromHost, peer: inbound))
+                        }
+                    }
+            }
+            .bind(host: host, port: 0)
+            .wait()
+    }
+
+    enum TCPItem {
+        case bytes(ByteBuffer)
+        case close
+    }
+
+    /// Reads one side of a relayed connection into a delay line that writes to the other side; reading
+    /// pauses while more than `highWater` bytes wait in the line.
+    final class RelayHandler: ChannelInboundHandler, @unchecked Sendable {
+        typealias InboundIn = ByteBuffer
+        static let highWater = 8 << 20
+        let line: DelayLine<TCPItem>
+        let peer: any Channel
+
+        init(line: DelayLine<TCPItem>, peer: any Channel) {
+            self.line = line
+            self.peer = peer
+        }
+
+        func handlerAdded(context: ChannelHandlerContext) {
+            let source = context.channel
+            let peer = self.peer
+            line.deliver = { items in
+                for item in items {
+                    switch item {
+                    case .bytes(let bytes): peer.write(bytes, promise: nil)
+                    case .close:
+                        peer.flush()
+                        peer.close(mode: .output, promise: nil)
+                        peer.close(promise: nil)
+                        return
+                    }
+                }
+                peer.flush()
+            }
+            line.drained = { source.read() }
+            // Reads start once the channel is active (the client's side registers after this handler is added).
+            if context.channel.isActive { context.read() }
+        }
+
+        func channelActive(context: ChannelHandlerContext) {
+            context.read()
+            context.fireChannelActive()
+        }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            let bytes = unwrapInboundIn(data)
+            line.push(.bytes(bytes), size: bytes.readableBytes)
+        }
+
+        func channelReadComplete(context: ChannelHandlerContext) {
+            if line.queuedBytes < Self.highWater { context.read() } else { line.waitingForDrain = true }
+        }
+
+        func channelInactive(context: ChannelHandlerContext) {
+            line.push(.close, size: 0, lossless: true)
+        }
+
+        func errorCaught(context: ChannelHandlerContext, error: any Error) {
+            context.close(promise: nil)
+        }
+    }
+
+    // MARK: UDP
+
+    private static func listenUDP(host: String, port: Int, loop: any EventLoop, state: NIOLockedValueBox<State>, target: SocketAddress) throws -> any Channel {
+        try DatagramBootstrap(group: loop)
+            .channelInitializer { listener in
+                listener.pipeline.addHandler(DatagramListener(state: state, target: target, listener: listener))
+            }
+            .bind(host: host, port: port)
+            .wait()
+    }
+
+    /// Datagrams from each client go out through an upstream socket of that client's own, so replies
+    /// find their way back to it.
+    final class DatagramListener: ChannelInboundHandler, @unchecked Sendable {
+        typealias InboundIn = AddressedEnvelope<ByteBuffer>
+        let state: NIOLockedValueBox<State>
+        let target: SocketAddress
+        let listener: any Channel
+        var lines: [SocketAddress: DelayLine<ByteBuffer>] = [:]
+
+        init(state: NIOLockedValueBox<State>, target: SocketAddress, listener: any Channel) {
+            self.state = state
+            self.target = target
+            self.listener = listener
+        }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            let envelope = unwrapInboundIn(data)
+            let client = envelope.remoteAddress
+            let line = lines[client] ?? makeSession(for: client, loop: context.eventLoop)
+            line.push(envelope.data, size: envelope.data.readableBytes)
+        }
+
+        private func makeSession(for client: SocketAddress, loop: any EventLoop) -> DelayLine<ByteBuffer> {
+            let state = self.state
+            let listener = self.listener
+            let target = self.target
+            let back = DelayLine<ByteBuffer>(loop: loop, state: state, direction: \.fromHost, stream: false)
+            back.deliver = { datagrams in
+                for datagram in datagrams { listener.write(AddressedEnvelope(remoteAddress: client, data: datagram), promise: nil) }
+                listener.flush()
+            }
+            let upstream = DatagramBootstrap(group: loop)
+                .channelInitializer { channel in channel.pipeline.addHandler(UpstreamReader(line: back)) }
+                .bind(to: try! SocketAddress(ipAddress: target.protocol == .inet6 ? "::" : "0.0.0.0", port: 0))
+            state.withLockedValue { $0.udpSessions[client] = upstream }
+            let forward = DelayLine<ByteBuffer>(loop: loop, state: state, direction: \.toHost, stream: false)
+            forward.deliver = { datagrams in
+                upstream.whenSuccess { channel in
+                    for datagram in datagrams { channel.write(AddressedEnvelope(remoteAddress: target, data: datagram), promise: nil) }
+                    channel.flush()
+                }
+            }
+            lines[client] = forward
+            return forward
+        }
+    }
+
+    final class UpstreamReader: ChannelInboundHandler, @unchecked Sendable {
+        typealias InboundIn = AddressedEnvelope<ByteBuffer>
+        let line: DelayLine<ByteBuffer>
+        init(line: DelayLine<ByteBuffer>) { self.line = line }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            let envelope = unwrapInboundIn(data)
+            line.push(envelope.data, size: envelope.data.readableBytes)
+        }
+    }
+}
+
+/// Packets of one direction, each released at its due time and never before an earlier one.
+/// Lives on one event loop.
+final class DelayLine<Item>: @unchecked Sendable {
+    let loop: any EventLoop
+    let state: NIOLockedValueBox<LinkRelay.State>
+    let direction: KeyPath<PathConditions, LinkProfile>
+    /// A byte stream (TCP): losses delay; otherwise (datagrams) losses drop.
+    let stream: Bool
+    var deliver: ([Item]) -> Void = { _ in }
+    var drained: () -> Void = {}
+    var waitingForDrain = false
+    private(set) var queuedBytes = 0
+    private var queue = CircularBuffer<(due: NIODeadline, item: Item, size: Int)>()
+    private var lastDue = NIODeadline.uptimeNanoseconds(0)
+    private var timer: Scheduled<Void>?
+
+    init(loop: any EventLoop, state: NIOLockedValueBox<LinkRelay.State>, direction: KeyPath<PathConditions, LinkProfile>, stream: Bool) {
+        self.loop = loop
+        self.state = state
+        self.direction = direction
+        self.stream = stream
+    }
+
+    func push(_ item: Item, size: Int, lossless: Bool = false) {
+        let now = NIODeadline.now()
+        let (delay, lost) = state.withLockedValue { state -> (Int64, Bool) in
+            let profile = state.conditions[keyPath: direction]
+            let jitter = profile.jitter.seconds * 1e9
+            var delay = profile.delay.seconds * 1e9 + (jitter > 0 ? (state.random.nextDouble() * 2 - 1) * jitter : 0)
+            let lost = !lossless && profile.loss > 0 && state.random.nextDouble() < profile.loss
+            if lost && stream { delay += profile.retransmissionDelay.seconds * 1e9 }
+            return (Int64(max(0, delay)), lost)
+        }
+        if lost && !stream { return }
+        let due = max(now + .nanoseconds(delay), lastDue)
+        lastDue = due
+        queue.append((due, item, size))
+        queuedBytes += size
+        arm()
+    }
+
+    private func arm() {
+        guard timer == nil, let first = queue.first else { return }
+        timer = loop.scheduleTask(deadline: first.due) { [self] in
+            timer = nil
+            release()
+        }
+    }
+
+    private func release() {
+        let now = NIODeadline.now()
+        var items: [Item] = []
+        while let first = queue.first, first.due <= now {
+            items.append(first.item)
+            queuedBytes -= first.size
+            queue.removeFirst()
+        }
+        if !items.isEmpty { deliver(items) }
+        if waitingForDrain && queuedBytes < LinkRelay.RelayHandler.highWater / 2 {
+            waitingForDrain = false
+            drained()
+        }
+        arm()
+    }
+}

@@ -1,0 +1,128 @@
+import ArgumentParser
+import CamRigCLI
+import CamRigCoordinator
+import CamRigDevices
+import CamRigSecurity
+import CamRigStorage
+import Foundation
+import Logging
+
+/// `camrig-bench scale`: one coordinator and K agent processes (two synthetic cameras each) over TLS
+/// on loopback: time to connect them all, to commit one session across every camera, to fan out one
+/// trigger and to gather its sync set, and the coordinator's resident memory per connected agent.
+struct ScaleBenchmark: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "scale",
+        abstract: "One coordinator, K agents: connect, commit, trigger fan-out, gather, memory per agent."
+    )
+
+    @Option(name: .long, help: "Agent processes.")
+    var agents = 200
+
+    @Option(name: .long, help: "Synthetic cameras per agent.")
+    var cameras = 2
+
+    @OptionGroup var options: BenchOptions
+
+    struct Result: BenchResult {
+        var scenario = "scale"
+        var machine: MachineDescription
+        var agents: Int
+        var cameras: Int
+        var connectAllSeconds: Double
+        var clocksReadySeconds: Double
+        var commitSeconds: Double
+        var triggerFanOutMs: Double
+        var gatherAfterTriggerMs: Double
+        var photosDelivered: Int
+        var coordinatorRssBeforeKb: Int
+        var coordinatorRssConnectedKb: Int
+        var coordinatorKbPerAgent: Double
+        var agentRssKbMedian: Int
+
+        var text: String {
+            [
+                "scale: one coordinator, \(agents) agent processes × \(cameras) synthetic cameras, TLS on loopback; \(machine.text)",
+                table(
+                    ["MEASURE", "VALUE", "TARGET"],
+                    [
+                        ["connect all agents", String(format: "%.2f s", connectAllSeconds), ""],
+                        ["clocks measured (16 samples each)", String(format: "%.2f s", clocksReadySeconds), ""],
+                        ["commit one session (\(agents * cameras) cameras)", String(format: "%.3f s", commitSeconds), "< 2 s"],
+                        ["trigger fan-out (all accepted)", String(format: "%.1f ms", triggerFanOutMs), "< 20 ms"],
+                        ["sync set on disk, after T", String(format: "%.0f ms", gatherAfterTriggerMs), ""],
+                        ["photos in the set", "\(photosDelivered)/\(agents * cameras)", ""],
+                        ["coordinator memory per agent", String(format: "%.0f KB", coordinatorKbPerAgent), "< 200 KB"],
+                        ["agent process memory (median)", "\(agentRssKbMedian) KB", ""],
+                    ]
+                ),
+            ].joined(separator: "\n")
+        }
+    }
+
+    func validate() throws {
+        guard (1...2000).contains(agents) else { throw ValidationError("--agents must be within 1…2000") }
+        guard (1...8).contains(cameras) else { throw ValidationError("--cameras must be within 1…8") }
+    }
+
+    func run() async throws {
+        let logger = options.makeLogger("camrig.bench")
+        let work = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-bench-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: work) }
+        let tls = TLSDirectory(path: work.appendingPathComponent("tls").path)
+        try tls.initialize(caName: "CamRig bench CA")
+        options.say("starting \(agents) agent processes with \(cameras) synthetic cameras each")
+        var processes: [LocalAgentProcess] = []
+        defer { for process in processes { process.stop(timeout: 5) } }
+        for index in 0..<agents {
+            let name = "agent-\(index + 1)"
+            try tls.issue(name: name, role: .agent, hostnames: ["127.0.0.1", "localhost"])
+            processes.append(try LocalAgentProcess.start(
+                arguments: ["--listen", "127.0.0.1:0", "--tls-dir", tls.path, "--identity", name, "--synthetic", "\(cameras)",
+                    "--synthetic-seed", "\(index * 16 + 1)", "--log-level", "warning", "--spool-dir", work.appendingPathComponent("spool-\(name)").path],
+                logFile: work.appendingPathComponent("\(name).log")
+            ))
+            if (index + 1) % 50 == 0 { options.say("  \(index + 1)/\(agents)") }
+        }
+        let security = ClientSecurity.tls(try MutualTLS.client(directory: tls, identityName: "coordinator"))
+        let before = residentKilobytes()
+
+        options.say("connecting")
+        let start = ContinuousClock.now
+        let pool = AgentPool(endpoints: processes.map(\.endpoint), security: security, logger: logger)
+        pool.start()
+        let connected = await withTaskGroup(of: Bool.self) { group in
+            for agent in pool.agents { group.addTask { await agent.waitUntilConnected(timeout: .seconds(120)) } }
+            return await group.reduce(true) { $0 && $1 }
+        }
+        let connectTime = ContinuousClock.now - start
+        guard connected else { throw BenchFailure("not every agent connected within 120 s") }
+        let notReady = await pool.waitUntilReady(clockSamples: 16, timeout: .seconds(120))
+        let readyTime = ContinuousClock.now - start
+        guard notReady.isEmpty else { throw BenchFailure("\(notReady.count) agents had no clock estimate after 120 s") }
+        let connectedRSS = residentKilobytes()
+
+        options.say("committing one session across \(agents * cameras) cameras")
+        let session = try await openSession(pool: pool, size: Dimensions(width: 640, height: 480), fps: 30, logger: logger)
+        let commitStart = ContinuousClock.now
+        try await session.commitConfiguration()
+        let commitTime = ContinuousClock.now - commitStart
+
+        options.say("one synchronized photo")
+        let store = try CaptureStore(root: work.appendingPathComponent("captures"))
+        let report = try await session.capturePhoto(into: store)
+        await session.stop()
+        await pool.stop()
+        let agentRSS = processes.compactMap { residentKilobytes(pid: $0.process.processIdentifier) }.sorted()
+        try options.emit(Result(
+            machine: .current, agents: agents, cameras: cameras,
+            connectAllSeconds: connectTime.secondsValue, clocksReadySeconds: readyTime.secondsValue, commitSeconds: commitTime.secondsValue,
+            triggerFanOutMs: (report.triggerFanOut?.microseconds ?? .nan) / 1000,
+            gatherAfterTriggerMs: (report.gatheredAfterTrigger?.microseconds ?? .nan) / 1000,
+            photosDelivered: report.manifest.summary.framesDelivered,
+            coordinatorRssBeforeKb: before, coordinatorRssConnectedKb: connectedRSS,
+            coordinatorKbPerAgent: Double(connectedRSS - before) / Double(agents),
+            agentRssKbMedian: agentRSS.isEmpty ? 0 : agentRSS[agentRSS.count / 2]
+        ))
+    }
+}

@@ -1,0 +1,167 @@
+import ArgumentParser
+import CamRigCLI
+import CamRigCoordinator
+import CamRigDevices
+import CamRigSecurity
+import CamRigWire
+import CamRigWireModel
+import Foundation
+import Logging
+import NIOCore
+
+/// `camrig-bench throughput`: 1920×1080 YUYV frames from an agent to this coordinator, over TLS and
+/// over plaintext, against a plain TCP pair and an OpenSSL TLS pair carrying the same frame bytes.
+struct ThroughputBenchmark: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "throughput",
+        abstract: "Frame streaming, TLS and plaintext, against a raw TCP pair and an openssl s_server/s_client pair."
+    )
+
+    @Option(name: .long, help: "Seconds to measure each CamRig stream (after one second of warm-up).")
+    var seconds = 5.0
+
+    @Option(name: .long, help: "Frames the baselines send.")
+    var baselineFrames = 400
+
+    @OptionGroup var options: BenchOptions
+
+    struct Transport: Encodable {
+        var transport: String
+        var frames: Int
+        var seconds: Double
+        var framesPerSecond: Double
+        var megabytesPerSecond: Double
+        var framesDroppedByAgent: UInt64
+        var baseline: String
+        var baselineMegabytesPerSecond: Double
+        var ratio: Double
+    }
+
+    struct Result: BenchResult {
+        var scenario = "throughput"
+        var machine: MachineDescription
+        var frameBytes: Int
+        var format: String
+        var transports: [Transport]
+        var aesGcmOneCoreMegabytesPerSecond: Double?
+        var tlsShareOfAesGcm: Double?
+
+        var text: String {
+            var lines = ["throughput: \(format) frames of \(frameBytes) bytes, agent → coordinator on loopback; \(machine.text)"]
+            lines.append(table(
+                ["TRANSPORT", "FRAMES/S", "MB/S", "AGENT DROPS", "BASELINE", "BASELINE MB/S", "RATIO"],
+                transports.map { [
+                    $0.transport, String(format: "%.1f", $0.framesPerSecond), String(format: "%.0f", $0.megabytesPerSecond), "\($0.framesDroppedByAgent)",
+                    $0.baseline, String(format: "%.0f", $0.baselineMegabytesPerSecond), times($0.ratio),
+                ] }
+            ))
+            if let aes = aesGcmOneCoreMegabytesPerSecond, let share = tlsShareOfAesGcm {
+                lines.append(String(format: "AES-128-GCM sealing 16 KiB records on one core (BoringSSL): %.0f MB/s; CamRig TLS streaming is %.0f%% of it", aes, share * 100))
+            }
+            return lines.joined(separator: "\n")
+        }
+    }
+
+    func run() async throws {
+        let logger = options.makeLogger("camrig.bench")
+        let work = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-bench-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: work) }
+        let tls = TLSDirectory(path: work.appendingPathComponent("tls").path)
+        try tls.initialize(caName: "CamRig bench CA")
+        try tls.issue(name: "agent-1", role: .agent, hostnames: ["127.0.0.1", "localhost"])
+
+        var transports: [Transport] = []
+        var sample: [UInt8] = []
+        for secure in [true, false] {
+            options.say("streaming 1920x1080 YUYV over \(secure ? "TLS" : "plaintext") for \(seconds) s")
+            let agent = try LocalAgentProcess.start(
+                arguments: ["--listen", "127.0.0.1:0", "--synthetic", "1", "--synthetic-high-speed", "--log-level", "warning",
+                    "--spool-dir", work.appendingPathComponent("spool-\(secure)").path]
+                    + (secure ? ["--tls-dir", tls.path, "--identity", "agent-1"] : ["--insecure"]),
+                logFile: work.appendingPathComponent("agent-\(secure).log")
+            )
+            defer { agent.stop() }
+            let security: ClientSecurity = secure ? .tls(try MutualTLS.client(directory: tls, identityName: "coordinator")) : .insecure
+            let client = try await AgentClient.connect(to: agent.endpoint, security: security, logger: logger)
+            let measured = try await Self.stream(client, seconds: seconds)
+            await client.close()
+            if sample.isEmpty { sample = measured.sample }
+            transports.append(Transport(
+                transport: secure ? "CamRig TLS" : "CamRig plaintext", frames: measured.frames, seconds: measured.seconds,
+                framesPerSecond: Double(measured.frames) / measured.seconds, megabytesPerSecond: Double(measured.bytes) / measured.seconds / 1e6,
+                framesDroppedByAgent: measured.dropped, baseline: "", baselineMegabytesPerSecond: .nan, ratio: .nan
+            ))
+        }
+        options.say("baselines: openssl s_server/s_client and a raw TCP pair, \(baselineFrames) frames each")
+        let openssl = try Baselines.opensslPair(
+            frame: sample, count: baselineFrames,
+            certificate: tls.certificateFile(for: "agent-1"), key: tls.keyFile(for: "agent-1"), ca: tls.caCertificatePath
+        )
+        let tcp = try Baselines.tcpPair(frame: sample, count: baselineFrames)
+        transports[0].baseline = "openssl s_server/s_client"
+        transports[0].baselineMegabytesPerSecond = openssl / 1e6
+        transports[0].ratio = ratio(transports[0].megabytesPerSecond, openssl / 1e6)
+        transports[1].baseline = "raw TCP pair"
+        transports[1].baselineMegabytesPerSecond = tcp / 1e6
+        transports[1].ratio = ratio(transports[1].megabytesPerSecond, tcp / 1e6)
+        let aes: Double? = Baselines.aesGCMSpeed() / 1e6
+        try options.emit(Result(
+            machine: .current, frameBytes: sample.count, format: "YUYV-1920x1080", transports: transports,
+            aesGcmOneCoreMegabytesPerSecond: aes, tlsShareOfAesGcm: aes.map { transports[0].megabytesPerSecond / $0 }
+        ))
+    }
+
+    /// Locks the camera, sets 1920×1080 YUYV at 1000 fps, and counts what arrives for `seconds` after a second of warm-up.
+    static func stream(_ client: AgentClient, seconds: Double) async throws -> (frames: Int, bytes: Int, seconds: Double, dropped: UInt64, sample: [UInt8]) {
+        let device = "synthetic:SYN0001"
+        var lock = WireLock()
+        lock.deviceID = device
+        guard case .lease(let lease) = try await client.request(.lock(lock)).frame.envelope.body else { throw BenchFailure("the agent did not lease \(device)") }
+        var configure = WireConfigure()
+        configure.deviceID = device
+        configure.leaseID = lease.lease.leaseID
+        configure.formatID = "YUYV-1920x1080"
+        let fastest = FrameDuration(framesPerSecond: 1000)!
+        configure.minFrameDuration = WireRational(fastest)
+        configure.maxFrameDuration = WireRational(fastest)
+        _ = try await client.request(.configure(configure))
+        var start = WireStartStream()
+        start.deviceID = device
+        start.maxQueuedFrames = 4
+        let warmUp = ContinuousClock.now + .seconds(1)
+        var measuring: ContinuousClock.Instant?
+        var end: ContinuousClock.Instant?
+        var frames = 0
+        var bytes = 0
+        var dropped: UInt64 = 0
+        var sample: [UInt8] = []
+        var streamID = ""
+        for try await message in client.stream(.startStream(start)) {
+            switch message.envelope.body {
+            case .streamStarted(let started): streamID = started.streamID
+            case .videoFrame(let frame):
+                let now = ContinuousClock.now
+                guard let payload = message.payload else { continue }
+                if sample.isEmpty { sample = Array(payload.readableBytesView) }
+                if measuring == nil {
+                    if now >= warmUp { measuring = now }
+                    continue
+                }
+                guard end == nil else { continue }
+                frames += 1
+                bytes += payload.readableBytes
+                dropped += frame.droppedBefore
+                if now - measuring! >= .milliseconds(Int64(seconds * 1000)) {
+                    end = now
+                    var stop = WireStopStream()
+                    stop.streamID = streamID
+                    Task { _ = try? await client.request(.stopStream(stop)) }
+                }
+            case .streamEnded: break
+            default: continue
+            }
+        }
+        guard let measuring, let end else { throw BenchFailure("the stream ended before the measurement did") }
+        return (frames, bytes, (end - measuring).secondsValue, dropped, sample)
+    }
+}
