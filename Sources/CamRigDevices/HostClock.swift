@@ -13,6 +13,10 @@ public struct HostClock: Sendable, Hashable {
     public var driftPPM: Double
     /// The monotonic instant from which drift accumulates.
     public var epoch: Int64
+    /// A step (as when someone sets the clock): from `stepAtMonotonic` on, the clock reads
+    /// `stepNanoseconds` more. No step by default.
+    public var stepAtMonotonic: Int64 = .max
+    public var stepNanoseconds: Int64 = 0
 
     /// The machine's own clock, unskewed.
     public static let system = HostClock(offsetNanoseconds: 0, driftPPM: 0, epoch: 0)
@@ -28,17 +32,27 @@ public struct HostClock: Sendable, Hashable {
 
     /// This clock's reading at a given instant of `CLOCK_MONOTONIC`.
     public func reading(atMonotonic monotonic: Int64) -> Int64 {
-        guard driftPPM != 0 else { return monotonic + offsetNanoseconds }
+        let step = monotonic >= stepAtMonotonic ? stepNanoseconds : 0
+        guard driftPPM != 0 else { return monotonic + offsetNanoseconds + step }
         let drift = Double(monotonic - epoch) * driftPPM / 1_000_000
-        return monotonic + offsetNanoseconds + Int64(drift.rounded())
+        return monotonic + offsetNanoseconds + step + Int64(drift.rounded())
     }
 
     /// The first `CLOCK_MONOTONIC` instant at which this clock reads `reading` or later (the inverse of
-    /// `reading(atMonotonic:)`, rounded up where drift makes the inverse inexact).
+    /// `reading(atMonotonic:)`, rounded up where drift makes the inverse inexact). A reading skipped by
+    /// a forward step maps to the step's instant.
     public func monotonic(atReading reading: Int64) -> Int64 {
+        let before = unstepped(reading)
+        if before < stepAtMonotonic { return before }
+        let after = unstepped(reading - stepNanoseconds)
+        return max(after, stepAtMonotonic)
+    }
+
+    private func unstepped(_ reading: Int64) -> Int64 {
         let scale = 1 + driftPPM / 1_000_000
         var monotonic = epoch + Int64((Double(reading - offsetNanoseconds - epoch) / scale).rounded())
-        while self.reading(atMonotonic: monotonic) < reading { monotonic += 1 }
+        let unsteppedReading = { (m: Int64) in m + offsetNanoseconds + Int64((Double(m - epoch) * driftPPM / 1_000_000).rounded()) }
+        while unsteppedReading(monotonic) < reading { monotonic += 1 }
         return monotonic
     }
 

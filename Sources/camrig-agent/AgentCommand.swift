@@ -70,6 +70,12 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Seed of the synthetic cameras' serials and noise (default 1); give each simulated host its own.")
     var syntheticSeed: UInt64 = 1
 
+    @Option(name: .long, help: ArgumentHelp("Step the simulated clock by this many microseconds (as when a clock is set), --simulate-clock-step-after seconds after start.", valueName: "us"))
+    var simulateClockStepUs: Double?
+
+    @Option(name: .long, help: ArgumentHelp("Seconds after start at which the simulated clock steps (default 5).", valueName: "s"))
+    var simulateClockStepAfter: Double = 5
+
     @Flag(name: .long, help: "Synthetic cameras also offer 1920x1080 YUYV at up to 1000 fps (a source for throughput benchmarks).")
     var syntheticHighSpeed = false
 
@@ -141,7 +147,7 @@ struct AgentCommand: AsyncParsableCommand {
         )
         settings.syntheticHighSpeed = syntheticHighSpeed
         guard (0...64).contains(settings.synthetic) else { throw ValidationError("synthetic cameras must be within 0…64") }
-        if simulateClockOffsetUs != nil || simulateClockDriftPpm != nil {
+        if simulateClockOffsetUs != nil || simulateClockDriftPpm != nil || simulateClockStepUs != nil {
             guard settings.synthetic > 0, settings.v4l2.isEmpty else {
                 throw ValidationError("a simulated clock needs --synthetic cameras and no --v4l2 devices: V4L2 frames carry the kernel's own timestamps")
             }
@@ -155,6 +161,11 @@ struct AgentCommand: AsyncParsableCommand {
                 driftPPM: drift,
                 epoch: simulateClockEpochNs ?? HostClock.monotonicNow()
             )
+            if let step = simulateClockStepUs {
+                guard abs(step) <= 3_600_000_000, simulateClockStepAfter >= 0 else { throw ValidationError("a simulated clock step must be within ±1 h, after a non-negative delay") }
+                settings.clock.stepNanoseconds = Int64((step * 1000).rounded())
+                settings.clock.stepAtMonotonic = HostClock.monotonicNow() + Int64(simulateClockStepAfter * 1e9)
+            }
         }
         guard settings.spoolSizeMB > 0 else { throw ValidationError("the spool size must be positive") }
         guard settings.handshakeTimeout > 0, settings.idleTimeout > 0, settings.maxConnections > 0 else {

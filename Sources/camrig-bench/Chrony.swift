@@ -7,8 +7,10 @@ import NIOCore
 /// conditions as that host's CamRig traffic (reversed: the client sends first).
 ///
 /// Every instance runs with `-x`: it measures and estimates but never adjusts the system clock, which
-/// all namespaces share. So the truth for every client is an offset of zero, and each
-/// `statistics.log` "Est. offset" is an estimation error.
+/// all namespaces share. So the truth for every client is an offset of zero. The clients mark the
+/// server `noselect`, so that chronyd does not steer its own notion of time by it either (with `-x` it
+/// would otherwise correct a virtual clock and log offsets relative to that): each `statistics.log`
+/// "Est. offset" is then chrony's estimate of the raw offset, and so its estimation error.
 final class ChronyBaseline: @unchecked Sendable {
     static let chronyd = ["/usr/sbin/chronyd", "/sbin/chronyd", "/usr/bin/chronyd"].first { FileManager.default.isExecutableFile(atPath: $0) }
 
@@ -39,14 +41,14 @@ final class ChronyBaseline: @unchecked Sendable {
         for member in rig.members {
             let relay = try LinkRelay(
                 listenHost: rig.network.gateway, target: try SocketAddress(ipAddress: "127.0.0.1", port: Int(port)),
-                conditions: conditions.reversed, seed: seed &+ UInt64(member.host.index) &* 7919
+                conditions: conditions.reversed, seed: seed &+ UInt64(member.host.index) &* 7919, group: rig.relayGroup
             )
             relays.append(relay)
             let logs_ = work.appendingPathComponent("log-\(member.name)")
             try FileManager.default.createDirectory(at: logs_, withIntermediateDirectories: true)
             logs.append(logs_)
             let client = """
-                server \(rig.network.gateway) port \(relay.address.port!) iburst minpoll \(pollLog2) maxpoll \(pollLog2)
+                server \(rig.network.gateway) port \(relay.address.port!) iburst minpoll \(pollLog2) maxpoll \(pollLog2) noselect
                 cmdport 0
                 bindcmdaddress /
                 pidfile \(work.path)/\(member.name).pid

@@ -44,13 +44,20 @@ struct SyncBenchmark: AsyncParsableCommand {
     struct Run: Encodable {
         var asymmetryMs: Double
         var conditions: String
+        /// |estimate − truth| over every agent and sample.
         var camrigOffsetErrorUs: Distribution
         var chronyOffsetErrorUs: Distribution
+        /// Median of the signed errors (agent − coordinator convention for both): a bias, such as path
+        /// asymmetry, shows here.
+        var camrigMedianSignedErrorUs: Double
+        var chronyMedianSignedErrorUs: Double
         var offsetP99Ratio: Double
         var triggerTrueSkewUs: Distribution
         var triggerSkewInCoordinatorClockUs: Distribution
         var incompleteSets: Int
         var triggers: Int
+        /// How the coordinator probed each agent's clock (udp-kernel: the UDP channel with kernel timestamps).
+        var clockTransports: [String]
     }
 
     struct Result: BenchResult {
@@ -63,13 +70,17 @@ struct SyncBenchmark: AsyncParsableCommand {
         var text: String {
             var lines = ["sync: \(agents) agents in network namespaces behind relays, probes and chrony polls every \(pollIntervalMs) ms; \(machine.text)"]
             lines.append(table(
-                ["RUN", "CAMRIG |ERR| µs p50/p99/max", "CHRONY |ERR| µs p50/p99/max", "P99 RATIO", "TRIGGER TRUE SKEW µs p50/p99/max", "INCOMPLETE"],
+                ["RUN", "CAMRIG |ERR| µs p50/p99/max", "BIAS µs", "CHRONY |ERR| µs p50/p99/max", "BIAS µs", "P99 RATIO", "TRIGGER TRUE SKEW µs p50/p99/max", "INCOMPLETE"],
                 runs.map { run in
                     let d = { (x: Distribution) in String(format: "%.1f / %.1f / %.1f", x.p50, x.p99, x.max) }
-                    return [run.conditions, d(run.camrigOffsetErrorUs), d(run.chronyOffsetErrorUs), times(run.offsetP99Ratio), d(run.triggerTrueSkewUs), "\(run.incompleteSets)/\(run.triggers)"]
+                    return [
+                        run.conditions, d(run.camrigOffsetErrorUs), String(format: "%+.1f", run.camrigMedianSignedErrorUs),
+                        d(run.chronyOffsetErrorUs), String(format: "%+.1f", run.chronyMedianSignedErrorUs), times(run.offsetP99Ratio),
+                        d(run.triggerTrueSkewUs), "\(run.incompleteSets)/\(run.triggers)",
+                    ]
                 }
             ))
-            lines.append("P99 RATIO is CamRig's p99 offset error over chrony's (≤ 1.00× means no worse than chrony).")
+            lines.append("P99 RATIO is CamRig's p99 offset error over chrony's (≤ 1.00× means no worse than chrony). BIAS is the median signed error (agent − coordinator).")
             return lines.joined(separator: "\n")
         }
     }
@@ -158,18 +169,25 @@ struct SyncBenchmark: AsyncParsableCommand {
             if (index + 1) % 25 == 0 { options.say("  \(index + 1)/\(triggers)") }
         }
         await session.stop()
+        let transports = pool.agents.map { $0.snapshot.clockTransport?.rawValue ?? "none" }
         sampler.cancel()
-        let camrigErrors = await sampler.value.map(abs)
+        let camrigSigned = await sampler.value
+        let camrigErrors = camrigSigned.map(abs)
         await pool.stop()
-        let chronyErrors = chrony.estimates(since: measuringSince).flatMap { $0 }.map(abs)
+        // chrony's "Est. offset" has the agent − coordinator sign (checked: a longer path towards the
+        // agent moves both CamRig's and chrony's estimates the same way).
+        let chronySigned = chrony.estimates(since: measuringSince).flatMap { $0 }
+        let chronyErrors = chronySigned.map(abs)
         guard !chronyErrors.isEmpty else { throw BenchFailure("chrony logged no estimates\n\(chrony.logs())") }
         let camrig = Distribution(camrigErrors)
         let baseline = Distribution(chronyErrors)
         return Run(
             asymmetryMs: asymmetryMs, conditions: label,
-            camrigOffsetErrorUs: camrig, chronyOffsetErrorUs: baseline, offsetP99Ratio: ratio(camrig.p99, baseline.p99),
+            camrigOffsetErrorUs: camrig, chronyOffsetErrorUs: baseline,
+            camrigMedianSignedErrorUs: Distribution(camrigSigned).p50, chronyMedianSignedErrorUs: Distribution(chronySigned).p50,
+            offsetP99Ratio: ratio(camrig.p99, baseline.p99),
             triggerTrueSkewUs: Distribution(trueSkews), triggerSkewInCoordinatorClockUs: Distribution(coordinatorSkews),
-            incompleteSets: incomplete, triggers: triggers
+            incompleteSets: incomplete, triggers: triggers, clockTransports: transports
         )
     }
 }

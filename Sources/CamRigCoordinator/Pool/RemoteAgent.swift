@@ -232,6 +232,9 @@ public final class RemoteAgent: Sendable {
         var sent = 0
         var channel = await openClockChannel(client)
         var udpFailures = 0
+        // A channel that has never answered is likely filtered: give up on it quickly. One that has
+        // answered is on a lossy path: losses are only missing samples, so keep it through bursts.
+        var udpAnswered = false
         while !Task.isCancelled {
             do {
                 let sample: ClockSample
@@ -242,10 +245,14 @@ public final class RemoteAgent: Sendable {
                         sample = udpSample
                         transport = kernelStamped && open.kernelTimestamps ? .udpKernel : .udp
                         udpFailures = 0
+                        udpAnswered = true
                     } catch {
                         udpFailures += 1
-                        if udpFailures >= 3 {
-                            logger.notice("UDP clock probes get no answer (a firewall?); probing over the TLS connection", metadata: ["agent": "\(name)"])
+                        if udpFailures >= (udpAnswered ? 10 : 3) {
+                            logger.notice(
+                                udpAnswered ? "UDP clock probes stopped getting answers; probing over the TLS connection" : "UDP clock probes get no answer (a firewall?); probing over the TLS connection",
+                                metadata: ["agent": "\(name)"]
+                            )
                             channel = nil
                         }
                         throw error

@@ -1,10 +1,11 @@
 import Foundation
+import NIOConcurrencyHelpers
 
 /// Several hosts on one machine: one Linux network namespace per host, each joined by a veth pair to a
 /// bridge in the caller's namespace, where the coordinator runs.
 ///
-///     caller's namespace                   camrig-<pid>-h0          camrig-<pid>-h1
-///     bridge crb<pid>  10.213.S.1/24  ──  veth ── eth0 10.213.S.10  ── eth0 10.213.S.11 …
+///     caller's namespace                   camrig-<pid>-<n>h0       camrig-<pid>-<n>h1
+///     bridge crb<pid>g<n>  10.N.P.1/24  ──  veth ── eth0 10.N.P.10  ── eth0 10.N.P.11 …
 ///
 /// Everything is built by `init` and removed by `shutdown()` (or `deinit`); namespaces left behind by a
 /// process that died are removed the next time a network is built. A host can be cut off (its bridge
@@ -20,6 +21,9 @@ public final class HostNetwork: @unchecked Sendable {
         public var address: String
         /// The bridge side of its veth pair: down means cut off.
         public var bridgePort: String
+        /// A loopback address of its own in the caller's namespace, where a relay to it can listen on
+        /// the host's own port numbers (so that ports an agent announces hold through the relay).
+        public var relayAddress: String
     }
 
     public let hosts: [Host]
@@ -40,6 +44,8 @@ public final class HostNetwork: @unchecked Sendable {
         return nil
     }()
 
+    private static let serial = NIOLockedValueBox(0)
+
     static let ipPath: String? = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"].first { FileManager.default.isExecutableFile(atPath: $0) }
 
     /// Builds `count` hosts (at most 200).
@@ -48,12 +54,20 @@ public final class HostNetwork: @unchecked Sendable {
         if let reason = Self.unavailableReason { throw HostNetworkError(reason) }
         Self.removeStale()
         let pid = getpid()
-        let tag = String(pid, radix: 16)
-        let subnet = "10.213.\(Int(pid) % 250)"
+        // Several networks may exist in one process: each gets its own names and subnet.
+        let serial = Self.serial.withLockedValue { serial in
+            defer { serial += 1 }
+            return serial
+        }
+        let tag = "\(String(pid, radix: 16))g\(serial)"
+        let octets = "\(200 + serial % 50).\(Int(pid) % 250)"
         bridge = "crb\(tag)"
-        gateway = "\(subnet).1"
+        gateway = "10.\(octets).1"
         hosts = (0..<count).map { index in
-            Host(index: index, namespace: "camrig-\(pid)-h\(index)", address: "\(subnet).\(10 + index)", bridgePort: "crv\(tag)x\(index)")
+            Host(
+                index: index, namespace: "camrig-\(pid)-\(serial)h\(index)", address: "10.\(octets).\(10 + index)", bridgePort: "crv\(tag)x\(index)",
+                relayAddress: "127.\(octets).\(10 + index)"
+            )
         }
         do {
             try Self.ip("link", "add", bridge, "type", "bridge")
@@ -112,7 +126,7 @@ public final class HostNetwork: @unchecked Sendable {
             let fields = line.split(separator: ":", maxSplits: 2)
             guard fields.count >= 2 else { continue }
             let name = fields[1].trimmingCharacters(in: .whitespaces)
-            guard name.hasPrefix("crb"), let pid = Int32(name.dropFirst(3), radix: 16), !alive(pid) else { continue }
+            guard name.hasPrefix("crb"), let pid = Int32(name.dropFirst(3).prefix { $0 != "g" }, radix: 16), !alive(pid) else { continue }
             _ = run(ip, ["link", "delete", name])
         }
     }

@@ -1,4 +1,6 @@
 import CamRigDevices
+import CamRigWire
+import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
@@ -74,18 +76,28 @@ public final class LinkRelay: Sendable {
     private let ownsGroup: Bool
     private let state: NIOLockedValueBox<State>
     private let tcp: any Channel
-    private let udp: any Channel
+    private let udp: DatagramRelay
 
     struct State {
         var conditions: PathConditions
         var random: SeededRandom
-        var udpSessions: [SocketAddress: EventLoopFuture<any Channel>] = [:]
         var tcpChannels: [ObjectIdentifier: any Channel] = [:]
         var stopped = false
+
+        /// One packet's delay in nanoseconds, and whether it is lost.
+        mutating func draw(_ direction: KeyPath<PathConditions, LinkProfile>, stream: Bool, lossless: Bool = false) -> (delay: Int64, lost: Bool) {
+            let profile = conditions[keyPath: direction]
+            let jitter = profile.jitter.seconds * 1e9
+            var delay = profile.delay.seconds * 1e9 + (jitter > 0 ? (random.nextDouble() * 2 - 1) * jitter : 0)
+            let lost = !lossless && profile.loss > 0 && random.nextDouble() < profile.loss
+            if lost && stream { delay += profile.retransmissionDelay.seconds * 1e9 }
+            return (Int64(max(0, delay)), lost)
+        }
     }
 
-    /// Listens on `host` (port chosen by the system, the same for TCP and UDP) and relays to `target`.
-    public init(listenHost: String = "127.0.0.1", target: SocketAddress, conditions: PathConditions, seed: UInt64, group: MultiThreadedEventLoopGroup? = nil) throws {
+    /// Listens on `listenHost`:`listenPort` for TCP and UDP (port 0: one the system chooses, the same
+    /// for both) and relays to `target`.
+    public init(listenHost: String = "127.0.0.1", listenPort: Int = 0, target: SocketAddress, conditions: PathConditions, seed: UInt64, group: MultiThreadedEventLoopGroup? = nil) throws {
         self.target = target
         self.group = group ?? MultiThreadedEventLoopGroup(numberOfThreads: 1)
         ownsGroup = group == nil
@@ -94,14 +106,14 @@ public final class LinkRelay: Sendable {
         var attempt = 0
         while true {
             attempt += 1
-            let tcp = try Self.listenTCP(host: listenHost, loop: loop, state: state, target: target)
+            let tcp = try Self.listenTCP(host: listenHost, port: listenPort, loop: loop, state: state, target: target)
             let port = tcp.localAddress!.port!
             do {
-                udp = try Self.listenUDP(host: listenHost, port: port, loop: loop, state: state, target: target)
+                udp = try DatagramRelay(host: listenHost, port: port, target: target, state: state)
                 self.tcp = tcp
                 address = tcp.localAddress!
                 return
-            } catch where attempt < 8 {
+            } catch where attempt < 8 && listenPort == 0 {
                 try? tcp.close().wait()  // the UDP port was taken: try another pair
             }
         }
@@ -118,23 +130,22 @@ public final class LinkRelay: Sendable {
 
     /// Closes everything; safe to call more than once.
     public func shutdown() {
-        let channels = state.withLockedValue { state -> ([any Channel], [EventLoopFuture<any Channel>])? in
+        let channels = state.withLockedValue { state -> [any Channel]? in
             guard !state.stopped else { return nil }
             state.stopped = true
-            defer { state.tcpChannels = [:]; state.udpSessions = [:] }
-            return (Array(state.tcpChannels.values), Array(state.udpSessions.values))
+            defer { state.tcpChannels = [:] }
+            return Array(state.tcpChannels.values)
         }
         guard let channels else { return }
-        for channel in channels.0 { channel.close(promise: nil) }
-        for future in channels.1 { future.whenSuccess { $0.close(promise: nil) } }
+        for channel in channels { channel.close(promise: nil) }
         try? tcp.close().wait()
-        try? udp.close().wait()
+        udp.stop()
         if ownsGroup { try? group.syncShutdownGracefully() }
     }
 
     // MARK: TCP
 
-    private static func listenTCP(host: String, loop: any EventLoop, state: NIOLockedValueBox<State>, target: SocketAddress) throws -> any Channel {
+    private static func listenTCP(host: String, port: Int, loop: any EventLoop, state: NIOLockedValueBox<State>, target: SocketAddress) throws -> any Channel {
         try ServerBootstrap(group: loop)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -160,7 +171,7 @@ public final class LinkRelay: Sendable {
                         }
                     }
             }
-            .bind(host: host, port: 0)
+            .bind(host: host, port: port)
             .wait()
     }
 
@@ -225,75 +236,6 @@ public final class LinkRelay: Sendable {
             context.close(promise: nil)
         }
     }
-
-    // MARK: UDP
-
-    private static func listenUDP(host: String, port: Int, loop: any EventLoop, state: NIOLockedValueBox<State>, target: SocketAddress) throws -> any Channel {
-        try DatagramBootstrap(group: loop)
-            .channelInitializer { listener in
-                listener.pipeline.addHandler(DatagramListener(state: state, target: target, listener: listener))
-            }
-            .bind(host: host, port: port)
-            .wait()
-    }
-
-    /// Datagrams from each client go out through an upstream socket of that client's own, so replies
-    /// find their way back to it.
-    final class DatagramListener: ChannelInboundHandler, @unchecked Sendable {
-        typealias InboundIn = AddressedEnvelope<ByteBuffer>
-        let state: NIOLockedValueBox<State>
-        let target: SocketAddress
-        let listener: any Channel
-        var lines: [SocketAddress: DelayLine<ByteBuffer>] = [:]
-
-        init(state: NIOLockedValueBox<State>, target: SocketAddress, listener: any Channel) {
-            self.state = state
-            self.target = target
-            self.listener = listener
-        }
-
-        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-            let envelope = unwrapInboundIn(data)
-            let client = envelope.remoteAddress
-            let line = lines[client] ?? makeSession(for: client, loop: context.eventLoop)
-            line.push(envelope.data, size: envelope.data.readableBytes)
-        }
-
-        private func makeSession(for client: SocketAddress, loop: any EventLoop) -> DelayLine<ByteBuffer> {
-            let state = self.state
-            let listener = self.listener
-            let target = self.target
-            let back = DelayLine<ByteBuffer>(loop: loop, state: state, direction: \.fromHost, stream: false)
-            back.deliver = { datagrams in
-                for datagram in datagrams { listener.write(AddressedEnvelope(remoteAddress: client, data: datagram), promise: nil) }
-                listener.flush()
-            }
-            let upstream = DatagramBootstrap(group: loop)
-                .channelInitializer { channel in channel.pipeline.addHandler(UpstreamReader(line: back)) }
-                .bind(to: try! SocketAddress(ipAddress: target.protocol == .inet6 ? "::" : "0.0.0.0", port: 0))
-            state.withLockedValue { $0.udpSessions[client] = upstream }
-            let forward = DelayLine<ByteBuffer>(loop: loop, state: state, direction: \.toHost, stream: false)
-            forward.deliver = { datagrams in
-                upstream.whenSuccess { channel in
-                    for datagram in datagrams { channel.write(AddressedEnvelope(remoteAddress: target, data: datagram), promise: nil) }
-                    channel.flush()
-                }
-            }
-            lines[client] = forward
-            return forward
-        }
-    }
-
-    final class UpstreamReader: ChannelInboundHandler, @unchecked Sendable {
-        typealias InboundIn = AddressedEnvelope<ByteBuffer>
-        let line: DelayLine<ByteBuffer>
-        init(line: DelayLine<ByteBuffer>) { self.line = line }
-
-        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-            let envelope = unwrapInboundIn(data)
-            line.push(envelope.data, size: envelope.data.readableBytes)
-        }
-    }
 }
 
 /// Packets of one direction, each released at its due time and never before an earlier one.
@@ -321,14 +263,7 @@ final class DelayLine<Item>: @unchecked Sendable {
 
     func push(_ item: Item, size: Int, lossless: Bool = false) {
         let now = NIODeadline.now()
-        let (delay, lost) = state.withLockedValue { state -> (Int64, Bool) in
-            let profile = state.conditions[keyPath: direction]
-            let jitter = profile.jitter.seconds * 1e9
-            var delay = profile.delay.seconds * 1e9 + (jitter > 0 ? (state.random.nextDouble() * 2 - 1) * jitter : 0)
-            let lost = !lossless && profile.loss > 0 && state.random.nextDouble() < profile.loss
-            if lost && stream { delay += profile.retransmissionDelay.seconds * 1e9 }
-            return (Int64(max(0, delay)), lost)
-        }
+        let (delay, lost) = state.withLockedValue { $0.draw(direction, stream: stream, lossless: lossless) }
         if lost && !stream { return }
         let due = max(now + .nanoseconds(delay), lastDue)
         lastDue = due
@@ -359,5 +294,77 @@ final class DelayLine<Item>: @unchecked Sendable {
             drained()
         }
         arm()
+    }
+}
+
+/// The relay's UDP side. Each datagram's delay counts from its kernel receive timestamp, not from when
+/// the relay got round to reading it, and each direction waits on a timer before sending: so the
+/// relay's own wake-up latency is the same both ways and adds no asymmetry to the path (which clock
+/// synchronization would read as an offset). One thread reads the clients; one per client reads the
+/// target's answers.
+final class DatagramRelay: @unchecked Sendable {
+    let listener: TimestampingUDPSocket
+    let target: (address: sockaddr_storage, length: socklen_t)
+    let state: NIOLockedValueBox<LinkRelay.State>
+    private let running = NIOLockedValueBox(true)
+    private var sessions: [[UInt8]: TimestampingUDPSocket] = [:]
+
+    init(host: String, port: Int, target: SocketAddress, state: NIOLockedValueBox<LinkRelay.State>) throws {
+        listener = try TimestampingUDPSocket(host: host, port: port)
+        var storage = sockaddr_storage()
+        let length = target.withSockAddr { pointer, size in
+            withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: UnsafeRawBufferPointer(start: pointer, count: size)) }
+            return size
+        }
+        self.target = (storage, socklen_t(length))
+        self.state = state
+        let thread = Thread { [self] in forward() }
+        thread.name = "camrig-relay-udp"
+        thread.start()
+    }
+
+    func stop() { running.withLockedValue { $0 = false } }
+
+    private var isRunning: Bool { running.withLockedValue { $0 } }
+
+    /// Sleeps until `received + delay` (never before the previous datagram of the direction); false if lost.
+    private func hold(_ datagram: TimestampingUDPSocket.Datagram, _ direction: KeyPath<PathConditions, LinkProfile>, after last: inout Int64) -> Bool {
+        let (delay, lost) = state.withLockedValue { $0.draw(direction, stream: false) }
+        if lost { return false }
+        let due = max(datagram.receivedAt + delay, last)
+        last = due
+        HostClock.sleep(untilMonotonic: due)
+        return true
+    }
+
+    private func forward() {
+        var last: Int64 = 0
+        while isRunning {
+            guard let datagram = listener.receive(capacity: 65_536) else { continue }
+            let key = withUnsafeBytes(of: datagram.sender) { Array($0.prefix(Int(datagram.senderLength))) }
+            let upstream: TimestampingUDPSocket
+            if let known = sessions[key] {
+                upstream = known
+            } else {
+                guard let made = try? TimestampingUDPSocket(host: target.address.ss_family == sa_family_t(AF_INET6) ? "::" : "0.0.0.0", port: 0) else { continue }
+                sessions[key] = made
+                upstream = made
+                let client = (datagram.sender, datagram.senderLength)
+                let thread = Thread { [self] in backward(from: made, to: client) }
+                thread.name = "camrig-relay-udp-back"
+                thread.start()
+            }
+            guard hold(datagram, \.toHost, after: &last) else { continue }
+            _ = upstream.send(datagram.bytes, to: target.address, length: target.length)
+        }
+    }
+
+    private func backward(from upstream: TimestampingUDPSocket, to client: (sockaddr_storage, socklen_t)) {
+        var last: Int64 = 0
+        while isRunning {
+            guard let datagram = upstream.receive(capacity: 65_536) else { continue }
+            guard hold(datagram, \.fromHost, after: &last) else { continue }
+            _ = listener.send(datagram.bytes, to: client.0, length: client.1)
+        }
     }
 }

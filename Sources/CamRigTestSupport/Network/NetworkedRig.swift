@@ -7,7 +7,9 @@ import NIOCore
 import NIOPosix
 
 /// A rig of real `camrig-agent` processes, one per network namespace, each reached through its own
-/// `LinkRelay` (or directly over the bridge when no conditions are given).
+/// `LinkRelay` (or directly over the bridge when no conditions are given). A relay listens on a
+/// loopback address of the host's own, on the agent's port, so the UDP clock channel (announced as
+/// "this port on the address you reached me at") goes through the relay as well.
 ///
 /// Each agent gets its own certificate (valid for its namespace address and the relay's loopback
 /// address), synthetic cameras and, optionally, a simulated clock error, so estimates can be checked
@@ -46,7 +48,8 @@ public final class NetworkedRig: @unchecked Sendable {
     public let work: URL
     public let epoch: Int64
     public private(set) var members: [Member] = []
-    private let relayGroup = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+    /// The threads the relays run on (other relays on the same rig, such as a baseline's, can share them).
+    public let relayGroup = MultiThreadedEventLoopGroup(numberOfThreads: 2)
     private let agentExecutable: URL
     private let ownsWork: Bool
 
@@ -63,7 +66,7 @@ public final class NetworkedRig: @unchecked Sendable {
             for (index, spec) in specs.enumerated() {
                 let host = network.hosts[index]
                 let name = "agent-\(index + 1)"
-                try tls.issue(name: name, role: .agent, hostnames: ["127.0.0.1", "localhost", host.address])
+                try tls.issue(name: name, role: .agent, hostnames: ["127.0.0.1", "localhost", host.address, host.relayAddress])
                 var arguments = [
                     "--listen", "\(host.address):\(WireProtocol.defaultPort)",
                     "--tls-dir", tls.path, "--identity", name,
@@ -87,8 +90,11 @@ public final class NetworkedRig: @unchecked Sendable {
                 var endpoint = process.endpoint
                 if let conditions = spec.conditions {
                     let target = try SocketAddress(ipAddress: host.address, port: process.endpoint.port)
-                    let made = try LinkRelay(target: target, conditions: conditions, seed: seed &+ UInt64(index) &* 0x9E37_79B9, group: relayGroup)
-                    endpoint = AgentEndpoint(host: "127.0.0.1", port: made.address.port!)
+                    let made = try LinkRelay(
+                        listenHost: host.relayAddress, listenPort: process.endpoint.port, target: target, conditions: conditions,
+                        seed: seed &+ UInt64(index) &* 0x9E37_79B9, group: relayGroup
+                    )
+                    endpoint = AgentEndpoint(host: host.relayAddress, port: process.endpoint.port)
                     relay = made
                 }
                 let clock = HostClock(offsetNanoseconds: Int64((spec.clockOffsetMicroseconds * 1000).rounded()), driftPPM: spec.clockDriftPPM, epoch: epoch)

@@ -1,0 +1,166 @@
+import CamRigCoordinator
+import CamRigDevices
+import CamRigStorage
+import CamRigTestSupport
+import Foundation
+import Logging
+import Testing
+
+/// Faults on a multi-host network: agents in their own network namespaces, cut off, behind a lossy
+/// link, or with a clock that steps. Skipped, with the reason, where namespaces cannot be made.
+@Suite("Network faults on the multi-host harness", .serialized)
+struct NetworkFaultTests {
+    static func rig(_ specs: [NetworkedRig.AgentSpec]) throws -> NetworkedRig {
+        if let reason = HostNetwork.unavailableReason { try Test.cancel("multi-host harness unavailable: \(reason)") }
+        return try NetworkedRig(agents: specs, agentExecutable: Executables.url("camrig-agent"), seed: 7)
+    }
+
+    static func readyPool(_ rig: NetworkedRig, probeInterval: Duration = .milliseconds(100)) async throws -> AgentPool {
+        var timing = RemoteAgent.Timing()
+        timing.probeInterval = probeInterval
+        let pool = AgentPool(endpoints: rig.endpoints, security: try rig.clientSecurity(), timing: timing, logger: Logger(label: "test"))
+        pool.start()
+        let notReady = await pool.waitUntilReady(clockSamples: 16, timeout: .seconds(30))
+        #expect(notReady.isEmpty, "not ready: \(notReady.map(\.name))\n\(rig.logs())")
+        return pool
+    }
+
+    static func session(_ pool: AgentPool, fps: UInt32 = 15) async throws -> RigSession {
+        let (devices, failures) = await RigDiscovery.devices(in: pool)
+        #expect(failures.isEmpty)
+        let session = RigSession(pool: pool, logger: Logger(label: "test"))
+        for device in devices { try await session.addInput(device) }
+        await session.beginConfiguration()
+        await session.setFrameRate(.init(dimensions: Dimensions(width: 640, height: 480), frameDuration: FrameDuration(framesPerSecond: fps)))
+        try await session.commitConfiguration()
+        return session
+    }
+
+    /// Each camera's frames are delivered or reported dropped: the sequence span is covered.
+    static func expectAccounted(_ camera: CaptureManifest.Camera, in manifest: CaptureManifest) {
+        let sequences = (manifest.sets.flatMap(\.frames) + manifest.unmatched).filter { $0.camera == camera.index }.map(\.sequence)
+        guard let first = sequences.min(), let last = sequences.max() else { return }
+        #expect(Int(last - first + 1) <= camera.framesDelivered + camera.framesDropped, "camera \(camera.name): span \(first)…\(last), delivered \(camera.framesDelivered), dropped \(camera.framesDropped)")
+    }
+
+    @Test("a host cut off mid-recording: its sets are incomplete and say so, the other hosts record every frame, and it rejoins the rig")
+    func hostCutOff() async throws {
+        let rig = try Self.rig([.init(), .init(), .init()])
+        defer { rig.shutdown() }
+        let out = rig.work.appendingPathComponent("captures")
+        let pool = try await Self.readyPool(rig)
+        let session = try await Self.session(pool)
+        let victim = try #require(rig.member(named: "agent-2"))
+
+        let cutter = Task {
+            try await Task.sleep(for: .milliseconds(1200))
+            try rig.cut(victim)
+            try await Task.sleep(for: .milliseconds(1500))
+            try rig.restore(victim)
+        }
+        let report = try await session.record(duration: .seconds(4), into: try CaptureStore(root: out))
+        try await cutter.value
+        let manifest = report.manifest
+
+        let others = manifest.cameras.filter { $0.agent != "agent-2" }
+        let cut = try #require(manifest.cameras.first { $0.agent == "agent-2" })
+        // 4 s at 15 fps: the hosts that stayed on the network deliver every frame, and every one is in a set.
+        for camera in others {
+            #expect(camera.framesDelivered >= 58, "\(camera.name) delivered \(camera.framesDelivered)")
+            #expect(camera.framesDropped == 0 && camera.framesUnmatched == 0 && camera.error == nil)
+        }
+        // The cut host misses at least the second and a half it was away; those sets say which camera is missing.
+        let incomplete = manifest.sets.filter { !$0.complete }
+        #expect(incomplete.count >= 15)
+        #expect(incomplete.allSatisfy { $0.missingCameras == [cut.index] }, "\(incomplete.map(\.missingCameras))")
+        #expect(manifest.summary.incompleteSets == incomplete.count)
+        #expect(cut.framesDelivered < others[0].framesDelivered)
+        // What it did deliver is accounted for: matched, unmatched with a reason, or reported dropped; or its camera says why it stopped.
+        if cut.error == nil { Self.expectAccounted(cut, in: manifest) }
+        for camera in others { Self.expectAccounted(camera, in: manifest) }
+
+        // Back on the network, the host is connected again and takes part in the next capture.
+        let agent = try #require(pool.agent(named: "agent-2"))
+        #expect(await agent.waitUntilConnected(timeout: .seconds(30)))
+        #expect(await agent.waitForClock(samples: 8, timeout: .seconds(30)))
+        let photo = try await session.capturePhoto(into: try CaptureStore(root: out))
+        #expect(photo.manifest.sets.first?.complete == true, "\(photo.manifest.cameras.map { $0.error ?? "" })")
+        await session.stop()
+        await pool.stop()
+    }
+
+    @Test("5% packet loss to and from one host: its clock is still estimated within 100 µs, photos and recordings complete")
+    func lossyHost() async throws {
+        let lossy = PathConditions(toHost: LinkProfile(loss: 0.05), fromHost: LinkProfile(loss: 0.05))
+        let clean = PathConditions()
+        let rig = try Self.rig([
+            .init(clockOffsetMicroseconds: 2_500, clockDriftPPM: 20, conditions: clean),
+            .init(clockOffsetMicroseconds: -4_000, clockDriftPPM: -15, conditions: lossy),
+        ])
+        defer { rig.shutdown() }
+        let pool = try await Self.readyPool(rig, probeInterval: .milliseconds(50))
+        try await Task.sleep(for: .seconds(2))
+        for (agent, member) in zip(pool.agents, rig.members) {
+            let estimate = try agent.clockEstimate()
+            let now = HostClock.monotonicNow()
+            let error = estimate.offset(atCoordinator: now) - Double(member.clock.reading(atMonotonic: now) - now)
+            #expect(abs(error) < 100_000, "\(member.name): estimate off by \(error / 1000) µs")
+        }
+        let session = try await Self.session(pool)
+        let out = rig.work.appendingPathComponent("captures")
+        let photo = try await session.capturePhoto(into: try CaptureStore(root: out))
+        #expect(photo.manifest.sets.first?.complete == true, "\(photo.manifest.cameras.map { $0.error ?? "" })")
+        let recording = try await session.record(duration: .seconds(2), into: try CaptureStore(root: out))
+        let manifest = recording.manifest
+        // Lost segments are retransmitted: every frame arrives, late at worst; none is lost unreported.
+        for camera in manifest.cameras {
+            #expect(camera.framesDelivered >= 28, "\(camera.name) delivered \(camera.framesDelivered)")
+            #expect(camera.error == nil)
+            Self.expectAccounted(camera, in: manifest)
+        }
+        #expect(manifest.sets.filter(\.complete).count >= 25, "complete sets: \(manifest.sets.filter(\.complete).count)")
+        await session.stop()
+        await pool.stop()
+    }
+
+    @Test("a host whose clock steps by 5 ms: the jump is detected, the estimate follows it, and photos stay synchronized")
+    func clockStep() async throws {
+        let rig = try Self.rig([
+            .init(clockOffsetMicroseconds: 1_000),
+            .init(clockOffsetMicroseconds: -2_000, extraArguments: ["--simulate-clock-step-us=5000", "--simulate-clock-step-after", "4"]),
+        ])
+        defer { rig.shutdown() }
+        let pool = try await Self.readyPool(rig, probeInterval: .milliseconds(50))
+        let session = try await Self.session(pool)
+        let out = rig.work.appendingPathComponent("captures")
+        let jumper = try #require(pool.agent(named: "agent-2"))
+
+        // Wait out the step (4 s after the agent started) and the estimator's recovery.
+        let deadline = ContinuousClock.now + .seconds(20)
+        while jumper.snapshot.clockJumps == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(100)) }
+        #expect(jumper.snapshot.clockJumps >= 1, "the step was not detected")
+        try await Task.sleep(for: .seconds(2))
+        let estimate = try jumper.clockEstimate()
+        let now = HostClock.monotonicNow()
+        // The truth after the step: −2 ms + 5 ms.
+        let error = estimate.offset(atCoordinator: now) - 3_000_000
+        #expect(abs(error) < 100_000, "after the step the estimate is off by \(error / 1000) µs")
+
+        let photo = try await session.capturePhoto(into: try CaptureStore(root: out))
+        let set = try #require(photo.manifest.sets.first)
+        #expect(set.complete)
+        // True skew: each photo's agent timestamp mapped back through its host's actual clock.
+        let clocks = rig.members.map(\.clock)
+        var second = clocks[1]
+        second.stepNanoseconds = 5_000_000
+        second.stepAtMonotonic = .min
+        let truth = [clocks[0], second]
+        let instants = set.frames.map { frame in
+            truth[photo.manifest.cameras[frame.camera].agent == "agent-1" ? 0 : 1].monotonic(atReading: frame.agentTimestampNs)
+        }
+        #expect(instants.count == 2)
+        #expect((instants.max()! - instants.min()!) < 1_000_000, "true skew \(Double(instants.max()! - instants.min()!) / 1000) µs")
+        await session.stop()
+        await pool.stop()
+    }
+}
