@@ -8,7 +8,9 @@ CAMRIG_PACKAGES=(
     v4l-utils         # v4l2-ctl, v4l2-compliance
     protobuf-compiler # protoc, to regenerate proto/ and for the interoperability test
     python3-protobuf  # the interoperability test's independent Python client
-    iproute2          # network namespaces for multi-host tests
+    iproute2          # network namespaces for multi-host tests and camrig-bench sync
+    chrony            # camrig-bench sync's baseline (run with -x: it never adjusts the clock)
+    openssl           # camrig-bench throughput's TLS baseline (s_server/s_client)
     gcc make libc6-dev pkg-config  # the emulated V4L2 device (Tests/V4L2Emulator) and libv4l2's flags
     ca-certificates
     git
