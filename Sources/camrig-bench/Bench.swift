@@ -3,6 +3,7 @@ import CamRigCLI
 import CamRigCoordinator
 import CamRigDevices
 import Foundation
+import CamRigSecurity
 import Logging
 
 /// `camrig-bench`: measures CamRig against baselines run in the same process, on the same machine,
@@ -136,4 +137,39 @@ func openSession(pool: AgentPool, size: Dimensions, fps: UInt32, logger: Logger)
     await session.setPreset(.high)
     await session.setFrameRate(.init(dimensions: size, pixelFormat: .yuyv, frameDuration: FrameDuration(framesPerSecond: fps)))
     return session
+}
+
+/// A temporary directory with a rig CA and the agents started from it; `close()` stops them and
+/// removes it all.
+final class BenchWorkspace {
+    let work: URL
+    let tls: TLSDirectory
+    private(set) var agents: [LocalAgentProcess] = []
+
+    init() throws {
+        work = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-bench-\(UUID().uuidString)")
+        tls = TLSDirectory(path: work.appendingPathComponent("tls").path)
+        try tls.initialize(caName: "CamRig bench CA")
+    }
+
+    /// Starts `camrig-agent` on loopback as `name` (with a certificate of its own, or `--insecure`).
+    func startAgent(_ name: String, secure: Bool = true, _ arguments: [String]) throws -> LocalAgentProcess {
+        if secure { try tls.issue(name: name, role: .agent, hostnames: ["127.0.0.1", "localhost"]) }
+        let agent = try LocalAgentProcess.start(
+            arguments: ["--listen", "127.0.0.1:0", "--log-level", "warning", "--spool-dir", work.appendingPathComponent("spool-\(name)").path]
+                + (secure ? ["--tls-dir", tls.path, "--identity", name] : ["--insecure"]) + arguments,
+            logFile: work.appendingPathComponent("\(name).log")
+        )
+        agents.append(agent)
+        return agent
+    }
+
+    /// The coordinator's side of this workspace's TLS.
+    func security() throws -> ClientSecurity { .tls(try MutualTLS.client(directory: tls, identityName: "coordinator")) }
+
+    func close() {
+        for agent in agents { agent.stop(timeout: 5) }
+        agents = []
+        try? FileManager.default.removeItem(at: work)
+    }
 }

@@ -44,18 +44,10 @@ struct LatencyBenchmark: AsyncParsableCommand {
 
     func run() async throws {
         let logger = options.makeLogger("camrig.bench")
-        let work = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-bench-\(UUID().uuidString)")
-        defer { try? FileManager.default.removeItem(at: work) }
-        let tls = TLSDirectory(path: work.appendingPathComponent("tls").path)
-        try tls.initialize(caName: "CamRig bench CA")
-        try tls.issue(name: "agent-1", role: .agent, hostnames: ["127.0.0.1", "localhost"])
-        let agent = try LocalAgentProcess.start(
-            arguments: ["--listen", "127.0.0.1:0", "--synthetic", "1", "--tls-dir", tls.path, "--identity", "agent-1", "--log-level", "warning",
-                "--spool-dir", work.appendingPathComponent("spool").path],
-            logFile: work.appendingPathComponent("agent.log")
-        )
-        defer { agent.stop() }
-        let client = try await AgentClient.connect(to: agent.endpoint, security: .tls(try MutualTLS.client(directory: tls, identityName: "coordinator")), logger: logger)
+        let workspace = try BenchWorkspace()
+        defer { workspace.close() }
+        let agent = try workspace.startAgent("agent-1", ["--synthetic", "1"])
+        let client = try await AgentClient.connect(to: agent.endpoint, security: try workspace.security(), logger: logger)
 
         options.say("\(count) pings over TLS")
         for _ in 0..<200 { _ = try await client.ping() }

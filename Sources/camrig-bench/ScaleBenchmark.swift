@@ -67,24 +67,15 @@ struct ScaleBenchmark: AsyncParsableCommand {
 
     func run() async throws {
         let logger = options.makeLogger("camrig.bench")
-        let work = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-bench-\(UUID().uuidString)")
-        defer { try? FileManager.default.removeItem(at: work) }
-        let tls = TLSDirectory(path: work.appendingPathComponent("tls").path)
-        try tls.initialize(caName: "CamRig bench CA")
+        let workspace = try BenchWorkspace()
+        defer { workspace.close() }
         options.say("starting \(agents) agent processes with \(cameras) synthetic cameras each")
-        var processes: [LocalAgentProcess] = []
-        defer { for process in processes { process.stop(timeout: 5) } }
         for index in 0..<agents {
-            let name = "agent-\(index + 1)"
-            try tls.issue(name: name, role: .agent, hostnames: ["127.0.0.1", "localhost"])
-            processes.append(try LocalAgentProcess.start(
-                arguments: ["--listen", "127.0.0.1:0", "--tls-dir", tls.path, "--identity", name, "--synthetic", "\(cameras)",
-                    "--synthetic-seed", "\(index * 16 + 1)", "--log-level", "warning", "--spool-dir", work.appendingPathComponent("spool-\(name)").path],
-                logFile: work.appendingPathComponent("\(name).log")
-            ))
+            _ = try workspace.startAgent("agent-\(index + 1)", ["--synthetic", "\(cameras)", "--synthetic-seed", "\(index * 16 + 1)"])
             if (index + 1) % 50 == 0 { options.say("  \(index + 1)/\(agents)") }
         }
-        let security = ClientSecurity.tls(try MutualTLS.client(directory: tls, identityName: "coordinator"))
+        let processes = workspace.agents
+        let security = try workspace.security()
         let before = residentKilobytes()
 
         options.say("connecting")
@@ -109,7 +100,7 @@ struct ScaleBenchmark: AsyncParsableCommand {
         let commitTime = ContinuousClock.now - commitStart
 
         options.say("one synchronized photo")
-        let store = try CaptureStore(root: work.appendingPathComponent("captures"))
+        let store = try CaptureStore(root: workspace.work.appendingPathComponent("captures"))
         let report = try await session.capturePhoto(into: store)
         await session.stop()
         await pool.stop()

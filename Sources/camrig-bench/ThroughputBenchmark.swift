@@ -64,27 +64,20 @@ struct ThroughputBenchmark: AsyncParsableCommand {
 
     func run() async throws {
         let logger = options.makeLogger("camrig.bench")
-        let work = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-bench-\(UUID().uuidString)")
-        defer { try? FileManager.default.removeItem(at: work) }
-        let tls = TLSDirectory(path: work.appendingPathComponent("tls").path)
-        try tls.initialize(caName: "CamRig bench CA")
-        try tls.issue(name: "agent-1", role: .agent, hostnames: ["127.0.0.1", "localhost"])
+        let workspace = try BenchWorkspace()
+        defer { workspace.close() }
+        let tls = workspace.tls
 
         var transports: [Transport] = []
         var sample: [UInt8] = []
         for secure in [true, false] {
             options.say("streaming 1920x1080 YUYV over \(secure ? "TLS" : "plaintext") for \(seconds) s")
-            let agent = try LocalAgentProcess.start(
-                arguments: ["--listen", "127.0.0.1:0", "--synthetic", "1", "--synthetic-high-speed", "--log-level", "warning",
-                    "--spool-dir", work.appendingPathComponent("spool-\(secure)").path]
-                    + (secure ? ["--tls-dir", tls.path, "--identity", "agent-1"] : ["--insecure"]),
-                logFile: work.appendingPathComponent("agent-\(secure).log")
-            )
-            defer { agent.stop() }
-            let security: ClientSecurity = secure ? .tls(try MutualTLS.client(directory: tls, identityName: "coordinator")) : .insecure
+            let agent = try workspace.startAgent(secure ? "agent-1" : "agent-plain", secure: secure, ["--synthetic", "1", "--synthetic-high-speed"])
+            let security: ClientSecurity = secure ? try workspace.security() : .insecure
             let client = try await AgentClient.connect(to: agent.endpoint, security: security, logger: logger)
             let measured = try await Self.stream(client, seconds: seconds)
             await client.close()
+            agent.stop()
             if sample.isEmpty { sample = measured.sample }
             transports.append(Transport(
                 transport: secure ? "CamRig TLS" : "CamRig plaintext", frames: measured.frames, seconds: measured.seconds,
