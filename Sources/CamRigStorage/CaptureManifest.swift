@@ -1,3 +1,5 @@
+import CamRigDevices
+
 /// `manifest.json` of a capture directory: what was captured, by which cameras, how their clocks
 /// stood, and every sync set with per-frame timestamps.
 ///
@@ -188,5 +190,15 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
                 skewMaxNs: skews.last ?? 0
             )
         }
+    }
+}
+
+extension CaptureManifest {
+    /// The spread of a set's exposure instants in real time: each frame's agent timestamp mapped back
+    /// through the clock its camera's host actually ran (known to simulations and benchmarks, never to
+    /// the coordinator). Unlike `skewNs`, this includes the clock-estimation error.
+    public func trueSpan(of set: SyncSet, clock: (Camera) -> HostClock) -> Int64 {
+        let instants = set.frames.map { clock(cameras[$0.camera]).monotonic(atReading: $0.agentTimestampNs) }
+        return (instants.max() ?? 0) - (instants.min() ?? 0)
     }
 }

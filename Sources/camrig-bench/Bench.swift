@@ -79,8 +79,6 @@ struct Distribution: Encodable {
         max = sorted.last ?? .nan
         mean = sorted.isEmpty ? .nan : sorted.reduce(0, +) / Double(sorted.count)
     }
-
-    func format(_ value: Double, decimals: Int = 1) -> String { String(format: "%.\(decimals)f", value) }
 }
 
 /// A ratio printed as `1.23×`.

@@ -137,8 +137,7 @@ struct SyncBenchmark: AsyncParsableCommand {
                 let now = HostClock.monotonicNow()
                 for (agent, member) in zip(pool.agents, rig.members) {
                     guard let estimate = try? agent.clockEstimate() else { continue }
-                    let truth = Double(member.clock.reading(atMonotonic: now) - now)
-                    errors.append((estimate.offset(atCoordinator: now) - truth) / 1000)
+                    errors.append(member.offsetError(of: estimate, at: now) / 1000)
                 }
                 try? await Task.sleep(for: .milliseconds(250))
             }
@@ -159,12 +158,8 @@ struct SyncBenchmark: AsyncParsableCommand {
                 incomplete += 1
                 continue
             }
-            let instants = set.frames.map { frame -> Int64 in
-                let camera = report.manifest.cameras[frame.camera]
-                let clock = rig.member(named: camera.agent)?.clock ?? .system
-                return clock.monotonic(atReading: frame.agentTimestampNs)
-            }
-            trueSkews.append(Double(instants.max()! - instants.min()!) / 1000)
+            let span = report.manifest.trueSpan(of: set) { rig.member(named: $0.agent)?.clock ?? .system }
+            trueSkews.append(Double(span) / 1000)
             coordinatorSkews.append(Double(set.skewNs) / 1000)
             if (index + 1) % 25 == 0 { options.say("  \(index + 1)/\(triggers)") }
         }

@@ -56,10 +56,7 @@ struct Demo: AsyncParsableCommand {
             let injected = Self.injected(agents.firstIndex(of: camera.agent) ?? 0)
             return HostClock(offsetNanoseconds: Int64((injected.offsetMicroseconds * 1000).rounded()), driftPPM: injected.driftPPM, epoch: epoch)
         }
-        let skews = manifest.sets.filter(\.complete).map { set -> Int64 in
-            let times = set.frames.map { clocks[$0.camera].monotonic(atReading: $0.agentTimestampNs) }
-            return (times.max() ?? 0) - (times.min() ?? 0)
-        }.sorted()
+        let skews = manifest.sets.filter(\.complete).map { set in manifest.trueSpan(of: set) { clocks[$0.index] } }.sorted()
         guard !skews.isEmpty else { return .init(p50Us: 0, maxUs: 0) }
         return .init(p50Us: Double(skews[skews.count / 2]) / 1000, maxUs: Double(skews.last!) / 1000)
     }

@@ -101,9 +101,7 @@ struct NetworkFaultTests {
         let pool = try await Self.readyPool(rig, probeInterval: .milliseconds(50))
         try await Task.sleep(for: .seconds(2))
         for (agent, member) in zip(pool.agents, rig.members) {
-            let estimate = try agent.clockEstimate()
-            let now = HostClock.monotonicNow()
-            let error = estimate.offset(atCoordinator: now) - Double(member.clock.reading(atMonotonic: now) - now)
+            let error = member.offsetError(of: try agent.clockEstimate())
             #expect(abs(error) < 100_000, "\(member.name): estimate off by \(error / 1000) µs")
         }
         let session = try await Self.session(pool)
@@ -155,11 +153,9 @@ struct NetworkFaultTests {
         second.stepNanoseconds = 5_000_000
         second.stepAtMonotonic = .min
         let truth = [clocks[0], second]
-        let instants = set.frames.map { frame in
-            truth[photo.manifest.cameras[frame.camera].agent == "agent-1" ? 0 : 1].monotonic(atReading: frame.agentTimestampNs)
-        }
-        #expect(instants.count == 2)
-        #expect((instants.max()! - instants.min()!) < 1_000_000, "true skew \(Double(instants.max()! - instants.min()!) / 1000) µs")
+        #expect(set.frames.count == 2)
+        let span = photo.manifest.trueSpan(of: set) { truth[$0.agent == "agent-1" ? 0 : 1] }
+        #expect(span < 1_000_000, "true skew \(Double(span) / 1000) µs")
         await session.stop()
         await pool.stop()
     }

@@ -141,18 +141,14 @@ public final class HostNetwork: @unchecked Sendable {
         return result.output
     }
 
-    /// Runs a command to completion; standard output and error together.
-    public static func run(_ executable: String, _ arguments: [String]) -> (status: Int32, output: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        do { try process.run() } catch { return (-1, "\(error)") }
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    /// Runs a command to completion: its status, and its standard output and error together.
+    static func run(_ executable: String, _ arguments: [String]) -> (status: Int32, output: String) {
+        do {
+            let result = try Executables.runTool(executable, arguments, timeout: 30)
+            return (result.status, result.stdout + result.stderr)
+        } catch {
+            return (-1, "\(error)")
+        }
     }
 }
 

@@ -55,7 +55,6 @@ public struct PathConditions: Sendable, Equatable {
 
 extension Duration {
     var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
-    var timeAmount: TimeAmount { .nanoseconds(Int64(seconds * 1e9)) }
 }
 
 /// A userspace relay that imposes `PathConditions` on TCP and UDP between clients and one target,
@@ -125,9 +124,6 @@ public final class LinkRelay: Sendable {
         set { state.withLockedValue { $0.conditions = newValue } }
     }
 
-    /// The relay's address as `host:port`.
-    public var endpoint: String { "\(address.ipAddress!):\(address.port!)" }
-
     /// Closes everything; safe to call more than once.
     public func shutdown() {
         let channels = state.withLockedValue { state -> [any Channel]? in
@@ -157,8 +153,8 @@ public final class LinkRelay: Sendable {
                     .channelOption(.autoRead, value: false)
                     .connect(to: target)
                     .flatMap { outbound in
-                        let toHost = DelayLine<TCPItem>(loop: inbound.eventLoop, state: state, direction: \.toHost, stream: true)
-                        let fromHost = DelayLine<TCPItem>(loop: inbound.eventLoop, state: state, direction: \.fromHost, stream: true)
+                        let toHost = DelayLine<TCPItem>(loop: inbound.eventLoop, state: state, direction: \.toHost)
+                        let fromHost = DelayLine<TCPItem>(loop: inbound.eventLoop, state: state, direction: \.fromHost)
                         state.withLockedValue {
                             $0.tcpChannels[ObjectIdentifier(inbound)] = inbound
                             $0.tcpChannels[ObjectIdentifier(outbound)] = outbound
@@ -238,14 +234,12 @@ public final class LinkRelay: Sendable {
     }
 }
 
-/// Packets of one direction, each released at its due time and never before an earlier one.
-/// Lives on one event loop.
+/// One direction of a TCP connection: reads released at their due time, never before an earlier
+/// one; a lost segment delays itself and what follows. Lives on one event loop.
 final class DelayLine<Item>: @unchecked Sendable {
     let loop: any EventLoop
     let state: NIOLockedValueBox<LinkRelay.State>
     let direction: KeyPath<PathConditions, LinkProfile>
-    /// A byte stream (TCP): losses delay; otherwise (datagrams) losses drop.
-    let stream: Bool
     var deliver: ([Item]) -> Void = { _ in }
     var drained: () -> Void = {}
     var waitingForDrain = false
@@ -254,17 +248,15 @@ final class DelayLine<Item>: @unchecked Sendable {
     private var lastDue = NIODeadline.uptimeNanoseconds(0)
     private var timer: Scheduled<Void>?
 
-    init(loop: any EventLoop, state: NIOLockedValueBox<LinkRelay.State>, direction: KeyPath<PathConditions, LinkProfile>, stream: Bool) {
+    init(loop: any EventLoop, state: NIOLockedValueBox<LinkRelay.State>, direction: KeyPath<PathConditions, LinkProfile>) {
         self.loop = loop
         self.state = state
         self.direction = direction
-        self.stream = stream
     }
 
     func push(_ item: Item, size: Int, lossless: Bool = false) {
         let now = NIODeadline.now()
-        let (delay, lost) = state.withLockedValue { $0.draw(direction, stream: stream, lossless: lossless) }
-        if lost && !stream { return }
+        let delay = state.withLockedValue { $0.draw(direction, stream: true, lossless: lossless).delay }
         let due = max(now + .nanoseconds(delay), lastDue)
         lastDue = due
         queue.append((due, item, size))

@@ -41,6 +41,11 @@ public final class NetworkedRig: @unchecked Sendable {
         public var endpoint: AgentEndpoint
         /// The simulated host clock (the truth an estimate is judged by).
         public var clock: HostClock
+
+        /// How far `estimate` is from this host's true offset at coordinator instant `t`, in nanoseconds.
+        public func offsetError(of estimate: ClockEstimate, at t: Int64 = HostClock.monotonicNow()) -> Double {
+            estimate.offset(atCoordinator: t) - Double(clock.reading(atMonotonic: t) - t)
+        }
     }
 
     public let network: HostNetwork
