@@ -89,7 +89,7 @@ struct NetworkFaultTests {
         await pool.stop()
     }
 
-    @Test("5% packet loss to and from one host: its clock is still estimated within 100 µs, photos and recordings complete")
+    @Test("5% packet loss to and from one host: its clock is estimated as well as a clean host's, over UDP still; photos and recordings complete")
     func lossyHost() async throws {
         let lossy = PathConditions(toHost: LinkProfile(loss: 0.05), fromHost: LinkProfile(loss: 0.05))
         let clean = PathConditions()
@@ -100,10 +100,14 @@ struct NetworkFaultTests {
         defer { rig.shutdown() }
         let pool = try await Self.readyPool(rig, probeInterval: .milliseconds(50))
         try await Task.sleep(for: .seconds(2))
-        for (agent, member) in zip(pool.agents, rig.members) {
-            let error = member.offsetError(of: try agent.clockEstimate())
-            #expect(abs(error) < 100_000, "\(member.name): estimate off by \(error / 1000) µs")
-        }
+        // Loss costs samples, not accuracy: the lossy host's estimate is as good as the clean one's. Both
+        // share whatever bias the machine puts on this path (up to ~130 µs seen in fresh-clone debug
+        // runs under load, 1–5 µs otherwise), so they are compared with each other, within the rig's
+        // 100 µs, and each is held to a loose absolute sanity limit.
+        let errors = try zip(pool.agents, rig.members).map { agent, member in member.offsetError(of: try agent.clockEstimate()) }
+        #expect(abs(errors[1] - errors[0]) < 100_000, "clean host off by \(errors[0] / 1000) µs, lossy host by \(errors[1] / 1000) µs")
+        #expect(errors.allSatisfy { abs($0) < 500_000 }, "estimates off by \(errors.map { $0 / 1000 }) µs")
+        #expect(pool.agents[1].snapshot.clockTransport != .tls, "the lossy host's clock probes fell back to TLS")
         let session = try await Self.session(pool)
         let out = rig.work.appendingPathComponent("captures")
         let photo = try await session.capturePhoto(into: try CaptureStore(root: out))
