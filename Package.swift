@@ -3,18 +3,24 @@
 // CamRig: synchronized capture across many camera hosts.
 //
 // Targets follow the architecture:
-//   CamRigWire         wire protocol: schema (generated), frame codec, connection state machines
+// Each layer depends only on the ones above it in this list.
+//   CamRigClock        the one host clock (CLOCK_MONOTONIC, or a simulated host's skewed reading) and a
+//                      manual clock for tests
+//   CamRigWire         wire protocol, pure: schema (generated), frame codec, connection state machines
+//   CamRigClockSocket  the UDP clock channel's kernel-timestamping socket
 //   CamRigSecurity     certificate authority, peer roles, TLS 1.3 with client certificates
 //   CamRigDevices      the device model and its backends (synthetic, V4L2 through CLibV4L2)
-//   CamRigWireModel    the device model's values in wire messages and back
+//   CamRigWireModel    the only mapping between wire messages and the device model
+//   CamRigCapture      what a capture produces, as values: manifests, and the sink protocol storage implements
+//   CamRigStorage      durable files, image encoding (PNG through CZlib), capture directories, the SQLite catalog
 //   CamRigAgent        the server that runs on each camera host
 //   CamRigCoordinator  the client side: agent pool, clock synchronization, rig sessions, sync sets
-//   CamRigStorage      capture output: image files (PNG through CZlib), manifests, the SQLite catalog
+//   CamRigLocalRig     agents on this machine: agent processes, a throwaway PKI, a one-call loopback rig,
+//                      and a multi-host network (namespaces, and a relay for delay, jitter and loss)
 //   CamRigCLI          what the command-line tools share: tables and JSON output
 //   camrig, camrig-agent   the command-line executables
 //   camrig-bench       benchmarks against baselines measured in the same run (sync, throughput, latency, scale)
-//   CamRigTestSupport  helpers any test or benchmark can use: a throwaway PKI, agent processes, raw TLS
-//                      peers, and a multi-host network (namespaces, and a relay for delay, jitter and loss)
+//   CamRigTestSupport  helpers for the tests only: raw TLS peers, embedded agent connections, log capture
 import PackageDescription
 
 let package = Package(
@@ -26,7 +32,7 @@ let package = Package(
         .executable(name: "camrig-bench", targets: ["camrig-bench"]),
         .library(name: "CamRigWire", targets: ["CamRigWire"]),
         .library(name: "CamRigCoordinator", targets: ["CamRigCoordinator"]),
-        .library(name: "CamRigTestSupport", targets: ["CamRigTestSupport"]),
+        .library(name: "CamRigLocalRig", targets: ["CamRigLocalRig"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -43,12 +49,21 @@ let package = Package(
     ],
     targets: [
         .target(
+            name: "CamRigClock",
+            dependencies: [.product(name: "NIOConcurrencyHelpers", package: "swift-nio")]
+        ),
+        .target(
             name: "CamRigWire",
             dependencies: [
+                "CamRigClock",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ]
+        ),
+        .target(
+            name: "CamRigClockSocket",
+            dependencies: ["CamRigClock"]
         ),
         .target(
             name: "CamRigSecurity",
@@ -70,28 +85,18 @@ let package = Package(
         .target(
             name: "CamRigDevices",
             dependencies: [
-                "CLibV4L2",
+                "CLibV4L2", "CamRigClock",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
         .target(
             name: "CamRigWireModel",
-            dependencies: ["CamRigWire", "CamRigDevices"]
+            dependencies: ["CamRigWire", "CamRigDevices", "CamRigSecurity"]
         ),
         .target(
-            name: "CamRigAgent",
-            dependencies: [
-                "CamRigWire", "CamRigSecurity", "CamRigDevices", "CamRigWireModel",
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "NIOTLS", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "Yams", package: "Yams"),
-            ]
+            name: "CamRigCapture",
+            dependencies: ["CamRigClock", "CamRigDevices"]
         ),
         .systemLibrary(
             name: "CZlib",
@@ -101,14 +106,30 @@ let package = Package(
         .target(
             name: "CamRigStorage",
             dependencies: [
-                "CZlib", "CamRigDevices",
+                "CZlib", "CamRigDevices", "CamRigCapture",
                 .product(name: "GRDB", package: "GRDB.swift"),
+            ]
+        ),
+        .target(
+            name: "CamRigAgent",
+            dependencies: [
+                "CamRigClock", "CamRigWire", "CamRigClockSocket", "CamRigSecurity", "CamRigDevices", "CamRigWireModel",
+                "CamRigStorage",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Yams", package: "Yams"),
             ]
         ),
         .target(
             name: "CamRigCoordinator",
             dependencies: [
-                "CamRigWire", "CamRigSecurity", "CamRigDevices", "CamRigStorage", "CamRigWireModel",
+                "CamRigClock", "CamRigWire", "CamRigClockSocket", "CamRigSecurity", "CamRigDevices", "CamRigCapture",
+                "CamRigWireModel",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOTLS", package: "swift-nio"),
@@ -117,11 +138,29 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .target(name: "CamRigCLI"),
+        .target(
+            name: "CamRigLocalRig",
+            dependencies: [
+                "CamRigClock", "CamRigWire", "CamRigClockSocket", "CamRigSecurity", "CamRigCoordinator", "CamRigDevices",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "X509", package: "swift-certificates"),
+            ]
+        ),
+        .target(
+            name: "CamRigCLI",
+            dependencies: [
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .executableTarget(
             name: "camrig",
             dependencies: [
-                "CamRigCLI", "CamRigCoordinator", "CamRigSecurity", "CamRigWire", "CamRigDevices", "CamRigStorage", "CamRigWireModel",
+                "CamRigCLI", "CamRigClock", "CamRigCoordinator", "CamRigSecurity", "CamRigWire", "CamRigDevices",
+                "CamRigCapture", "CamRigStorage", "CamRigWireModel", "CamRigLocalRig",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -131,7 +170,7 @@ let package = Package(
         .executableTarget(
             name: "camrig-agent",
             dependencies: [
-                "CamRigAgent", "CamRigSecurity", "CamRigWire", "CamRigDevices",
+                "CamRigAgent", "CamRigCLI", "CamRigClock", "CamRigSecurity", "CamRigWire", "CamRigDevices", "CamRigStorage",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -139,23 +178,11 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
-        .target(
-            name: "CamRigTestSupport",
-            dependencies: [
-                "CamRigWire", "CamRigSecurity", "CamRigCoordinator", "CamRigDevices",
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "X509", package: "swift-certificates"),
-                .product(name: "Crypto", package: "swift-crypto"),
-            ]
-        ),
         .executableTarget(
             name: "camrig-bench",
             dependencies: [
-                "CamRigCLI", "CamRigCoordinator", "CamRigTestSupport", "CamRigSecurity", "CamRigWire", "CamRigDevices", "CamRigStorage",
+                "CamRigCLI", "CamRigClock", "CamRigCoordinator", "CamRigLocalRig", "CamRigSecurity", "CamRigWire",
+                "CamRigDevices", "CamRigCapture", "CamRigStorage", "CamRigWireModel",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -164,10 +191,24 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        .target(
+            name: "CamRigTestSupport",
+            dependencies: [
+                "CamRigClock", "CamRigWire", "CamRigSecurity", "CamRigCoordinator", "CamRigDevices", "CamRigLocalRig",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
         .testTarget(
             name: "CamRigWireTests",
             dependencies: [
-                "CamRigWire",
+                "CamRigWire", "CamRigClock", "CamRigClockSocket",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
@@ -180,26 +221,36 @@ let package = Package(
         ),
         .testTarget(
             name: "CamRigDevicesTests",
-            dependencies: ["CamRigDevices", "CamRigTestSupport"]
+            dependencies: ["CamRigDevices", "CamRigClock", "CamRigTestSupport"]
         ),
         .testTarget(
             name: "CamRigAgentTests",
             dependencies: [
-                "CamRigAgent", "CamRigWire", "CamRigCoordinator", "CamRigTestSupport", "CamRigDevices",
+                "CamRigAgent", "CamRigClock", "CamRigWire", "CamRigCoordinator", "CamRigTestSupport", "CamRigDevices",
+                "CamRigStorage", "CamRigWireModel",
                 .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
         .testTarget(
             name: "CamRigCoordinatorTests",
-            dependencies: ["CamRigCoordinator", "CamRigDevices", "CamRigWire"]
+            dependencies: [
+                "CamRigCoordinator", "CamRigClock", "CamRigCapture", "CamRigDevices", "CamRigWire", "CamRigTestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         .testTarget(
             name: "CamRigStorageTests",
-            dependencies: ["CamRigStorage", "CamRigDevices", "CZlib"]
+            dependencies: ["CamRigStorage", "CamRigCapture", "CamRigDevices", "CZlib", "CamRigTestSupport"]
         ),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["camrig", "camrig-agent", "CamRigTestSupport", "CamRigCoordinator", "CamRigWire", "CamRigDevices", "CamRigSecurity", "CamRigStorage"]
+            dependencies: [
+                "camrig", "camrig-agent", "CamRigTestSupport", "CamRigLocalRig", "CamRigCoordinator", "CamRigWire",
+                "CamRigClock", "CamRigDevices", "CamRigSecurity", "CamRigCapture", "CamRigStorage",
+            ]
         ),
     ]
 )

@@ -1,3 +1,4 @@
+import CamRigClock
 import CamRigSecurity
 import CamRigDevices
 import CamRigWire
@@ -76,16 +77,5 @@ public struct AgentConfiguration: Sendable {
             capabilities: capabilities,
             maxFrameLength: maxFrameLength
         )
-    }
-}
-
-extension PeerRole {
-    /// The role as the wire protocol spells it.
-    public var wire: WirePeerRole {
-        switch self {
-        case .agent: .agent
-        case .coordinator: .coordinator
-        case .viewer: .viewer
-        }
     }
 }

@@ -7,10 +7,13 @@ import NIOPosix
 import NIOSSL
 import ServiceLifecycle
 
-/// The agent's network service: accepts client connections and serves the wire protocol on each.
+/// The agent: accepts client connections and serves the wire protocol on each, with the services that
+/// own its state.
 ///
-/// Runs as a swift-service-lifecycle `Service`: on graceful shutdown (SIGTERM/SIGINT) it stops
-/// accepting, tells every connected client goodbye, and returns once they are closed.
+/// Runs as a swift-service-lifecycle `Service` made of a `ServiceGroup`: the device service (devices,
+/// leases, hot-plug) and the listener. On graceful shutdown (SIGTERM/SIGINT) the listener goes first: it
+/// stops accepting, tells every connected client goodbye, ends streams, waits for fired captures to
+/// be stored and stops the trigger scheduler; then the device service stops.
 public final class AgentServer: Service, Sendable {
     public let configuration: AgentConfiguration
     private let group: any EventLoopGroup
@@ -33,7 +36,14 @@ public final class AgentServer: Service, Sendable {
                 nil
             }
         clockChannel = ClockChannelServer(clock: configuration.clock, logger: logger)
-        router = AgentRequestRouter(agentID: configuration.agentID, devices: configuration.devices, streams: streams, capture: capture, clockChannel: clockChannel)
+        router = AgentRequestRouter(
+            agentID: configuration.agentID,
+            devices: configuration.devices,
+            streams: streams,
+            capture: capture,
+            results: configuration.spool.map { ResultService(spool: $0, agentID: configuration.agentID) },
+            clockChannel: clockChannel
+        )
     }
 
     /// The address the server listens on, once bound (useful with port 0).
@@ -45,6 +55,19 @@ public final class AgentServer: Service, Sendable {
     public var connectionCount: Int { connections.count }
 
     public func run() async throws {
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
+        if let devices = configuration.devices { services.append(.init(service: devices)) }
+        services.append(.init(service: Listener(server: self)))
+        try await ServiceGroup(configuration: .init(services: services, logger: logger)).run()
+    }
+
+    /// The listener and its connections, as a service of the agent's group.
+    private struct Listener: Service {
+        let server: AgentServer
+        func run() async throws { try await server.serve() }
+    }
+
+    private func serve() async throws {
         let channel: any Channel
         do {
             channel = try await makeBootstrap().bind(host: configuration.host, port: configuration.port).get()
@@ -64,13 +87,6 @@ public final class AgentServer: Service, Sendable {
         if case .insecure = configuration.security {
             logger.warning("running WITHOUT TLS (--insecure): any client on the network has full control of this agent")
         }
-        // Leases that were not renewed end within a second of expiring.
-        let expiry = configuration.devices.map { devices in
-            group.next().scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { _ in devices.expireLeases() }
-        }
-        defer { expiry?.cancel() }
-        let hotPlug = configuration.devices.map { devices in Task { await devices.monitor() } }
-        defer { hotPlug?.cancel() }
         try await withGracefulShutdownHandler {
             try await channel.closeFuture.get()
         } onGracefulShutdown: {
@@ -81,6 +97,7 @@ public final class AgentServer: Service, Sendable {
         await connections.closeAll(reason: "agent \(configuration.agentID) is shutting down")
         router.streams?.stopAll(message: "agent is shutting down")
         await router.capture?.drain()
+        router.capture?.shutdown()
         logger.info("stopped")
     }
 

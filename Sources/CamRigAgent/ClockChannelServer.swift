@@ -1,3 +1,5 @@
+import CamRigClockSocket
+import CamRigClock
 import CamRigDevices
 import CamRigWire
 import Crypto

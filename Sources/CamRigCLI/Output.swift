@@ -10,6 +10,7 @@ public func printJSON(_ value: some Encodable, snakeCase: Bool = false) throws {
 
 /// Microseconds with one decimal, for tables.
 public func micros(_ nanoseconds: Double) -> String { String(format: "%.1f", nanoseconds / 1000) }
+/// Microseconds with one decimal, for tables.
 public func micros(_ nanoseconds: Int64) -> String { micros(Double(nanoseconds)) }
 
 /// Pads columns for a plain-text table.
@@ -20,4 +21,13 @@ public func table(_ header: [String], _ rows: [[String]]) -> String {
         row.enumerated().map { index, cell in cell.padding(toLength: widths[index], withPad: " ", startingAt: 0) }.joined(separator: "  ")
             .trimmingCharacters(in: .whitespaces)
     }.joined(separator: "\n")
+}
+
+/// A failure the user sees as `Error: description`, with exit status 1.
+public struct CommandFailure: Error, CustomStringConvertible {
+    /// What failed and what to do.
+    public var description: String
+
+    /// A failure that says `description`.
+    public init(_ description: String) { self.description = description }
 }

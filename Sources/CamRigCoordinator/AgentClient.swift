@@ -98,7 +98,9 @@ public final class AgentClient: Sendable {
         defer { timer.cancel() }
         let welcome = try await handshake.futureResult.get()
         let handler = try await channel.eventLoop.submit {
-            NIOLoopBound(try channel.pipeline.syncOperations.handler(type: AgentClientHandler.self), eventLoop: channel.eventLoop)
+            NIOLoopBound(
+                try channel.pipeline.syncOperations.handler(type: AgentClientHandler.self), eventLoop: channel.eventLoop
+            )
         }.get()
         return AgentClient(
             endpoint: endpoint,
@@ -125,7 +127,9 @@ public final class AgentClient: Sendable {
         let timer = channel.eventLoop.scheduleTask(in: timeout) {
             if handler.value.abandon(promise) {
                 promise.fail(
-                    AgentClientError(.timeout, agent: agent, "no reply to \(body.messageName) within \(timeout.nanoseconds / 1_000_000) ms")
+                    AgentClientError(
+                        .timeout, agent: agent,
+                        "no reply to \(body.messageName) within \(timeout.nanoseconds / 1_000_000) ms")
                 )
             }
         }
@@ -137,14 +141,25 @@ public final class AgentClient: Sendable {
         return reply
     }
 
-    /// Sends a request that opens a stream (`StartStream`, `FetchResults`, `Subscribe`) and returns every
-    /// message answering it: the reply first, then the stream's messages, ending with its closing message.
-    /// An `Error` from the agent is thrown.
-    public func stream(_ body: WireEnvelope.OneOf_Body) -> AsyncThrowingStream<WireFrame, any Error> {
-        let (stream, continuation) = AsyncThrowingStream.makeStream(of: WireFrame.self)
-        let handler = self.handler
-        channel.eventLoop.execute {
-            handler.value.openStream(body, continuation: continuation)
+    /// Sends a request that opens a stream (`StartStream`, a START_STREAM trigger, `FetchResults`,
+    /// `Subscribe`) and returns every message answering it: the reply first, then the stream's messages,
+    /// ending with its closing message. An `Error` from the agent is thrown.
+    ///
+    /// The stream holds at most `buffering.highWatermark` messages; a consumer that falls behind makes
+    /// the connection stop reading, and the agent drops frames with a count instead (see `AgentStream`).
+    public func stream(_ body: WireEnvelope.OneOf_Body, buffering: AgentStream.Buffering = .default) -> AgentStream {
+        Self.openStream(body, buffering: buffering, handler: handler)
+    }
+
+    /// Opens a stream on the connection whose handler this is.
+    static func openStream(
+        _ body: WireEnvelope.OneOf_Body,
+        buffering: AgentStream.Buffering,
+        handler: NIOLoopBound<AgentClientHandler>
+    ) -> AgentStream {
+        let (stream, source, token) = AgentStream.make(buffering: buffering, handler: handler)
+        handler.eventLoop.execute {
+            handler.value.openStream(body, source: source, token: token)
         }
         return stream
     }
@@ -155,7 +170,9 @@ public final class AgentClient: Sendable {
         ping.nonce = UInt64.random(in: 1...UInt64.max)
         let reply = try await request(.ping(ping), timeout: timeout)
         guard case .pong(let pong) = reply.frame.envelope.body, pong.nonce == ping.nonce else {
-            throw AgentClientError(.protocolViolation, agent: endpoint.description, "answered ping with \(reply.frame.envelope.messageName)")
+            throw AgentClientError(
+                .protocolViolation, agent: endpoint.description,
+                "answered ping with \(reply.frame.envelope.messageName)")
         }
         return reply.roundTrip
     }

@@ -1,3 +1,4 @@
+import CamRigClock
 import CamRigSecurity
 import CamRigWire
 import Logging
@@ -7,18 +8,55 @@ import NIOSSL
 
 /// The client end of one agent connection: drives `ClientConnectionStateMachine`, correlates replies
 /// with requests by request id, and fails everything pending with a clear error when the connection ends.
-final class AgentClientHandler: ChannelInboundHandler {
+///
+/// It is also the one place that decides whether the connection reads, which is how streams stay
+/// bounded (see `AgentStream`):
+///
+/// - While any stream's consumer has its buffer full, the handler holds back the channel's `read()`
+///   calls: the socket is not read, TCP's window closes, and the agent drops frames with a count.
+///   Reading resumes when the consumer catches up.
+/// - One connection carries every request, so a stream that stays full would stall the others (and
+///   the replies its own consumer may be waiting for). After `readStallLimit` the full streams start
+///   shedding: their video frames are dropped here, counted into the next delivered frame's
+///   `dropped_before` and into `StreamEnded.frames_dropped` exactly as if the agent had dropped them,
+///   and the connection reads again. A stream stops shedding once its consumer catches up. Other
+///   messages (replies, trigger and stream notices, results, events) are never dropped.
+final class AgentClientHandler: ChannelDuplexHandler {
     typealias InboundIn = WireFrame
+    typealias OutboundIn = WireFrame
     typealias OutboundOut = WireFrame
+
+    /// How long a full stream may keep the connection from reading before it sheds frames instead.
+    static let defaultReadStallLimit: TimeAmount = .seconds(1)
+
+    /// A stream waiting for its messages.
+    private struct OpenStream {
+        var source: AgentStream.Source
+        var token: AgentStream.Token
+        /// Opened by a START_STREAM trigger: goes on past `TriggerFired`, to `StreamEnded`.
+        var pastTrigger: Bool
+        /// Its consumer stayed behind past the stall limit: video frames are dropped here.
+        var shedding = false
+        /// Video frames dropped here since the last one delivered: added to the next one's `dropped_before`.
+        var shedSinceDelivered: UInt64 = 0
+        /// Every video frame dropped here: added to `StreamEnded.frames_dropped`.
+        var shedTotal: UInt64 = 0
+    }
 
     private var machine = ClientConnectionStateMachine()
     private let agent: String
     private let handshakePromise: EventLoopPromise<WireWelcome>
     private let verification: PeerVerificationRecord?
     private var pending: [UInt64: (promise: EventLoopPromise<AgentReply>, sentAt: Int64)] = [:]
-    private var streams: [UInt64: AsyncThrowingStream<WireFrame, any Error>.Continuation] = [:]
-    /// Streams opened by a START_STREAM trigger go on past `TriggerFired`, to `StreamEnded`.
-    private var streamsPastTrigger: Set<UInt64> = []
+    private var streams: [UInt64: OpenStream] = [:]
+    /// Streams whose buffer filled and whose consumer has not caught up since; the socket is read only
+    /// while this is empty.
+    private var fullStreams: Set<UInt64> = []
+    /// A `read()` came down the pipeline while a stream was full; issued once none is.
+    private var readHeld = false
+    private let readStallLimit: TimeAmount
+    /// Fires `readStallLimit` after reading stopped, unless it resumed first.
+    private var stallTimer: Scheduled<Void>?
     private var nextRequestID: UInt64 = 2  // 1 is the hello
     private var closeError: AgentClientError?
     private var context: ChannelHandlerContext?
@@ -28,11 +66,13 @@ final class AgentClientHandler: ChannelInboundHandler {
         agent: String,
         handshakePromise: EventLoopPromise<WireWelcome>,
         verification: PeerVerificationRecord?,
+        readStallLimit: TimeAmount = AgentClientHandler.defaultReadStallLimit,
         logger: Logger
     ) {
         self.agent = agent
         self.handshakePromise = handshakePromise
         self.verification = verification
+        self.readStallLimit = readStallLimit
         self.logger = logger
     }
 
@@ -63,33 +103,139 @@ final class AgentClientHandler: ChannelInboundHandler {
         }
         let requestID = nextRequestID
         nextRequestID &+= 1
-        pending[requestID] = (promise, MonotonicClock.now())
+        pending[requestID] = (promise, HostClock.monotonicNow())
         context.writeAndFlush(wrapOutboundOut(WireFrame(requestID: requestID, body, payload: payload))).assumeIsolated()
             .whenFailure { [weak self] error in
                 self?.pending.removeValue(forKey: requestID)?.promise.fail(
-                    AgentClientError(.connectionClosed, agent: self?.agent ?? "?", "could not send \(body.messageName): \(error)")
+                    AgentClientError(
+                        .connectionClosed, agent: self?.agent ?? "?", "could not send \(body.messageName): \(error)")
                 )
             }
     }
 
-    /// Sends a request that opens a stream: every frame with its id goes to `continuation` until the
+    /// Sends a request that opens a stream: every frame with its id is yielded to `source` until the
     /// stream's closing message (yielded too) or an error (thrown). Call on the event loop.
-    func openStream(_ body: WireEnvelope.OneOf_Body, continuation: AsyncThrowingStream<WireFrame, any Error>.Continuation) {
+    func openStream(_ body: WireEnvelope.OneOf_Body, source: AgentStream.Source, token: AgentStream.Token) {
         guard let context, machine.welcome != nil else {
-            continuation.finish(throwing: closeError ?? AgentClientError(.connectionClosed, agent: agent, "connection is not ready"))
+            source.finish(closeError ?? AgentClientError(.connectionClosed, agent: agent, "connection is not ready"))
             return
         }
         let requestID = nextRequestID
         nextRequestID &+= 1
-        streams[requestID] = continuation
-        if case .scheduleTrigger(let trigger) = body, trigger.action == .startStream { streamsPastTrigger.insert(requestID) }
+        let pastTrigger: Bool
+        if case .scheduleTrigger(let trigger) = body, trigger.action == .startStream {
+            pastTrigger = true
+        } else {
+            pastTrigger = false
+        }
+        streams[requestID] = OpenStream(source: source, token: token, pastTrigger: pastTrigger)
         context.writeAndFlush(wrapOutboundOut(WireFrame(requestID: requestID, body)), promise: nil)
+    }
+
+    /// The consumer of a full stream has taken it down to its low watermark. Call on the event loop.
+    func consumerCaughtUp(_ token: AgentStream.Token) {
+        guard let requestID = streams.first(where: { $0.value.token === token })?.key else { return }
+        streams[requestID]?.shedding = false
+        fullStreams.remove(requestID)
+        resumeReadingIfNoStreamIsFull()
+    }
+
+    /// The consumer of a stream is gone (finished, dropped its iterator, or was cancelled): forget the
+    /// stream, so that its later messages are dropped instead of buffered. Call on the event loop.
+    func consumerStopped(_ token: AgentStream.Token) {
+        guard let requestID = streams.first(where: { $0.value.token === token })?.key else { return }
+        closeStream(requestID)?.finish()
+    }
+
+    /// Forgets a stream; returns its source for the caller to finish.
+    private func closeStream(_ requestID: UInt64) -> AgentStream.Source? {
+        let stream = streams.removeValue(forKey: requestID)
+        if fullStreams.remove(requestID) != nil { resumeReadingIfNoStreamIsFull() }
+        return stream?.source
+    }
+
+    /// Hands a stream its next message: sheds or annotates video frames, yields, and notes whether the
+    /// stream is now full.
+    private func deliver(_ frame: WireFrame, to requestID: UInt64) {
+        guard var stream = streams[requestID] else { return }
+        var frame = frame
+        switch frame.envelope.body {
+        case .videoFrame(var video):
+            if stream.shedding {
+                stream.shedSinceDelivered += 1
+                stream.shedTotal += 1
+                streams[requestID] = stream
+                return
+            }
+            if stream.shedSinceDelivered > 0 {
+                video.droppedBefore += stream.shedSinceDelivered
+                frame.envelope.body = .videoFrame(video)
+                stream.shedSinceDelivered = 0
+                streams[requestID] = stream
+            }
+        case .streamEnded(var ended) where stream.shedTotal > 0:
+            ended.framesDropped += stream.shedTotal
+            frame.envelope.body = .streamEnded(ended)
+        default:
+            break
+        }
+        switch stream.source.yield(frame) {
+        case .produceMore:
+            break
+        case .stopProducing:
+            stopReading(for: requestID)
+        case .dropped:
+            // The consumer is gone and its termination is on its way here; forget the stream now.
+            closeStream(requestID)?.finish()
+        }
+    }
+
+    private func stopReading(for requestID: UInt64) {
+        guard streams[requestID]?.shedding == false else { return }
+        fullStreams.insert(requestID)
+        guard stallTimer == nil, let context else { return }
+        stallTimer = context.eventLoop.assumeIsolated().scheduleTask(in: readStallLimit) { [self] in
+            stallTimer = nil
+            shedFullStreams()
+        }
+    }
+
+    /// The full streams kept the connection from reading for the stall limit: they shed frames from
+    /// now on, and the connection reads again.
+    private func shedFullStreams() {
+        guard !fullStreams.isEmpty else { return }
+        for requestID in fullStreams { streams[requestID]?.shedding = true }
+        logger.debug(
+            "stream consumers behind; dropping their video frames with a count",
+            metadata: ["agent": "\(agent)", "streams": "\(fullStreams.sorted())"]
+        )
+        fullStreams.removeAll()
+        resumeReadingIfNoStreamIsFull()
+    }
+
+    private func resumeReadingIfNoStreamIsFull() {
+        guard fullStreams.isEmpty else { return }
+        stallTimer?.cancel()
+        stallTimer = nil
+        guard readHeld, let context else { return }
+        readHeld = false
+        context.read()
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if fullStreams.isEmpty {
+            context.read()
+        } else {
+            readHeld = true
+        }
     }
 
     /// Forgets a request whose caller gave up (timeout), so a late reply is ignored. Returns whether it
     /// was still waiting.
     func abandon(_ promise: EventLoopPromise<AgentReply>) -> Bool {
-        guard let entry = pending.first(where: { $0.value.promise.futureResult === promise.futureResult }) else { return false }
+        guard let entry = pending.first(where: { $0.value.promise.futureResult === promise.futureResult }) else {
+            return false
+        }
         pending.removeValue(forKey: entry.key)
         return true
     }
@@ -107,7 +253,7 @@ final class AgentClientHandler: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         // Taken first: the reply's arrival as near the socket as this handler gets.
-        let receivedAt = MonotonicClock.now()
+        let receivedAt = HostClock.monotonicNow()
         run(machine.frameReceived(unwrapInboundIn(data)), context: context, receivedAt: receivedAt)
     }
 
@@ -120,7 +266,8 @@ final class AgentClientHandler: ChannelInboundHandler {
         let failure: AgentClientError
         if error is NIOSSLError || error is BoringSSLError {
             if let refusal = verification?.refusal {
-                failure = AgentClientError(.tlsFailed, agent: agent, "refused the agent's certificate: \(refusal.message)")
+                failure = AgentClientError(
+                    .tlsFailed, agent: agent, "refused the agent's certificate: \(refusal.message)")
             } else {
                 failure = AgentClientError(.tlsFailed, agent: agent, "TLS failed: \(MutualTLS.explain(error))")
             }
@@ -140,11 +287,16 @@ final class AgentClientHandler: ChannelInboundHandler {
         for entry in waiting.values { entry.promise.fail(error) }
         let open = streams
         streams.removeAll()
-        for continuation in open.values { continuation.finish(throwing: error) }
+        fullStreams.removeAll()
+        stallTimer?.cancel()
+        stallTimer = nil
+        for stream in open.values { stream.source.finish(error) }
         context.fireChannelInactive()
     }
 
-    private func run(_ action: ClientConnectionStateMachine.Action, context: ChannelHandlerContext, receivedAt: Int64 = 0) {
+    private func run(
+        _ action: ClientConnectionStateMachine.Action, context: ChannelHandlerContext, receivedAt: Int64 = 0
+    ) {
         switch action {
         case .none:
             break
@@ -153,30 +305,31 @@ final class AgentClientHandler: ChannelInboundHandler {
         case .sendAndClose(let frame, let error):
             closeError = AgentClientError(.protocolViolation, agent: agent, error.message, code: error.code)
             logger.warning("agent broke the protocol; closing", metadata: ["agent": "\(agent)", "error": "\(error)"])
-            context.writeAndFlush(wrapOutboundOut(frame)).assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+            context.writeAndFlush(wrapOutboundOut(frame)).assumeIsolated().whenComplete { _ in
+                context.close(promise: nil)
+            }
         case .handshakeSucceeded(let welcome):
             if let encoder = try? context.pipeline.syncOperations.handler(type: WireFrameEncoder.self) {
                 encoder.peerMaxFrameLength = WireProtocol.effectiveMaxFrameLength(announced: welcome.maxFrameLength)
             }
             handshakePromise.succeed(welcome)
         case .handshakeFailed(let error):
-            closeError = AgentClientError(.handshakeFailed, agent: agent, "refused the hello: \(error.message)", code: error.code)
+            closeError = AgentClientError(
+                .handshakeFailed, agent: agent, "refused the hello: \(error.message)", code: error.code)
             context.close(promise: nil)
         case .deliver(let frame):
-            if let continuation = streams[frame.requestID] {
+            if let stream = streams[frame.requestID] {
                 switch frame.envelope.body {
                 case .error(let error):
-                    streams.removeValue(forKey: frame.requestID)
-                    continuation.finish(throwing: AgentClientError(.remoteError, agent: agent, error.message, code: error.code))
-                case .triggerFired where streamsPastTrigger.contains(frame.requestID):
-                    continuation.yield(frame)
+                    closeStream(frame.requestID)?.finish(
+                        AgentClientError(.remoteError, agent: agent, error.message, code: error.code))
+                case .triggerFired where stream.pastTrigger:
+                    deliver(frame, to: frame.requestID)
                 case .streamEnded, .resultsEnd, .triggerFired:
-                    streams.removeValue(forKey: frame.requestID)
-                    streamsPastTrigger.remove(frame.requestID)
-                    continuation.yield(frame)
-                    continuation.finish()
+                    deliver(frame, to: frame.requestID)
+                    closeStream(frame.requestID)?.finish()
                 default:
-                    continuation.yield(frame)
+                    deliver(frame, to: frame.requestID)
                 }
             } else if let entry = pending.removeValue(forKey: frame.requestID) {
                 entry.promise.succeed(AgentReply(frame: frame, sentAt: entry.sentAt, receivedAt: receivedAt))

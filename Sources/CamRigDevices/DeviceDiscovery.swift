@@ -1,3 +1,4 @@
+import CamRigClock
 import NIOConcurrencyHelpers
 
 /// A source of devices: what is plugged in right now.

@@ -1,5 +1,5 @@
 import Foundation
-import X509
+@_spi(FixedExpiryValidationTime) import X509
 
 /// Why a peer's certificate was refused, in words an operator can act on.
 public struct PeerRefusal: Error, Sendable, Hashable, CustomStringConvertible {
@@ -80,7 +80,7 @@ public struct PeerCertificateVerifier: Sendable {
             )
         }
         var verifier = Verifier(rootCertificates: CertificateStore([trustRoot])) {
-            RFC5280Policy(validationTime: now)
+            RFC5280Policy(fixedExpiryValidationTime: now)
         }
         let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore(Array(chain.dropFirst())))
         guard case .validCertificate = result else {

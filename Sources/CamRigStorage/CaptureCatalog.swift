@@ -1,3 +1,4 @@
+import CamRigCapture
 import Foundation
 import GRDB
 

@@ -1,8 +1,12 @@
+import CamRigCapture
 import CamRigDevices
 import Foundation
 
 /// A captures directory: one subdirectory per capture (frames and `manifest.json`) and
 /// `catalog.sqlite` listing them all.
+///
+/// As a `CaptureSink` it does its file I/O and image encoding on Dispatch's worker threads, so callers
+/// in Swift concurrency never block on the disk; the synchronous methods block their caller.
 public struct CaptureStore: Sendable {
     public let root: URL
     public let catalog: CaptureCatalog
@@ -12,7 +16,9 @@ public struct CaptureStore: Sendable {
         do {
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         } catch {
-            throw StorageError("cannot create the captures directory \(root.path): \(error.localizedDescription); choose another with --out")
+            throw StorageError(
+                "cannot create the captures directory \(root.path): \(error.localizedDescription); choose another with --out"
+            )
         }
         catalog = try CaptureCatalog(path: root.appendingPathComponent("catalog.sqlite").path)
     }
@@ -39,17 +45,30 @@ public struct CaptureStore: Sendable {
         throw StorageError("too many captures named \(base) in \(root.path)")
     }
 
-    /// Writes `manifest.json` into the capture's directory and records the capture in the catalog.
+    /// Writes `manifest.json` into the capture's directory, durably with every file already in it, and
+    /// records the capture in the catalog.
     public func finish(_ manifest: CaptureManifest, in directory: URL) throws {
         let encoder = JSONEncoder()
         encoder.keyEncodingStrategy = .convertToSnakeCase
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         let target = directory.appendingPathComponent("manifest.json")
+        let json: Data
         do {
-            try Self.writeDurably(encoder.encode(manifest), to: target)
+            json = try encoder.encode(manifest)
         } catch {
-            throw StorageError("cannot write \(target.path): \(error.localizedDescription)")
+            throw StorageError("cannot encode the manifest of \(manifest.id): \(error)")
         }
+        // Frames converted after a recording were written without flushing their directories; flushed
+        // here, once per directory, so that a capture with a manifest has every frame it lists.
+        let subdirectories =
+            (try? FileManager.default.contentsOfDirectory(
+                at: directory, includingPropertiesForKeys: [.isDirectoryKey], options: [.skipsHiddenFiles])) ?? []
+        for subdirectory in subdirectories
+        where (try? subdirectory.resourceValues(forKeys: [.isDirectoryKey]))?.isDirectory == true {
+            try DurableFile.flushDirectory(subdirectory)
+        }
+        try DurableFile.write(json, to: target)
+        try DurableFile.flushDirectory(directory.deletingLastPathComponent())
         try catalog.record(CaptureCatalog.Entry(manifest: manifest, directory: directory.lastPathComponent))
     }
 
@@ -76,39 +95,124 @@ public struct CaptureStore: Sendable {
         named stem: String,
         in directory: URL
     ) throws -> String {
-        let encoded = try FrameImageWriter.encode(bytes, pixelFormat: pixelFormat, dimensions: dimensions, bytesPerLine: bytesPerLine)
+        try writeFrame(
+            bytes, pixelFormat: pixelFormat, dimensions: dimensions, bytesPerLine: bytesPerLine, named: stem,
+            in: directory, guarantee: .durable)
+    }
+
+    static func writeFrame(
+        _ bytes: UnsafeRawBufferPointer,
+        pixelFormat: PixelFormat,
+        dimensions: Dimensions,
+        bytesPerLine: Int,
+        named stem: String,
+        in directory: URL,
+        guarantee: DurableFile.Guarantee
+    ) throws -> String {
+        let encoded = try FrameImageWriter.encode(
+            bytes, pixelFormat: pixelFormat, dimensions: dimensions, bytesPerLine: bytesPerLine)
         let relative = "\(stem).\(encoded.fileExtension)"
-        let url = directory.appendingPathComponent(relative)
-        do {
-            try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
-            try Self.writeDurably(Data(encoded.data), to: url)
-        } catch {
-            throw StorageError("cannot write \(url.path): \(error.localizedDescription)")
-        }
+        let url = try file(relative, in: directory)
+        try makeParent(of: url)
+        try DurableFile.write(encoded.data, to: url, guarantee: guarantee)
         return relative
     }
 
-    /// Writes to a temporary name, flushes to the disk, then renames into place: after a crash the
-    /// file is either whole or absent, and once this returns it survives a power cut.
-    public static func writeDurably(_ data: Data, to url: URL) throws {
-        let temporary = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).partial")
-        guard FileManager.default.createFile(atPath: temporary.path, contents: nil) else {
-            throw StorageError("cannot create \(temporary.path)")
+    /// `relative` under `directory`, refusing names that would leave it or hide in it (a leading dot is
+    /// also how `DurableFile` names its temporary files).
+    static func file(_ relative: String, in directory: URL) throws -> URL {
+        let components = relative.split(separator: "/", omittingEmptySubsequences: false)
+        guard !components.contains(where: { $0.isEmpty || $0.hasPrefix(".") }) else {
+            throw StorageError("\(relative.debugDescription) is not a file name inside the capture \(directory.path)")
         }
-        let handle = try FileHandle(forWritingTo: temporary)
+        return directory.appendingPathComponent(relative)
+    }
+
+    static func makeParent(of url: URL) throws {
+        let parent = url.deletingLastPathComponent()
         do {
-            try handle.write(contentsOf: data)
-            try handle.synchronize()
-            try handle.close()
+            try FileManager.default.createDirectory(at: parent, withIntermediateDirectories: true)
         } catch {
-            try? handle.close()
-            try? FileManager.default.removeItem(at: temporary)
-            throw error
+            throw StorageError("cannot create \(parent.path): \(error.localizedDescription)")
         }
-        if rename(temporary.path, url.path) != 0 {
-            let reason = String(cString: strerror(errno))
-            try? FileManager.default.removeItem(at: temporary)
-            throw StorageError("cannot move \(temporary.path) to \(url.path): \(reason)")
+    }
+}
+
+extension CaptureStore: CaptureSink {
+    /// A new capture directory (see `makeCaptureDirectory(kind:date:)`).
+    public func begin(_ kind: CaptureKind) async throws -> CaptureHandle {
+        try await BlockingWork.run {
+            let (id, url) = try makeCaptureDirectory(kind: kind.rawValue)
+            return CaptureHandle(id: id, kind: kind, location: url)
         }
+    }
+
+    /// Encodes and writes the frame durably (see `writeFrame`): the coordinator deletes the agent's
+    /// copy once this returns.
+    public func write(_ bytes: some FrameBytes, layout: FrameLayout, named stem: String, in capture: CaptureHandle)
+        async throws
+        -> String
+    {
+        try await BlockingWork.run {
+            try bytes.withFrameBytes { raw in
+                try Self.writeFrame(
+                    raw,
+                    pixelFormat: layout.pixelFormat,
+                    dimensions: layout.dimensions,
+                    bytesPerLine: layout.bytesPerLine,
+                    named: stem,
+                    in: capture.location
+                )
+            }
+        }
+    }
+
+    /// Writes the bytes as they came to `STEM.raw`, atomically but without flushing: `convert` writes
+    /// the durable image and removes this file.
+    public func spill(_ bytes: some FrameBytes, layout: FrameLayout, named stem: String, in capture: CaptureHandle)
+        async throws
+        -> SpilledFrame
+    {
+        try await BlockingWork.run {
+            let relative = "\(stem).raw"
+            let url = try Self.file(relative, in: capture.location)
+            try Self.makeParent(of: url)
+            try bytes.withFrameBytes { try DurableFile.write($0, to: url, guarantee: .atomic) }
+            return SpilledFrame(file: relative, stem: stem, layout: layout)
+        }
+    }
+
+    /// Reads the spilled bytes back, writes the image, and removes the spilled file. The image is
+    /// flushed to the disk now and its directory by `finish`, once for all of a recording's frames.
+    public func convert(_ frame: SpilledFrame, in capture: CaptureHandle) async throws -> String {
+        try await BlockingWork.run {
+            let raw = try Self.file(frame.file, in: capture.location)
+            let data: Data
+            do {
+                // Mapped, not read: the encoder reads each row once.
+                data = try Data(contentsOf: raw, options: .alwaysMapped)
+            } catch {
+                throw StorageError("cannot read the spilled frame \(raw.path): \(error.localizedDescription)")
+            }
+            let written = try data.withUnsafeBytes { bytes in
+                try Self.writeFrame(
+                    bytes,
+                    pixelFormat: frame.layout.pixelFormat,
+                    dimensions: frame.layout.dimensions,
+                    bytesPerLine: frame.layout.bytesPerLine,
+                    named: frame.stem,
+                    in: capture.location,
+                    guarantee: .durableOnceDirectoryFlushed
+                )
+            }
+            // A format kept as it came may have been written over the spilled file itself.
+            if written != frame.file { unlink(raw.path) }
+            return written
+        }
+    }
+
+    /// Writes `manifest.json` durably and records the capture in the catalog.
+    public func finish(_ manifest: CaptureManifest, in capture: CaptureHandle) async throws {
+        try await BlockingWork.run { try finish(manifest, in: capture.location) }
     }
 }

@@ -1,15 +1,20 @@
+import CamRigWire
+import CamRigLocalRig
 import CamRigCoordinator
-import CamRigSecurity
 import Foundation
 
 /// A real `camrig-agent` process on loopback, started on a free port.
 ///
 /// Its log (standard error) goes to a file that `log()` reads; `stop()` sends SIGTERM and waits.
 public final class AgentProcess: @unchecked Sendable {
+    /// The child process.
     public let process: Process
     private let local: LocalAgentProcess
+    /// Where it listens: 127.0.0.1…
     public let host: String
+    /// …and the port it chose.
     public let port: Int
+    /// Where its standard error goes (removed with it).
     public let logFile: URL
     /// The private spool this process was given, when the test did not name one.
     private let ownSpool: URL?
@@ -31,13 +36,13 @@ public final class AgentProcess: @unchecked Sendable {
             ownSpool = spool
         }
         do {
-            local = try LocalAgentProcess.start(
+            local = try LocalAgentProcess.startBlocking(
                 executable: Executables.url("camrig-agent"),
                 arguments: ["--listen", "127.0.0.1:0"] + arguments,
                 logFile: logFile,
                 timeout: .milliseconds(Int64(startupTimeout * 1000))
             )
-        } catch let error as AgentClientError {
+        } catch let error as LocalAgentError {
             throw AgentProcessError(error.message)
         }
         process = local.process
@@ -46,17 +51,12 @@ public final class AgentProcess: @unchecked Sendable {
     }
 
     /// The agent's log so far.
-    public func log() -> String { Self.read(logFile) }
+    public func log() -> String { local.log() }
 
     /// Resident memory in KiB (from /proc), or nil if the process is gone.
-    public var residentKilobytes: Int? {
-        guard let status = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/status", encoding: .utf8) else { return nil }
-        for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
-            return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
-        }
-        return nil
-    }
+    public var residentKilobytes: Int? { local.residentKilobytes }
 
+    /// Whether the process is still running.
     public var isRunning: Bool { process.isRunning }
 
     /// SIGKILL: a crash, with no chance to clean up.
@@ -64,20 +64,18 @@ public final class AgentProcess: @unchecked Sendable {
 
     /// SIGTERM, then wait (SIGKILL after `timeout`). Returns the exit status.
     @discardableResult
-    public func stop(timeout: Double = 10) -> Int32 { local.stop(timeout: timeout) }
+    public func stop(timeout: Double = 10) -> Int32 { local.stopBlocking(timeout: .milliseconds(Int64(timeout * 1000))) }
 
     deinit {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         try? FileManager.default.removeItem(at: logFile)
         if let ownSpool { try? FileManager.default.removeItem(at: ownSpool) }
     }
-
-    static func read(_ url: URL) -> String {
-        (try? String(contentsOf: url, encoding: .utf8)) ?? ""
-    }
 }
 
+/// Why a test's agent did not start: what it printed and the tail of its log.
 public struct AgentProcessError: Error, CustomStringConvertible {
+    /// Why, with the agent's output and log.
     public var description: String
     init(_ description: String) { self.description = description }
 }
@@ -87,7 +85,7 @@ extension AgentProcess {
     public func connect(_ pki: TestPKI, as identity: String = "coordinator") async throws -> AgentClient {
         try await AgentClient.connect(
             to: AgentEndpoint(host: host, port: port),
-            security: .tls(try MutualTLS.client(directory: pki.directory, identityName: identity))
+            security: try pki.clientSecurity(identity: identity)
         )
     }
 }

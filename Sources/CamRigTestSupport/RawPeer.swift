@@ -72,10 +72,10 @@ public enum RawPeer {
         }
         if let pause {
             // A client that stops reading: the kernel's buffers fill and the agent's writes stall.
-            try await channel.setOption(.autoRead, value: false)
+            try await channel.setOption(.autoRead, value: false).get()
             try await Task.sleep(for: pause)
             await whilePaused()
-            try await channel.setOption(.autoRead, value: true)
+            try await channel.setOption(.autoRead, value: true).get()
             channel.read()
         }
         let timedOut = NIOLockedValueBox(false)

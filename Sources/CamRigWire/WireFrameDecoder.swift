@@ -78,7 +78,7 @@ public struct WireFrameDecoder: NIOSingleStepByteToMessageDecoder {
         let envelopeBytes = body.readSlice(length: Int(envelopeLength))!
         let envelope: WireEnvelope
         do {
-            envelope = try envelopeBytes.withUnsafeReadableBytes { try WireEnvelope(serializedBytes: $0) }
+            envelope = try WireEnvelope(serializedBytes: EnvelopeBytes(buffer: envelopeBytes))
         } catch {
             throw WireProtocolError(.undecodableMessage, "envelope of \(envelopeLength) bytes is not a valid Envelope: \(error)")
         }
@@ -98,5 +98,24 @@ public struct WireFrameDecoder: NIOSingleStepByteToMessageDecoder {
             )
         }
         return WireFrame(envelope: envelope, payload: payload)
+    }
+}
+
+/// An envelope's bytes as swift-protobuf reads them, straight from the receive buffer (no copy).
+private struct EnvelopeBytes: SwiftProtobufContiguousBytes {
+    var buffer: ByteBuffer
+
+    init(buffer: ByteBuffer) { self.buffer = buffer }
+    init(repeating: UInt8, count: Int) { buffer = ByteBuffer(repeating: repeating, count: count) }
+    init<S: Sequence>(_ sequence: S) where S.Element == UInt8 { buffer = ByteBuffer(bytes: sequence) }
+
+    var count: Int { buffer.readableBytes }
+
+    func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try buffer.withUnsafeReadableBytes(body)
+    }
+
+    mutating func withUnsafeMutableBytes<R>(_ body: (UnsafeMutableRawBufferPointer) throws -> R) rethrows -> R {
+        try buffer.withUnsafeMutableReadableBytes(body)
     }
 }

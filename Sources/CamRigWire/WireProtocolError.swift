@@ -22,9 +22,7 @@ public struct WireProtocolError: Error, Hashable, Sendable, CustomStringConverti
 
     /// The `Error` message that tells the peer about this error.
     public var wireMessage: WireError {
-        var error = WireError()
-        error.code = code
-        error.message = message
+        var error = WireError(code, message)
         error.fatal = isFatal
         return error
     }
@@ -35,6 +33,18 @@ public struct WireProtocolError: Error, Hashable, Sendable, CustomStringConverti
     }
 
     public var description: String { "\(code.name): \(message)" }
+}
+
+extension WireError {
+    /// The one way to build an error reply: its code, where it happened (the agent, and the device if
+    /// one is concerned) and a message that says what failed and what to do.
+    public init(_ code: WireErrorCode, agent: String = "", device: String = "", _ message: String) {
+        self.init()
+        self.code = code
+        agentID = agent
+        deviceID = device
+        self.message = message
+    }
 }
 
 extension WireErrorCode {

@@ -1,4 +1,6 @@
+import CamRigClock
 import ArgumentParser
+import CamRigCLI
 import CamRigAgent
 import CamRigDevices
 import CamRigSecurity
@@ -28,14 +30,8 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Address to listen on; port 0 picks a free one (default 0.0.0.0:7450).", valueName: "host:port"))
     var listen: String?
 
-    @Option(name: .long, help: ArgumentHelp("Directory with ca.pem and this agent's certificate and key.", valueName: "dir"))
-    var tlsDir: String?
-
-    @Option(name: .long, help: ArgumentHelp("Certificate name to use (default: the only agent certificate in --tls-dir).", valueName: "name"))
-    var identity: String?
-
-    @Flag(name: .long, help: "Serve plaintext without authentication: every client may do everything. Development only.")
-    var insecure = false
+    @OptionGroup(title: "TLS")
+    var tls: TLSOptions
 
     @Option(name: .long, help: "Agent id announced to clients (default: the certificate's name, or the host name with --insecure).")
     var agentID: String?
@@ -117,7 +113,7 @@ struct AgentCommand: AsyncParsableCommand {
             do { return try AgentConfigurationFile(contentsOf: path) } catch { throw ValidationError("\(error)") }
         } ?? AgentConfigurationFile()
         let listenText = listen ?? file.listen ?? "0.0.0.0:\(WireProtocol.defaultPort)"
-        guard let (host, port) = Self.split(listenText), (0...65535).contains(port) else {
+        guard let address = AgentEndpoint(listenText, forListening: true) else {
             throw ValidationError("listen address '\(listenText)' is not HOST:PORT")
         }
         var level = logLevel ?? .info
@@ -126,11 +122,11 @@ struct AgentCommand: AsyncParsableCommand {
             level = parsed
         }
         var settings = Settings(
-            listenHost: host,
-            listenPort: port,
-            tlsDir: tlsDir ?? file.tlsDir,
-            identity: identity ?? file.identity,
-            insecure: insecure || file.insecure == true,
+            listenHost: address.host,
+            listenPort: address.port,
+            tlsDir: tls.tlsDir ?? file.tlsDir,
+            identity: tls.identity ?? file.identity,
+            insecure: tls.insecure || file.insecure == true,
             agentID: agentID ?? file.agentID,
             handshakeTimeout: handshakeTimeout ?? file.limits?.handshakeTimeoutSeconds ?? 10,
             idleTimeout: idleTimeout ?? file.limits?.idleTimeoutSeconds ?? 120,
@@ -172,10 +168,7 @@ struct AgentCommand: AsyncParsableCommand {
             throw ValidationError("timeouts and the connection limit must be positive")
         }
         if listDevices { return settings }
-        if settings.insecure && settings.tlsDir != nil { throw ValidationError("--insecure and --tls-dir exclude each other") }
-        if !settings.insecure && settings.tlsDir == nil {
-            throw ValidationError("TLS is required: pass --tls-dir DIR holding ca.pem and this agent's certificate (see `camrig certs`), or --insecure for development")
-        }
+        settings.tlsDir = try tls.directory(fallback: file.tlsDir, fallbackInsecure: file.insecure == true, from: "the configuration file's tls_dir")
         return settings
     }
 
@@ -272,15 +265,5 @@ struct AgentCommand: AsyncParsableCommand {
         defer { announce.cancel() }
         try await group.run()
     }
-
-    /// Splits `HOST:PORT` (IPv6 as `[ADDR]:PORT`).
-    static func split(_ text: String) -> (String, Int)? {
-        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]) else { return nil }
-        var host = String(text[..<colon])
-        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        guard !host.isEmpty else { return nil }
-        return (host, port)
-    }
 }
 
-extension Logger.Level: @retroactive ExpressibleByArgument {}

@@ -1,3 +1,5 @@
+import CamRigCLI
+import CamRigLocalRig
 import Crypto
 import Foundation
 
@@ -10,7 +12,7 @@ enum Baselines {
     /// A listening TCP socket on 127.0.0.1 and its port.
     static func listen() throws -> (fd: Int32, port: UInt16) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw BenchFailure("socket: \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw CommandFailure("socket: \(String(cString: strerror(errno)))") }
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
         var address = sockaddr_in()
@@ -21,7 +23,7 @@ enum Baselines {
         let bound = withUnsafeMutablePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && Glibc.listen(fd, 16) == 0 && getsockname(fd, $0, &length) == 0 }
         }
-        guard bound else { throw BenchFailure("bind/listen on 127.0.0.1: \(String(cString: strerror(errno)))") }
+        guard bound else { throw CommandFailure("bind/listen on 127.0.0.1: \(String(cString: strerror(errno)))") }
         return (fd, UInt16(bigEndian: address.sin_port))
     }
 
@@ -34,7 +36,7 @@ enum Baselines {
         let connected = withUnsafePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
         }
-        guard connected else { throw BenchFailure("connect to 127.0.0.1:\(port): \(String(cString: strerror(errno)))") }
+        guard connected else { throw CommandFailure("connect to 127.0.0.1:\(port): \(String(cString: strerror(errno)))") }
         noDelay(fd)
         return fd
     }
@@ -67,7 +69,7 @@ enum Baselines {
             received += count
         }
         guard let first, received >= total else { return .nan }
-        return (ContinuousClock.now - first).secondsValue
+        return (ContinuousClock.now - first).seconds
     }
 
     static func thread(_ body: @escaping @Sendable () -> Void) {
@@ -117,7 +119,7 @@ enum Baselines {
             var got = 0
             while got < size {
                 let n = message.withUnsafeMutableBytes { read(client, $0.baseAddress! + got, size - got) }
-                if n <= 0 { throw BenchFailure("TCP echo closed") }
+                if n <= 0 { throw CommandFailure("TCP echo closed") }
                 got += n
             }
             samples.append((ContinuousClock.now - start).microseconds)
@@ -132,7 +134,7 @@ enum Baselines {
     /// `openssl s_client` sending `frame` `count` times to `openssl s_server` over TLS 1.3 with
     /// AES-128-GCM on loopback: bytes per second at the server's output.
     static func opensslPair(frame: [UInt8], count: Int, certificate: String, key: String, ca: String) throws -> Double {
-        guard let openssl else { throw BenchFailure("openssl is not installed (apt-get install openssl)") }
+        guard let openssl else { throw CommandFailure("openssl is not installed (apt-get install openssl)") }
         let (probe, port) = try listen()
         close(probe)
         let server = Process()
@@ -147,7 +149,7 @@ enum Baselines {
         // Wait for the server to listen (a probe connection it shrugs off).
         let deadline = ContinuousClock.now + .seconds(10)
         while (try? connect(port: port)).map({ close($0); return true }) == nil {
-            guard ContinuousClock.now < deadline else { throw BenchFailure("openssl s_server did not listen on port \(port)") }
+            guard ContinuousClock.now < deadline else { throw CommandFailure("openssl s_server did not listen on port \(port)") }
             usleep(20_000)
         }
         let client = Process()
@@ -166,7 +168,7 @@ enum Baselines {
             }
         }
         let seconds = drain(serverOut.fileHandleForReading.fileDescriptor, total: frame.count * count)
-        guard seconds.isFinite else { throw BenchFailure("the openssl pair stopped before all bytes arrived") }
+        guard seconds.isFinite else { throw CommandFailure("the openssl pair stopped before all bytes arrived") }
         return Double(frame.count * count) / seconds
     }
 
@@ -190,6 +192,6 @@ enum Baselines {
                 bytes += record.count
             }
         }
-        return Double(bytes) / (ContinuousClock.now - start).secondsValue
+        return Double(bytes) / (ContinuousClock.now - start).seconds
     }
 }

@@ -2,8 +2,8 @@ import ArgumentParser
 import CamRigCLI
 import CamRigCoordinator
 import CamRigDevices
+import CamRigLocalRig
 import Foundation
-import CamRigSecurity
 import Logging
 
 /// `camrig-bench`: measures CamRig against baselines run in the same process, on the same machine,
@@ -40,6 +40,16 @@ struct BenchOptions: ParsableArguments {
         if !json { FileHandle.standardError.write(Data((line + "\n").utf8)) }
     }
 
+    /// Starts a loopback rig of `agents` (none: the scenario starts its own), runs `measure` on it,
+    /// shuts the rig down and prints the result.
+    func runOnLoopbackRig<Result: BenchResult>(
+        agents: [LocalAgentSpec] = [], _ measure: (LoopbackRig, Logger) async throws -> Result
+    ) async throws {
+        let logger = makeLogger("camrig.bench")
+        let rig = try await LoopbackRig(agents: agents, caName: "CamRig bench CA")
+        try emit(try await rig.run { try await measure(rig, logger) })
+    }
+
     func emit(_ result: some BenchResult) throws {
         if !json {
             print(result.text)
@@ -49,50 +59,15 @@ struct BenchOptions: ParsableArguments {
     }
 }
 
-extension Logger.Level: @retroactive ExpressibleByArgument {}
 
 protocol BenchResult: Encodable {
     /// The readable table.
     var text: String { get }
 }
 
-/// Percentiles of a sample, in the sample's unit.
-struct Distribution: Encodable {
-    var count: Int
-    var p50: Double
-    var p99: Double
-    var p999: Double
-    var max: Double
-    var mean: Double
-
-    init(_ values: [Double]) {
-        let sorted = values.sorted()
-        count = sorted.count
-        func at(_ q: Double) -> Double {
-            guard !sorted.isEmpty else { return .nan }
-            let index = Swift.max(0, Int((q * Double(sorted.count)).rounded(.up)) - 1)
-            return sorted[Swift.min(sorted.count - 1, index)]
-        }
-        p50 = at(0.5)
-        p99 = at(0.99)
-        p999 = at(0.999)
-        max = sorted.last ?? .nan
-        mean = sorted.isEmpty ? .nan : sorted.reduce(0, +) / Double(sorted.count)
-    }
-}
-
 /// A ratio printed as `1.23×`.
 func ratio(_ value: Double, _ baseline: Double) -> Double { baseline > 0 ? value / baseline : .nan }
 func times(_ value: Double) -> String { String(format: "%.2f×", value) }
-
-/// This process's resident memory in KiB.
-func residentKilobytes(pid: Int32 = getpid()) -> Int {
-    guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }
-    for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
-        return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") ?? 0
-    }
-    return 0
-}
 
 /// The machine, for the record.
 struct MachineDescription: Encodable {
@@ -112,21 +87,10 @@ struct MachineDescription: Encodable {
     var text: String { "\(cpus) CPUs (\(cpuModel)), Linux \(kernel)" }
 }
 
-/// A failure the user sees as `Error: …`.
-struct BenchFailure: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
-}
-
-extension Duration {
-    var microseconds: Double { Double(components.seconds) * 1e6 + Double(components.attoseconds) / 1e12 }
-    var secondsValue: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
-}
-
 /// Opens a session over every camera of the pool, committed at `size` and `fps`.
 func openSession(pool: AgentPool, size: Dimensions, fps: UInt32, logger: Logger) async throws -> RigSession {
     let (devices, failures) = await RigDiscovery.devices(in: pool)
-    if let failure = failures.first { throw BenchFailure("agent \(failure.agent) did not list its devices: \(failure.error)") }
+    if let failure = failures.first { throw CommandFailure("agent \(failure.agent) did not list its devices: \(failure.error)") }
     let session = RigSession(pool: pool, logger: logger)
     for camera in devices { try await session.addInput(camera) }
     await session.addPhotoOutput()
@@ -135,39 +99,4 @@ func openSession(pool: AgentPool, size: Dimensions, fps: UInt32, logger: Logger)
     await session.setPreset(.high)
     await session.setFrameRate(.init(dimensions: size, pixelFormat: .yuyv, frameDuration: FrameDuration(framesPerSecond: fps)))
     return session
-}
-
-/// A temporary directory with a rig CA and the agents started from it; `close()` stops them and
-/// removes it all.
-final class BenchWorkspace {
-    let work: URL
-    let tls: TLSDirectory
-    private(set) var agents: [LocalAgentProcess] = []
-
-    init() throws {
-        work = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-bench-\(UUID().uuidString)")
-        tls = TLSDirectory(path: work.appendingPathComponent("tls").path)
-        try tls.initialize(caName: "CamRig bench CA")
-    }
-
-    /// Starts `camrig-agent` on loopback as `name` (with a certificate of its own, or `--insecure`).
-    func startAgent(_ name: String, secure: Bool = true, _ arguments: [String]) throws -> LocalAgentProcess {
-        if secure { try tls.issue(name: name, role: .agent, hostnames: ["127.0.0.1", "localhost"]) }
-        let agent = try LocalAgentProcess.start(
-            arguments: ["--listen", "127.0.0.1:0", "--log-level", "warning", "--spool-dir", work.appendingPathComponent("spool-\(name)").path]
-                + (secure ? ["--tls-dir", tls.path, "--identity", name] : ["--insecure"]) + arguments,
-            logFile: work.appendingPathComponent("\(name).log")
-        )
-        agents.append(agent)
-        return agent
-    }
-
-    /// The coordinator's side of this workspace's TLS.
-    func security() throws -> ClientSecurity { .tls(try MutualTLS.client(directory: tls, identityName: "coordinator")) }
-
-    func close() {
-        for agent in agents { agent.stop(timeout: 5) }
-        agents = []
-        try? FileManager.default.removeItem(at: work)
-    }
 }

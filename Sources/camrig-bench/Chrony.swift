@@ -1,4 +1,5 @@
-import CamRigTestSupport
+import CamRigCLI
+import CamRigLocalRig
 import Foundation
 import NIOCore
 
@@ -21,7 +22,7 @@ final class ChronyBaseline: @unchecked Sendable {
 
     /// Starts the server and one client per host of `rig`; clients poll every 2^`pollLog2` s.
     init(rig: NetworkedRig, conditions: PathConditions, pollLog2: Int, seed: UInt64, work: URL) throws {
-        guard let chronyd = Self.chronyd else { throw BenchFailure("chronyd is not installed (apt-get install chrony); it is the sync scenario's baseline") }
+        guard let chronyd = Self.chronyd else { throw CommandFailure("chronyd is not installed (apt-get install chrony); it is the sync scenario's baseline") }
         self.work = work
         try FileManager.default.createDirectory(at: work, withIntermediateDirectories: true)
         let (probe, port) = try Baselines.listen()  // a free port number for the server (UDP and TCP ports are distinct, but free TCP is a good guess)

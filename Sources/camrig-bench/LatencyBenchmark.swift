@@ -1,7 +1,7 @@
 import ArgumentParser
 import CamRigCLI
 import CamRigCoordinator
-import CamRigSecurity
+import CamRigLocalRig
 import CamRigWire
 import Foundation
 import Logging
@@ -43,11 +43,11 @@ struct LatencyBenchmark: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let logger = options.makeLogger("camrig.bench")
-        let workspace = try BenchWorkspace()
-        defer { workspace.close() }
-        let agent = try workspace.startAgent("agent-1", ["--synthetic", "1"])
-        let client = try await AgentClient.connect(to: agent.endpoint, security: try workspace.security(), logger: logger)
+        try await options.runOnLoopbackRig(agents: [LocalAgentSpec(cameras: 1)], measure)
+    }
+
+    func measure(_ rig: LoopbackRig, logger: Logger) async throws -> Result {
+        let client = try await AgentClient.connect(to: rig.endpoints[0], security: try rig.clientSecurity(), logger: logger)
 
         options.say("\(count) pings over TLS")
         for _ in 0..<200 { _ = try await client.ping() }
@@ -81,6 +81,6 @@ struct LatencyBenchmark: AsyncParsableCommand {
             row.p99RatioToEcho = ratio(row.microseconds.p99, echo.p99)
             return row
         }
-        try options.emit(Result(machine: .current, rows: rows))
+        return Result(machine: .current, rows: rows)
     }
 }

@@ -2,7 +2,7 @@ import ArgumentParser
 import CamRigCLI
 import CamRigCoordinator
 import CamRigDevices
-import CamRigSecurity
+import CamRigLocalRig
 import CamRigStorage
 import Foundation
 import Logging
@@ -66,32 +66,38 @@ struct ScaleBenchmark: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let logger = options.makeLogger("camrig.bench")
-        let workspace = try BenchWorkspace()
-        defer { workspace.close() }
+        try await options.runOnLoopbackRig(measure)
+    }
+
+    func measure(_ rig: LoopbackRig, logger: Logger) async throws -> Result {
         options.say("starting \(agents) agent processes with \(cameras) synthetic cameras each")
-        for index in 0..<agents {
-            _ = try workspace.startAgent("agent-\(index + 1)", ["--synthetic", "\(cameras)", "--synthetic-seed", "\(index * 16 + 1)"])
-            if (index + 1) % 50 == 0 { options.say("  \(index + 1)/\(agents)") }
+        let total = agents
+        try await rig.startAgents(LocalAgentSpec.simulated(count: agents, cameras: cameras, clockErrors: false)) { [options] started in
+            if started % 50 == 0 || started == total { options.say("  \(started)/\(total)") }
         }
-        let processes = workspace.agents
-        let security = try workspace.security()
-        let before = residentKilobytes()
+        let processes = rig.members.map(\.process)
+        let before = ResidentMemory.kilobytes() ?? 0
 
         options.say("connecting")
         let start = ContinuousClock.now
-        let pool = AgentPool(endpoints: processes.map(\.endpoint), security: security, logger: logger)
+        let pool = AgentPool(endpoints: rig.endpoints, security: try rig.clientSecurity(), logger: logger)
         pool.start()
         let connected = await withTaskGroup(of: Bool.self) { group in
             for agent in pool.agents { group.addTask { await agent.waitUntilConnected(timeout: .seconds(120)) } }
             return await group.reduce(true) { $0 && $1 }
         }
         let connectTime = ContinuousClock.now - start
-        guard connected else { throw BenchFailure("not every agent connected within 120 s") }
+        guard connected else {
+            await pool.stop()
+            throw CommandFailure("not every agent connected within 120 s")
+        }
         let notReady = await pool.waitUntilReady(clockSamples: 16, timeout: .seconds(120))
         let readyTime = ContinuousClock.now - start
-        guard notReady.isEmpty else { throw BenchFailure("\(notReady.count) agents had no clock estimate after 120 s") }
-        let connectedRSS = residentKilobytes()
+        guard notReady.isEmpty else {
+            await pool.stop()
+            throw CommandFailure("\(notReady.count) agents had no clock estimate after 120 s")
+        }
+        let connectedRSS = ResidentMemory.kilobytes() ?? 0
 
         options.say("committing one session across \(agents * cameras) cameras")
         let session = try await openSession(pool: pool, size: Dimensions(width: 640, height: 480), fps: 30, logger: logger)
@@ -100,20 +106,20 @@ struct ScaleBenchmark: AsyncParsableCommand {
         let commitTime = ContinuousClock.now - commitStart
 
         options.say("one synchronized photo")
-        let store = try CaptureStore(root: workspace.work.appendingPathComponent("captures"))
+        let store = try CaptureStore(root: rig.work.appendingPathComponent("captures"))
         let report = try await session.capturePhoto(into: store)
         await session.stop()
         await pool.stop()
-        let agentRSS = processes.compactMap { residentKilobytes(pid: $0.process.processIdentifier) }.sorted()
-        try options.emit(Result(
+        let agentRSS = processes.compactMap(\.residentKilobytes).sorted()
+        return Result(
             machine: .current, agents: agents, cameras: cameras,
-            connectAllSeconds: connectTime.secondsValue, clocksReadySeconds: readyTime.secondsValue, commitSeconds: commitTime.secondsValue,
+            connectAllSeconds: connectTime.seconds, clocksReadySeconds: readyTime.seconds, commitSeconds: commitTime.seconds,
             triggerFanOutMs: (report.triggerFanOut?.microseconds ?? .nan) / 1000,
             gatherAfterTriggerMs: (report.gatheredAfterTrigger?.microseconds ?? .nan) / 1000,
             photosDelivered: report.manifest.summary.framesDelivered,
             coordinatorRssBeforeKb: before, coordinatorRssConnectedKb: connectedRSS,
             coordinatorKbPerAgent: Double(connectedRSS - before) / Double(agents),
             agentRssKbMedian: agentRSS.isEmpty ? 0 : agentRSS[agentRSS.count / 2]
-        ))
+        )
     }
 }

@@ -1,9 +1,10 @@
 import ArgumentParser
 import CamRigCLI
+import CamRigClock
 import CamRigCoordinator
 import CamRigDevices
+import CamRigLocalRig
 import CamRigStorage
-import CamRigTestSupport
 import Foundation
 import Logging
 
@@ -92,8 +93,8 @@ struct SyncBenchmark: AsyncParsableCommand {
     }
 
     func run() async throws {
-        if let reason = HostNetwork.unavailableReason { throw BenchFailure("the sync scenario needs network namespaces: \(reason)") }
-        guard ChronyBaseline.chronyd != nil else { throw BenchFailure("chronyd is not installed (apt-get install chrony); it is the sync scenario's baseline") }
+        if let reason = HostNetwork.unavailableReason { throw CommandFailure("the sync scenario needs network namespaces: \(reason)") }
+        guard ChronyBaseline.chronyd != nil else { throw CommandFailure("chronyd is not installed (apt-get install chrony); it is the sync scenario's baseline") }
         var runs: [Run] = []
         for asymmetry in asymmetryMs > 0 ? [0, asymmetryMs] : [0] {
             runs.append(try await measure(asymmetryMs: asymmetry))
@@ -112,7 +113,7 @@ struct SyncBenchmark: AsyncParsableCommand {
             let error = HostClock.simulatedError(host: index)
             return NetworkedRig.AgentSpec(cameras: 1, clockOffsetMicroseconds: error.offsetMicroseconds, clockDriftPPM: error.driftPPM, conditions: conditions)
         }
-        let rig = try NetworkedRig(agents: specs, agentExecutable: try LocalAgentProcess.executable(), seed: 42)
+        let rig = try await NetworkedRig.start(agents: specs, agentExecutable: try LocalAgentProcess.executable(), seed: 42)
         defer { rig.shutdown() }
         let chrony = try ChronyBaseline(rig: rig, conditions: conditions, pollLog2: pollLog2, seed: 4242, work: rig.work.appendingPathComponent("chrony"))
         defer { chrony.stop() }
@@ -124,7 +125,7 @@ struct SyncBenchmark: AsyncParsableCommand {
         defer { Task { await pool.stop() } }
         let notReady = await pool.waitUntilReady(clockSamples: 16, timeout: .seconds(30))
         guard notReady.isEmpty else {
-            throw BenchFailure("agents not ready: \(notReady.map(\.name).joined(separator: ", "))\n\(rig.logs())")
+            throw CommandFailure("agents not ready: \(notReady.map(\.name).joined(separator: ", "))\n\(rig.logs())")
         }
         options.say("[\(label)] converging for \(warmUp) s")
         try await Task.sleep(for: .milliseconds(Int64(warmUp * 1000)))
@@ -173,7 +174,7 @@ struct SyncBenchmark: AsyncParsableCommand {
         // agent moves both CamRig's and chrony's estimates the same way).
         let chronySigned = chrony.estimates(since: measuringSince).flatMap { $0 }
         let chronyErrors = chronySigned.map(abs)
-        guard !chronyErrors.isEmpty else { throw BenchFailure("chrony logged no estimates\n\(chrony.logs())") }
+        guard !chronyErrors.isEmpty else { throw CommandFailure("chrony logged no estimates\n\(chrony.logs())") }
         let camrig = Distribution(camrigErrors)
         let baseline = Distribution(chronyErrors)
         return Run(

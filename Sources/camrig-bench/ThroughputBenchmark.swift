@@ -2,7 +2,7 @@ import ArgumentParser
 import CamRigCLI
 import CamRigCoordinator
 import CamRigDevices
-import CamRigSecurity
+import CamRigLocalRig
 import CamRigWire
 import CamRigWireModel
 import Foundation
@@ -63,21 +63,22 @@ struct ThroughputBenchmark: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let logger = options.makeLogger("camrig.bench")
-        let workspace = try BenchWorkspace()
-        defer { workspace.close() }
-        let tls = workspace.tls
+        try await options.runOnLoopbackRig(measure)
+    }
 
+    func measure(_ rig: LoopbackRig, logger: Logger) async throws -> Result {
         var transports: [Transport] = []
         var sample: [UInt8] = []
         for secure in [true, false] {
             options.say("streaming 1920x1080 YUYV over \(secure ? "TLS" : "plaintext") for \(seconds) s")
-            let agent = try workspace.startAgent(secure ? "agent-1" : "agent-plain", secure: secure, ["--synthetic", "1", "--synthetic-high-speed"])
-            let security: ClientSecurity = secure ? try workspace.security() : .insecure
+            let agent = try await rig.startAgent(
+                LocalAgentSpec(cameras: 1, secure: secure, extraArguments: ["--synthetic-high-speed"]), name: secure ? "agent-1" : "agent-plain"
+            )
+            let security: ClientSecurity = secure ? try rig.clientSecurity() : .insecure
             let client = try await AgentClient.connect(to: agent.endpoint, security: security, logger: logger)
             let measured = try await Self.stream(client, seconds: seconds)
             await client.close()
-            agent.stop()
+            await rig.stop(agent)
             if sample.isEmpty { sample = measured.sample }
             transports.append(Transport(
                 transport: secure ? "CamRig TLS" : "CamRig plaintext", frames: measured.frames, seconds: measured.seconds,
@@ -86,6 +87,7 @@ struct ThroughputBenchmark: AsyncParsableCommand {
             ))
         }
         options.say("baselines: openssl s_server/s_client and a raw TCP pair, \(baselineFrames) frames each")
+        let tls = rig.pki.directory
         let openssl = try Baselines.opensslPair(
             frame: sample, count: baselineFrames,
             certificate: tls.certificateFile(for: "agent-1"), key: tls.keyFile(for: "agent-1"), ca: tls.caCertificatePath
@@ -98,10 +100,10 @@ struct ThroughputBenchmark: AsyncParsableCommand {
         transports[1].baselineMegabytesPerSecond = tcp / 1e6
         transports[1].ratio = ratio(transports[1].megabytesPerSecond, tcp / 1e6)
         let aes: Double? = Baselines.aesGCMSpeed() / 1e6
-        try options.emit(Result(
+        return Result(
             machine: .current, frameBytes: sample.count, format: "YUYV-1920x1080", transports: transports,
             aesGcmOneCoreMegabytesPerSecond: aes, tlsShareOfAesGcm: aes.map { transports[0].megabytesPerSecond / $0 }
-        ))
+        )
     }
 
     /// Locks the camera, sets 1920×1080 YUYV at 1000 fps, and counts what arrives for `seconds` after a second of warm-up.
@@ -109,7 +111,7 @@ struct ThroughputBenchmark: AsyncParsableCommand {
         let device = "synthetic:SYN0001"
         var lock = WireLock()
         lock.deviceID = device
-        guard case .lease(let lease) = try await client.request(.lock(lock)).frame.envelope.body else { throw BenchFailure("the agent did not lease \(device)") }
+        guard case .lease(let lease) = try await client.request(.lock(lock)).frame.envelope.body else { throw CommandFailure("the agent did not lease \(device)") }
         var configure = WireConfigure()
         configure.deviceID = device
         configure.leaseID = lease.lease.leaseID
@@ -154,7 +156,7 @@ struct ThroughputBenchmark: AsyncParsableCommand {
             default: continue
             }
         }
-        guard let measuring, let end else { throw BenchFailure("the stream ended before the measurement did") }
-        return (frames, bytes, (end - measuring).secondsValue, dropped, sample)
+        guard let measuring, let end else { throw CommandFailure("the stream ended before the measurement did") }
+        return (frames, bytes, (end - measuring).seconds, dropped, sample)
     }
 }

@@ -1,7 +1,7 @@
 import CamRigAgent
 import Testing
 
-@Suite("Agent configuration file")
+@Suite("Agent configuration file", .timeLimit(.minutes(1)))
 struct AgentConfigurationFileTests {
     @Test("every section parses; absent keys stay unset so flags and defaults apply")
     func parse() throws {

@@ -4,7 +4,7 @@ import CamRigWire
 import NIOCore
 import Testing
 
-@Suite("Agent connection under random input")
+@Suite("Agent connection under random input", .timeLimit(.minutes(3)))
 struct RandomInputTests {
     /// Random bytes, sometimes shaped like frames: plausible lengths, real envelopes with flipped bits.
     static func randomStream(_ rng: inout SeededRandom) -> [[UInt8]] {

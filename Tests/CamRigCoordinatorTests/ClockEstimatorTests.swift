@@ -1,4 +1,5 @@
 import CamRigCoordinator
+import CamRigDevices
 import Testing
 
 #if canImport(Glibc)
@@ -7,28 +8,16 @@ import Glibc
 import Darwin
 #endif
 
-/// SplitMix64: a small deterministic generator, so every run sees the same network.
-private struct SplitMix64 {
-    private var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
+/// Draws for the simulated network, from the project's seeded generator so every run sees the same network.
+extension SeededRandom {
     /// Uniform in [0, 1).
-    mutating func uniform() -> Double { Double(next() >> 11) * 0x1p-53 }
+    fileprivate mutating func uniform() -> Double { nextDouble() }
 
-    mutating func uniform(_ range: ClosedRange<Int64>) -> Int64 {
+    fileprivate mutating func uniform(_ range: ClosedRange<Int64>) -> Int64 {
         range.lowerBound + Int64(uniform() * Double(range.upperBound - range.lowerBound + 1))
     }
 
-    mutating func exponential(mean: Double) -> Double { -mean * log(1 - uniform()) }
+    fileprivate mutating func exponential(mean: Double) -> Double { -mean * log(1 - uniform()) }
 }
 
 /// Probes against a known truth: the agent clock reads `coordinator + offset + steps + drift × (t − start)`;
@@ -52,13 +41,13 @@ private struct ProbeSimulator {
     let start: Int64 = 1_000_000_000_000
     private(set) var now: Int64
     private(set) var probeCount = 0
-    private var random: SplitMix64
+    private var random: SeededRandom
 
     init(seed: UInt64, offset: Int64, driftPPM: Double) {
         self.offset = offset
         self.driftPPM = driftPPM
         self.now = start
-        self.random = SplitMix64(seed: seed)
+        self.random = SeededRandom(seed: seed)
     }
 
     func trueOffset(atCoordinator t: Int64) -> Double {
@@ -114,7 +103,7 @@ private let clockSeeds: [UInt64] = [1, 42, 98765]
 
 /// Each scenario checks what a user of the estimate sees: the offset and drift against the simulated
 /// truth, and that the error bound covers the true error.
-@Suite("Clock offset and drift estimation from four-timestamp probes")
+@Suite("Clock offset and drift estimation from four-timestamp probes", .timeLimit(.minutes(1)))
 struct ClockEstimatorTests {
     @Test(
         "exact symmetric delays without jitter give the offset to the nanosecond and zero drift",
@@ -348,7 +337,7 @@ struct ClockEstimatorTests {
             driftUncertaintyPPM: 0.5,
             sampleCount: 100,
             usedSampleCount: 50)
-        var random = SplitMix64(seed: 3)
+        var random = SeededRandom(seed: 3)
         for _ in 0..<1_000 {
             let coordinator = estimate.reference + random.uniform(-3_600_000_000_000...3_600_000_000_000)
             let agent = estimate.agentTime(atCoordinator: coordinator)

@@ -2,7 +2,7 @@ import CamRigCoordinator
 import Testing
 
 /// The two-phase commit's decisions, path by path: what gets applied, rolled back and released.
-@Suite("Two-phase commit across agents")
+@Suite("Two-phase commit across agents", .timeLimit(.minutes(1)))
 struct CommitStateMachineTests {
     @Test("all devices prepare and apply: committed, leases kept, nothing released")
     func happyPath() {

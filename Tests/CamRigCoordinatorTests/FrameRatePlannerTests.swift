@@ -3,7 +3,7 @@ import CamRigDevices
 import Testing
 
 /// One frame rate for the whole rig, chosen before anything changes.
-@Suite("Rig-wide frame rate")
+@Suite("Rig-wide frame rate", .timeLimit(.minutes(1)))
 struct FrameRatePlannerTests {
     static let hd = Dimensions(width: 1920, height: 1080)
     static let vga = Dimensions(width: 640, height: 480)

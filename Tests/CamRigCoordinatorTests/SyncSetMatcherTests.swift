@@ -1,20 +1,6 @@
 import CamRigCoordinator
+import CamRigDevices
 import Testing
-
-/// SplitMix64: a seeded generator, so every run simulates the same rig.
-private struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 /// Frames carry a unique serial number as their payload, so every frame can be told apart.
 private typealias Frame = SyncFrame<Int>
@@ -72,7 +58,7 @@ private struct Rig {
         startPeriods: [Int]? = nil,
         isDropped: (Int, UInt64) -> Bool = { _, _ in false },
         make: inout FrameMaker,
-        random: inout SplitMix64
+        random: inout SeededRandom
     ) {
         cameras = offsets.indices.map { camera in
             let start = Int64(startPeriods?[camera] ?? 0)
@@ -90,7 +76,7 @@ private struct Rig {
 
     /// All frames in arrival order: camera `c` delivers each frame `lags[c]` plus up to `networkJitter`
     /// after its timestamp, so cameras interleave while every camera's own frames stay in order.
-    func arrivals(lags: [Int64], networkJitter: Int64, random: inout SplitMix64) -> [Frame] {
+    func arrivals(lags: [Int64], networkJitter: Int64, random: inout SeededRandom) -> [Frame] {
         var timed: [(arrival: Int64, order: Int, frame: Frame)] = []
         for (camera, frames) in cameras.enumerated() {
             var previous = Int64.min
@@ -161,7 +147,7 @@ private func expectWellFormed(
     }
 }
 
-@Suite("Sync set matcher")
+@Suite("Sync set matcher", .timeLimit(.minutes(1)))
 struct SyncSetMatcherTests {
     @Test("defaults: a frame may join a set up to half a period after it starts; sets give up after two periods")
     func defaults() {
@@ -172,7 +158,7 @@ struct SyncSetMatcherTests {
 
     @Test("three cameras at 30 fps with offsets, jitter and lag: one complete, tight set per frame, in time order")
     func threeCamerasInterleaved() {
-        var random = SplitMix64(seed: 30)
+        var random = SeededRandom(seed: 30)
         var make = FrameMaker()
         let offsets = (0..<3).map { _ in Int64.random(in: -200_000...200_000, using: &random) }
         let rig = Rig(frameCount: 300, offsets: offsets, jitter: 50_000, make: &make, random: &random)
@@ -200,7 +186,7 @@ struct SyncSetMatcherTests {
 
     @Test("a dropped frame on camera 1 gives one incomplete set naming camera 1; its neighbours stay complete")
     func droppedFrame() {
-        var random = SplitMix64(seed: 1)
+        var random = SeededRandom(seed: 1)
         var make = FrameMaker()
         let rig = Rig(
             frameCount: 20,
@@ -302,7 +288,7 @@ struct SyncSetMatcherTests {
 
     @Test("cameras started one period apart: the first set lacks the late camera, the rest are complete")
     func staggeredStart() {
-        var random = SplitMix64(seed: 7)
+        var random = SeededRandom(seed: 7)
         var make = FrameMaker()
         let rig = Rig(
             frameCount: 20,
@@ -464,7 +450,7 @@ struct SyncSetMatcherTests {
         arguments: 1...16 as ClosedRange<UInt64>
     )
     func accountsForEveryFrame(seed: UInt64) {
-        var random = SplitMix64(seed: seed)
+        var random = SeededRandom(seed: seed)
         var make = FrameMaker()
         let cameraCount = Int.random(in: 1...6, using: &random)
         let framePeriod = ([33_333_333, 16_666_667, 10_000_000] as [Int64]).randomElement(using: &random)!
@@ -549,7 +535,7 @@ struct SyncSetMatcherTests {
 
     @Test("eight cameras by 3000 frames: every frame ends up in a complete set")
     func large() {
-        var random = SplitMix64(seed: 8)
+        var random = SeededRandom(seed: 8)
         var make = FrameMaker()
         let offsets = (0..<8).map { _ in Int64.random(in: -200_000...200_000, using: &random) }
         let rig = Rig(frameCount: 3000, offsets: offsets, jitter: 50_000, make: &make, random: &random)

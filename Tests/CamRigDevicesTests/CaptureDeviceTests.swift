@@ -1,7 +1,7 @@
 import CamRigDevices
 import Testing
 
-@Suite("Capture device: lock, formats, ranges")
+@Suite("Capture device: lock, formats, ranges", .timeLimit(.minutes(1)))
 struct CaptureDeviceTests {
     func device() throws -> CaptureDevice {
         try CaptureDevice(backend: SyntheticCamera(SyntheticCameraConfiguration(serial: "T1")))
@@ -94,7 +94,7 @@ struct CaptureDeviceTests {
     }
 }
 
-@Suite("Device discovery")
+@Suite("Device discovery", .timeLimit(.minutes(1)))
 struct DeviceDiscoveryTests {
     @Test("queries return devices ordered by the requested types and filtered by position")
     func query() throws {
@@ -131,7 +131,7 @@ struct DeviceDiscoveryTests {
     }
 }
 
-@Suite("Zoom ramps and white balance gains")
+@Suite("Zoom ramps and white balance gains", .timeLimit(.minutes(1)))
 struct RampTests {
     @Test("a zoom ramp moves the factor step by step to the target, and frames record it")
     func zoomRamp() async throws {

@@ -1,7 +1,7 @@
 import CamRigDevices
 import Testing
 
-@Suite("Frame durations as exact rationals")
+@Suite("Frame durations as exact rationals", .timeLimit(.minutes(1)))
 struct FrameDurationTests {
     @Test("equal values in different terms are equal and hash alike")
     func equality() {

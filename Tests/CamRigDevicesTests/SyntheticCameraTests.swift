@@ -1,10 +1,11 @@
+import CamRigClock
 import CamRigDevices
 import CamRigTestSupport
 import Foundation
 import NIOCore
 import Testing
 
-@Suite("Synthetic camera streaming")
+@Suite("Synthetic camera streaming", .timeLimit(.minutes(1)))
 struct SyntheticCameraTests {
     func capture(_ device: CaptureDevice, count: Int) async throws -> [CapturedFrame] {
         var frames: [CapturedFrame] = []
@@ -20,14 +21,15 @@ struct SyntheticCameraTests {
     func direct(_ configuration: SyntheticCameraConfiguration, count: Int) async throws -> [CapturedFrame] {
         let camera = SyntheticCamera(configuration)
         let formats = try camera.formats()
-        let hfr = formats.first { $0.id == "YUYV-320x240" }!
+        let hfr = try #require(formats.first { $0.id == "YUYV-320x240" })
         _ = try camera.activate(format: hfr, frameDuration: FrameDuration(framesPerSecond: 120)!)
         let collected = FrameCollector()
         try camera.startStreaming(bufferCount: 4) { event in
             if case .frame(let frame) = event { collected.append(frame) }
         }
-        while collected.count < count { try await Task.sleep(for: .milliseconds(20)) }
+        let arrived = try await eventually(timeout: .seconds(10)) { collected.count >= count }
         camera.stopStreaming()
+        try #require(arrived, "the camera delivered \(collected.count) of \(count) frames within 10 s")
         return Array(collected.all.prefix(count))
     }
 
@@ -69,7 +71,9 @@ struct SyntheticCameraTests {
             }
             dropped = stream.dropped
         }
-        let span = frames.last!.sequence - frames.first!.sequence + 1
+        let first = try #require(frames.first, "the stream delivered no frame")
+        let last = try #require(frames.last)
+        let span = last.sequence - first.sequence + 1
         #expect(span == UInt64(frames.count) + dropped, "gaps are exactly the frames counted as dropped")
         let period = FrameDuration(framesPerSecond: 120)!.nanoseconds
         for (next, previous) in zip(frames.dropFirst(), frames) {
@@ -108,7 +112,8 @@ struct SyntheticCameraTests {
         let c = try await sequences(seed: 7)
         #expect(a == b)
         #expect(a != c)
-        #expect(a.last! > 40, "20% drops must skip sequence numbers")
+        let lastSequence = try #require(a.last)
+        #expect(lastSequence > 40, "20% drops must skip sequence numbers")
     }
 
     @Test("settings have visible effects: longer exposure is brighter, white balance tints, the torch lights")
@@ -121,7 +126,7 @@ struct SyntheticCameraTests {
             change(&configuration)
             try device.configure(configuration, lock: lock)
             let frame = try #require(try await capture(device, count: 1).first)
-            let row = frame.bytes.getBytes(at: 240 * 1280, length: 1280)!
+            let row = try #require(frame.bytes.getBytes(at: 240 * 1280, length: 1280))
             let luma = stride(from: 0, to: row.count, by: 2).map { Double(row[$0]) }
             return (luma.reduce(0, +) / Double(luma.count), Double(row[1]))
         }

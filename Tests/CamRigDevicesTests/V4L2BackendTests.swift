@@ -32,7 +32,9 @@ enum Emulator {
     }
 }
 
-@Suite("V4L2 backend on the emulated device", .serialized, .enabled(if: Emulator.unavailable == nil, "\(Emulator.unavailable ?? "")"))
+@Suite(
+    "V4L2 backend on the emulated device", .serialized, .timeLimit(.minutes(1)),
+    .enabled(if: Emulator.unavailable == nil, "\(Emulator.unavailable ?? "")"))
 struct V4L2BackendTests {
     @Test("formats with discrete, stepwise and continuous intervals, and controls with menus, as the device reports them")
     func describe() throws {
@@ -167,7 +169,7 @@ struct V4L2BackendTests {
 }
 
 /// Real cameras, where the machine has any: every capture node opens and describes itself, and streams.
-@Suite("V4L2 backend on real hardware")
+@Suite("V4L2 backend on real hardware", .timeLimit(.minutes(2)))
 struct V4L2HardwareTests {
     static let cameras = V4L2DeviceProvider().scan()
 

@@ -4,7 +4,7 @@ import Foundation
 import Testing
 import X509
 
-@Suite("TLS directory and certificate authority")
+@Suite("TLS directory and certificate authority", .timeLimit(.minutes(1)))
 struct TLSDirectoryTests {
     @Test("init creates a CA, its private key (mode 0600) and a coordinator certificate with its role")
     func initialize() throws {
@@ -59,7 +59,7 @@ struct TLSDirectoryTests {
     }
 }
 
-@Suite("Peer certificate verification")
+@Suite("Peer certificate verification", .timeLimit(.minutes(1)))
 struct PeerCertificateVerifierTests {
     func certificate(_ pki: TestPKI, _ name: String) throws -> Certificate {
         try Certificate(pemEncoded: String(contentsOfFile: pki.path + "/\(name).pem", encoding: .utf8))

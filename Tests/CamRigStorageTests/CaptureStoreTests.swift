@@ -1,10 +1,11 @@
+import CamRigCapture
 import CamRigDevices
 import CamRigStorage
 import Foundation
 import Testing
 
 /// Capture folders, manifest.json and the SQLite catalog.
-@Suite("Capture store and catalog")
+@Suite("Capture store and catalog", .timeLimit(.minutes(1)))
 struct CaptureStoreTests {
     static func manifest(id: String, kind: String, created: String) -> CaptureManifest {
         let clock = CaptureManifest.ClockStatistics(offsetNs: 1_250_000.5, driftPpm: 35.2, errorBoundNs: 40_000, minimumRoundTripNs: 150_000, samples: 64)

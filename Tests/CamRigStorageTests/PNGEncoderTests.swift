@@ -3,7 +3,7 @@ import CamRigDevices
 import CamRigStorage
 import Testing
 
-@Suite("PNG encoding and frame image conversion")
+@Suite("PNG encoding and frame image conversion", .timeLimit(.minutes(1)))
 struct PNGEncoderTests {
     // MARK: PNG structure
 
@@ -312,11 +312,8 @@ private func firstDifference(_ actual: [UInt8], _ expected: [UInt8]) -> String? 
 
 /// Deterministic pseudo-random bytes.
 private func randomBytes(_ count: Int, seed: UInt64 = 0x9E37_79B9_7F4A_7C15) -> [UInt8] {
-    var state = seed
-    return (0..<count).map { _ in
-        state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
-        return UInt8(truncatingIfNeeded: state >> 33)
-    }
+    var random = SeededRandom(seed: seed)
+    return (0..<count).map { _ in UInt8(truncatingIfNeeded: random.next()) }
 }
 
 /// A random image with `padding` bytes of 0xEE after each row, and its rows without the padding.

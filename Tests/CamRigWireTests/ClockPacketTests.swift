@@ -3,7 +3,7 @@ import Crypto
 import Testing
 
 /// The UDP clock channel's datagrams: exact layout, authentication, and refusal of anything else.
-@Suite("UDP clock channel datagrams")
+@Suite("UDP clock channel datagrams", .timeLimit(.minutes(1)))
 struct ClockPacketTests {
     let key = SymmetricKey(size: .bits256)
 

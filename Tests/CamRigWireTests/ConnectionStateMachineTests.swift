@@ -1,7 +1,7 @@
 import CamRigWire
 import Testing
 
-@Suite("Agent connection state machine")
+@Suite("Agent connection state machine", .timeLimit(.minutes(1)))
 struct ServerConnectionStateMachineTests {
     func machine() -> ServerConnectionStateMachine {
         ServerConnectionStateMachine(
@@ -36,7 +36,10 @@ struct ServerConnectionStateMachineTests {
         }
         #expect(version == 2)
         #expect(frame.requestID == 4)
-        guard case .welcome(let welcome) = frame.envelope.body else { return }
+        guard case .welcome(let welcome) = frame.envelope.body else {
+            Issue.record("expected a welcome, got \(String(describing: frame.envelope.body))")
+            return
+        }
         #expect(welcome.protocolVersion == 2)
         #expect(welcome.agentID == "agent-7")
         #expect(welcome.clientRole == .coordinator)
@@ -144,7 +147,7 @@ struct ServerConnectionStateMachineTests {
     }
 }
 
-@Suite("Client connection state machine")
+@Suite("Client connection state machine", .timeLimit(.minutes(1)))
 struct ClientConnectionStateMachineTests {
     func welcome(version: UInt32 = 1) -> WireFrame {
         var welcome = WireWelcome()

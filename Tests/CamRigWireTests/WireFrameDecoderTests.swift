@@ -3,7 +3,7 @@ import NIOCore
 import NIOTestUtils
 import Testing
 
-@Suite("Wire frame decoder")
+@Suite("Wire frame decoder", .timeLimit(.minutes(1)))
 struct WireFrameDecoderTests {
     func ping(_ id: UInt64, nonce: UInt64 = 7) -> WireFrame {
         var ping = WirePing()
@@ -42,8 +42,8 @@ struct WireFrameDecoderTests {
     func payloadLayout() throws {
         let payload: [UInt8] = Array(repeating: 0xAB, count: 1000)
         let encoded = try bytes(videoFrame(5, payload: payload))
-        let length = encoded.getInteger(at: 0, as: UInt32.self)!
-        let envelopeLength = encoded.getInteger(at: 4, as: UInt32.self)!
+        let length = try #require(encoded.getInteger(at: 0, as: UInt32.self))
+        let envelopeLength = try #require(encoded.getInteger(at: 4, as: UInt32.self))
         #expect(Int(length) == encoded.readableBytes - 4)
         #expect(Int(length) == 4 + Int(envelopeLength) + payload.count)
         #expect(encoded.getBytes(at: encoded.readableBytes - payload.count, length: payload.count) == payload)

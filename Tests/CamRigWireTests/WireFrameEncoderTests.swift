@@ -3,7 +3,7 @@ import NIOCore
 import NIOEmbedded
 import Testing
 
-@Suite("Wire frame encoder")
+@Suite("Wire frame encoder", .timeLimit(.minutes(1)))
 struct WireFrameEncoderTests {
     @Test("image payloads are written as their own buffer, never copied into the frame")
     func payloadNotCopied() throws {
@@ -36,7 +36,7 @@ struct WireFrameEncoderTests {
     }
 }
 
-@Suite("PROTOCOL.md examples")
+@Suite("PROTOCOL.md examples", .timeLimit(.minutes(1)))
 struct ProtocolDocumentTests {
     @Test("the ping example of §3 is exactly what the encoder writes")
     func pingExample() throws {
@@ -58,7 +58,7 @@ struct ProtocolDocumentTests {
     }
 }
 
-@Suite("Version negotiation")
+@Suite("Version negotiation", .timeLimit(.minutes(1)))
 struct NegotiationTests {
     @Test("the highest common version wins; no overlap gives none")
     func negotiate() {

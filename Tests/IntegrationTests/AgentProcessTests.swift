@@ -6,7 +6,7 @@ import Foundation
 import Testing
 
 /// `camrig-agent` and `camrig` as real processes over TLS on loopback.
-@Suite("Agent and CLI over TLS", .serialized)
+@Suite("Agent and CLI over TLS", .serialized, .timeLimit(.minutes(5)))
 struct AgentProcessTests {
     @Test("camrig ping reaches a camrig-agent over TLS and reports its id, protocol version and round trips")
     func pingOverTLS() throws {
@@ -202,7 +202,7 @@ struct AgentProcessTests {
     }
 }
 
-@Suite("camrig-agent --list-devices")
+@Suite("camrig-agent --list-devices", .timeLimit(.minutes(3)))
 struct ListDevicesTests {
     @Test("synthetic cameras: formats with frame-rate ranges and controls, as JSON and as text")
     func synthetic() throws {
@@ -245,7 +245,7 @@ struct ListDevicesTests {
 }
 
 /// `--list-devices` against the emulated V4L2 camera, checked against `v4l2-ctl` reading the same device.
-@Suite("camrig-agent --list-devices on the emulated V4L2 device")
+@Suite("camrig-agent --list-devices on the emulated V4L2 device", .timeLimit(.minutes(3)))
 struct ListV4L2DevicesTests {
     static let emulator = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("V4L2Emulator")

@@ -1,3 +1,4 @@
+import CamRigClock
 import CamRigCoordinator
 import CamRigDevices
 import CamRigSecurity
@@ -8,7 +9,7 @@ import NIOCore
 import Testing
 
 /// Photos, scheduled triggers and the result spool on real agent processes.
-@Suite("Capture, triggers and the spool")
+@Suite("Capture, triggers and the spool", .timeLimit(.minutes(3)))
 struct CaptureTests {
     func capture(_ client: AgentClient, session: String = "s1") async throws -> WireTriggerFired {
         var capture = WireCapturePhoto()
@@ -90,7 +91,7 @@ struct CaptureTests {
         trigger.deviceIds = ["synthetic:SYN0001"]
         trigger.sessionID = "s2"
         // Agent and test share this machine's CLOCK_MONOTONIC.
-        trigger.fireAtNs = MonotonicClock.now() + 100_000_000
+        trigger.fireAtNs = HostClock.monotonicNow() + 100_000_000
         var messages: [WireFrame] = []
         for try await message in client.stream(.scheduleTrigger(trigger)) { messages.append(message) }
         guard messages.count == 2, case .triggerScheduled = messages[0].envelope.body, case .triggerFired(let fired) = messages[1].envelope.body else {
@@ -105,7 +106,7 @@ struct CaptureTests {
         #expect(results.first.map { $0.0.captureTime.nanoseconds >= trigger.fireAtNs } == true)
 
         trigger.triggerID = "late"
-        trigger.fireAtNs = MonotonicClock.now() - 1_000_000
+        trigger.fireAtNs = HostClock.monotonicNow() - 1_000_000
         let late = await #expect(throws: AgentClientError.self) { try await client.request(.scheduleTrigger(trigger)) }
         #expect(late?.code == .triggerLate)
         #expect(late?.message.contains("was due") == true)
@@ -128,7 +129,7 @@ struct CaptureTests {
         trigger.triggerID = "rec"
         trigger.action = .startStream
         trigger.deviceIds = ["synthetic:SYN0001"]
-        trigger.fireAtNs = MonotonicClock.now() + 150_000_000
+        trigger.fireAtNs = HostClock.monotonicNow() + 150_000_000
         var kinds: [String] = []
         var stamps: [Int64] = []
         var streamID = ""
@@ -155,7 +156,7 @@ struct CaptureTests {
 
         trigger.triggerID = "two"
         trigger.deviceIds = ["synthetic:SYN0001", "synthetic:SYN0001"]
-        trigger.fireAtNs = MonotonicClock.now() + 150_000_000
+        trigger.fireAtNs = HostClock.monotonicNow() + 150_000_000
         let refused = await #expect(throws: AgentClientError.self) { try await client.request(.scheduleTrigger(trigger)) }
         #expect(refused?.code == .invalidArgument)
         await client.close()

@@ -7,7 +7,7 @@ import Foundation
 import Testing
 
 /// The files in deploy/ work as shipped.
-@Suite("Deployment files")
+@Suite("Deployment files", .timeLimit(.minutes(3)))
 struct DeploymentTests {
     static let deploy = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("deploy")
@@ -45,7 +45,11 @@ struct DeploymentTests {
             security: .tls(try MutualTLS.client(directory: pki.directory))
         )
         #expect(client.welcome.agentID == "from-file")
-        guard case .deviceList(let list) = try await client.request(.listDevices(.init())).frame.envelope.body else { return }
+        let answer = try await client.request(.listDevices(.init())).frame.envelope
+        guard case .deviceList(let list) = answer.body else {
+            Issue.record("expected a device list in reply to list_devices, got \(answer.messageName)")
+            return
+        }
         #expect(list.devices.count == 2, "--synthetic 2 overrides the file's 3")
         #expect(FileManager.default.fileExists(atPath: directory + "/spool/results"))
         await client.close()

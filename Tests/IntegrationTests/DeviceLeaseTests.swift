@@ -6,7 +6,7 @@ import Foundation
 import Testing
 
 /// Device operations and configuration leases on a real agent process with synthetic cameras.
-@Suite("Devices and leases over the wire")
+@Suite("Devices and leases over the wire", .timeLimit(.minutes(3)))
 struct DeviceLeaseTests {
     func remoteError(_ body: () async throws -> Void) async -> AgentClientError? {
         do {
@@ -62,7 +62,11 @@ struct DeviceLeaseTests {
         var query = WireDiscoveryQuery()
         query.deviceTypes = [.external, .synthetic]
         query.position = .back
-        guard case .deviceList(let back) = try await client.request(.discoveryQuery(query)).frame.envelope.body else { return }
+        let answer = try await client.request(.discoveryQuery(query)).frame.envelope
+        guard case .deviceList(let back) = answer.body else {
+            Issue.record("expected a device list in reply to discovery_query, got \(answer.messageName)")
+            return
+        }
         #expect(back.devices.map(\.uniqueID) == ["synthetic:SYN0002"])
 
         var describe = WireDescribeDevice()
@@ -115,10 +119,11 @@ struct DeviceLeaseTests {
         // The holder disconnects: the lease ends and the other client gets the device.
         await first.close()
         var acquired: WireLeaseInfo?
-        for _ in 0..<50 where acquired == nil {
+        let freed = try await eventually(timeout: .seconds(5)) {
             acquired = try? await lock(second, device)
-            if acquired == nil { try await Task.sleep(for: .milliseconds(20)) }
+            return acquired != nil
         }
+        #expect(freed, "the lease must end within 5 s of its holder disconnecting")
         #expect(acquired?.holder == "coordinator-2")
         await second.close()
     }
@@ -134,10 +139,19 @@ struct DeviceLeaseTests {
         let lease = try await lock(coordinator, device, ms: 1_000)
         var renew = WireRenewLease()
         renew.leaseID = lease.leaseID
-        guard case .lease(let renewed) = try await coordinator.request(.renewLease(renew)).frame.envelope.body else { return }
+        let answer = try await coordinator.request(.renewLease(renew)).frame.envelope
+        guard case .lease(let renewed) = answer.body else {
+            Issue.record("expected a lease in reply to renew_lease, got \(answer.messageName)")
+            return
+        }
         #expect(renewed.lease.expiresAtNs > lease.expiresAtNs)
-        try await Task.sleep(for: .milliseconds(3_000))
-        let expired = await remoteError { _ = try await configure(coordinator, device, lease: lease.leaseID) { $0.formatID = "YUYV-1280x720" } }
+        // The agent expires leases once a second: within two seconds of the renewed expiry the lease is gone.
+        var expired: AgentClientError?
+        let ended = try await eventually(timeout: .seconds(5), pollingEvery: .milliseconds(100)) {
+            expired = await remoteError { _ = try await configure(coordinator, device, lease: lease.leaseID) { $0.formatID = "YUYV-1280x720" } }
+            return expired != nil
+        }
+        #expect(ended, "a 1 s lease not renewed must expire within 5 s")
         #expect(expired?.code == .leaseExpired)
         // Expired means free: the same client can lock again.
         _ = try await lock(coordinator, device)

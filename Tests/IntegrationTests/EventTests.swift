@@ -1,3 +1,4 @@
+import CamRigClock
 import CamRigCoordinator
 import CamRigSecurity
 import CamRigTestSupport
@@ -6,13 +7,18 @@ import Foundation
 import Testing
 
 /// Events pushed to subscribed clients by a real agent process.
-@Suite("Events")
+@Suite("Events", .timeLimit(.minutes(3)))
 struct EventTests {
-    /// Collects events until `count` arrived or `seconds` passed.
+    /// Collects events until `count` arrived or `seconds` passed; fewer than `count` is a failure.
     func events(_ client: AgentClient, count: Int, within seconds: Double, after action: @Sendable () async throws -> Void) async throws -> [WireEvent] {
         let stream = client.stream(.subscribe(WireSubscribe()))
         var iterator = stream.makeAsyncIterator()
-        guard case .ok = try await iterator.next()?.envelope.body else { return [] }
+        let subscribed = try await iterator.next()
+        guard case .ok = subscribed?.envelope.body else {
+            let got = subscribed?.envelope.messageName ?? "the end of the stream"
+            Issue.record("expected ok in reply to subscribe, got \(got)")
+            return []
+        }
         try await action()
         let collected = EventBox()
         let reader = Task {
@@ -21,9 +27,11 @@ struct EventTests {
                 if collected.count >= count { return }
             }
         }
-        let deadline = Date().addingTimeInterval(seconds)
-        while collected.count < count && Date() < deadline { try await Task.sleep(for: .milliseconds(50)) }
+        let arrived = try await eventually(timeout: .seconds(seconds), pollingEvery: .milliseconds(50)) {
+            collected.count >= count
+        }
         reader.cancel()
+        #expect(arrived, "\(collected.count) of \(count) events arrived within \(seconds) s")
         return collected.all
     }
 
@@ -44,7 +52,7 @@ struct EventTests {
             trigger.triggerID = "too-late"
             trigger.action = .capturePhoto
             trigger.deviceIds = ["synthetic:SYN0001"]
-            trigger.fireAtNs = MonotonicClock.now() - 5_000_000
+            trigger.fireAtNs = HostClock.monotonicNow() - 5_000_000
             _ = try? await coordinator.request(.scheduleTrigger(trigger))
         }
         let late = received.first { $0.kind == .triggerLate }

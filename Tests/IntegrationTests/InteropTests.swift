@@ -4,7 +4,7 @@ import Testing
 
 /// The independent Python client (Tests/interop/camrig_client.py, written from PROTOCOL.md and
 /// camrig.proto alone) against a real agent: if it works, the specification is enough to build a client.
-@Suite("Interoperability")
+@Suite("Interoperability", .timeLimit(.minutes(3)))
 struct InteropTests {
     static let python = "/usr/bin/python3"
 

@@ -1,3 +1,4 @@
+import CamRigClockSocket
 import CamRigCoordinator
 import CamRigDevices
 import CamRigSecurity
@@ -10,7 +11,7 @@ import Logging
 import Testing
 
 /// Multi-camera sessions across real agent processes over TLS.
-@Suite("Rig sessions across agents")
+@Suite("Rig sessions across agents", .timeLimit(.minutes(5)))
 struct SessionTests {
     /// A started pool over these agents, every one connected with a clock estimate.
     static func readyPool(_ agents: [AgentProcess], pki: TestPKI) async throws -> AgentPool {
@@ -165,7 +166,7 @@ struct SessionTests {
 }
 
 /// The agent pool as operators see it through `camrig agents`.
-@Suite("Agent pool")
+@Suite("Agent pool", .timeLimit(.minutes(3)))
 struct AgentPoolTests {
     @Test("one agent down: the others are reported connected with clock estimates, the down one with its reason, exit status 2")
     func oneDown() throws {
@@ -219,11 +220,10 @@ extension AgentPoolTests {
         let remote = pool.agents[0]
         #expect(await remote.waitUntilConnected(timeout: .seconds(10)))
         agent.crash()
-        var sawDown = false
-        for _ in 0..<200 where !sawDown {
-            if case .down = remote.snapshot.status { sawDown = true } else { try await Task.sleep(for: .milliseconds(25)) }
+        let sawDown = try await eventually(timeout: .seconds(5), pollingEvery: .milliseconds(25)) {
+            if case .down = remote.snapshot.status { true } else { false }
         }
-        #expect(sawDown)
+        #expect(sawDown, "the crashed agent was not reported down within 5 s")
         #expect(throws: AgentClientError.self) { try remote.client() }
 
         let restarted = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--listen", "127.0.0.1:\(port)"])
@@ -237,7 +237,7 @@ extension AgentPoolTests {
 }
 
 /// Recordings when part of the rig fails.
-@Suite("Recording with failures")
+@Suite("Recording with failures", .timeLimit(.minutes(3)))
 struct RecordingFailureTests {
     @Test("an agent killed mid-recording: its camera's later sets are incomplete and say so, the other camera records on, nothing hangs")
     func agentKilled() async throws {
@@ -287,7 +287,7 @@ struct RecordingFailureTests {
 }
 
 /// Clock probes over the authenticated UDP channel.
-@Suite("UDP clock channel")
+@Suite("UDP clock channel", .timeLimit(.minutes(3)))
 struct ClockChannelTests {
     static func pool(_ agent: AgentProcess, pki: TestPKI, udp: Bool = true) -> AgentPool {
         var timing = RemoteAgent.Timing()

@@ -8,7 +8,7 @@ import NIOCore
 import Testing
 
 /// Streaming from a real agent process with synthetic cameras.
-@Suite("Streaming over the wire")
+@Suite("Streaming over the wire", .timeLimit(.minutes(3)))
 struct StreamingTests {
     func start(_ device: String, maxQueued: UInt32 = 0) -> WireEnvelope.OneOf_Body {
         var start = WireStartStream()
@@ -47,7 +47,8 @@ struct StreamingTests {
         }
         #expect(frames.count >= 30)
         let sequences = frames.map(\.0.sequence)
-        #expect(sequences == Array(sequences.first!..<(sequences.first! + UInt64(frames.count))))
+        let firstSequence = try #require(sequences.first, "no video frame arrived")
+        #expect(sequences == Array(firstSequence..<(firstSequence + UInt64(frames.count))))
         for (frame, payload) in frames {
             #expect(frame.streamID == streamID)
             #expect(frame.timestamp.clock == .agentMonotonic)
@@ -97,7 +98,11 @@ struct StreamingTests {
         let coordinator = try await agent.connect(pki)
         var lock = WireLock()
         lock.deviceID = "synthetic:SYN0001"
-        guard case .lease(let lease) = try await coordinator.request(.lock(lock)).frame.envelope.body else { return }
+        let answer = try await coordinator.request(.lock(lock)).frame.envelope
+        guard case .lease(let lease) = answer.body else {
+            Issue.record("expected a lease in reply to lock, got \(answer.messageName)")
+            return
+        }
         var configure = WireConfigure()
         configure.deviceID = "synthetic:SYN0001"
         configure.leaseID = lease.lease.leaseID

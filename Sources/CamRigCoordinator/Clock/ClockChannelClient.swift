@@ -1,3 +1,5 @@
+import CamRigClockSocket
+import CamRigClock
 import CamRigWire
 import Crypto
 import Foundation
@@ -7,6 +9,9 @@ import NIOCore
 /// The coordinator's end of the UDP clock channel: one socket per address family for every agent,
 /// a receive thread that stamps replies with the kernel's receive time (t4), and probes matched to
 /// replies by sequence number and authenticated with each agent's key.
+///
+/// A family's socket and its thread exist while probes do: once no probe has been pending for
+/// `idleLifetime`, the thread closes the socket and ends; the next probe opens a new one.
 public final class ClockChannelClient: Sendable {
     /// Where an agent's channel is, and its key (from `ClockChannel`).
     public struct Channel: Sendable {
@@ -54,15 +59,25 @@ public final class ClockChannelClient: Sendable {
     ///
     /// - Throws: `AgentClientError(.timeout)` when no authenticated reply comes within `timeout`.
     public func probe(_ channel: Channel, agent: String, timeout: Duration = .seconds(1)) async throws -> (ClockSample, Bool) {
-        let socket = try socket(family: Int32(channel.address.ss_family))
         let sequence = nextSequence.withLockedValue { value -> UInt64 in
             value &+= 1
             return value
         }
         return try await withCheckedThrowingContinuation { continuation in
-            let deadline = MonotonicClock.now() + timeout.nanosecondsValue
-            pending.withLockedValue { $0[sequence] = Pending(keyID: channel.keyID, key: channel.key, deadline: deadline, continuation: continuation) }
-            let probe = ClockPacket(kind: .probe, keyID: channel.keyID, sequence: sequence, t1: MonotonicClock.now())
+            let deadline = HostClock.monotonicNow() + timeout.nanoseconds
+            let socket: TimestampingUDPSocket
+            do {
+                // Taken together with registering the probe, so an idle thread cannot retire the socket in between.
+                socket = try sockets.withLockedValue { sockets in
+                    let socket = try self.socket(family: Int32(channel.address.ss_family), in: &sockets)
+                    pending.withLockedValue { $0[sequence] = Pending(keyID: channel.keyID, key: channel.key, deadline: deadline, continuation: continuation) }
+                    return socket
+                }
+            } catch {
+                continuation.resume(throwing: error)
+                return
+            }
+            let probe = ClockPacket(kind: .probe, keyID: channel.keyID, sequence: sequence, t1: HostClock.monotonicNow())
             if !socket.send(probe.encoded(key: channel.key), to: channel.address, length: channel.addressLength) {
                 if let entry = pending.withLockedValue({ $0.removeValue(forKey: sequence) }) {
                     entry.continuation.resume(throwing: AgentClientError(.connectFailed, agent: agent, "cannot send a UDP clock probe: \(String(cString: strerror(errno)))"))
@@ -71,21 +86,24 @@ public final class ClockChannelClient: Sendable {
         }
     }
 
-    private func socket(family: Int32) throws -> TimestampingUDPSocket {
-        try sockets.withLockedValue { sockets in
-            if let socket = sockets[family] { return socket }
-            let socket = try TimestampingUDPSocket(host: family == AF_INET6 ? "::" : "0.0.0.0", port: 0, receiveTimeout: .milliseconds(100))
-            sockets[family] = socket
-            let thread = Thread { [self] in self.receive(on: socket) }
-            thread.name = "camrig-clock-udp"
-            thread.qualityOfService = .userInteractive
-            thread.start()
-            return socket
-        }
+    /// How long a socket and its thread outlive the last pending probe.
+    static let idleLifetime: Int64 = 5_000_000_000
+
+    private func socket(family: Int32, in sockets: inout [Int32: TimestampingUDPSocket]) throws -> TimestampingUDPSocket {
+        if let socket = sockets[family] { return socket }
+        let socket = try TimestampingUDPSocket(host: family == AF_INET6 ? "::" : "0.0.0.0", port: 0, receiveTimeout: .milliseconds(100))
+        sockets[family] = socket
+        let thread = Thread { [self] in self.receive(on: socket, family: family) }
+        thread.name = "camrig-clock-udp"
+        thread.qualityOfService = .userInteractive
+        thread.start()
+        return socket
     }
 
-    /// Matches replies to probes for the life of the process; expires probes past their deadline.
-    private func receive(on socket: TimestampingUDPSocket) {
+    /// Matches replies to probes and expires probes past their deadline, until no probe has been pending
+    /// for `idleLifetime`.
+    private func receive(on socket: TimestampingUDPSocket, family: Int32) {
+        var busyAt = HostClock.monotonicNow()
         while true {
             if let datagram = socket.receive(), let sequence = ClockPacket.sequence(of: datagram.bytes, kind: .reply),
                 let keyID = ClockPacket.keyID(of: datagram.bytes)
@@ -102,7 +120,7 @@ public final class ClockChannelClient: Sendable {
                     entry.continuation.resume(returning: (sample, datagram.kernelStamped))
                 }
             }
-            let now = MonotonicClock.now()
+            let now = HostClock.monotonicNow()
             let expired = pending.withLockedValue { pending -> [Pending] in
                 let late = pending.filter { $0.value.deadline <= now }
                 for key in late.keys { pending.removeValue(forKey: key) }
@@ -110,6 +128,18 @@ public final class ClockChannelClient: Sendable {
             }
             for entry in expired {
                 entry.continuation.resume(throwing: AgentClientError(.timeout, agent: "udp", "no answer to a UDP clock probe"))
+            }
+            if pending.withLockedValue({ !$0.isEmpty }) {
+                busyAt = now
+            } else if now - busyAt > Self.idleLifetime {
+                let retired = sockets.withLockedValue { sockets -> Bool in
+                    guard pending.withLockedValue({ $0.isEmpty }) else { return false }
+                    sockets.removeValue(forKey: family)
+                    return true
+                }
+                // The socket closes when this thread lets go of it.
+                if retired { return }
+                busyAt = now
             }
         }
     }

@@ -1,3 +1,4 @@
+import CamRigWire
 import Logging
 import NIOConcurrencyHelpers
 

@@ -1,3 +1,4 @@
+import CamRigClock
 import CamRigWire
 import Foundation
 import Logging
@@ -299,7 +300,7 @@ public final class RemoteAgent: Sendable {
     /// One four-timestamp exchange: t1 and t4 are taken on the connection's event loop.
     func probeOnce(_ client: AgentClient) async throws -> ClockSample {
         var probe = WireClockProbe()
-        probe.clientTransmitNs = MonotonicClock.now()
+        probe.clientTransmitNs = HostClock.monotonicNow()
         let reply = try await client.request(.clockProbe(probe), timeout: timing.probeTimeout)
         guard case .clockProbeReply(let answer) = reply.frame.envelope.body else {
             throw AgentClientError(.protocolViolation, agent: name, "answered a clock probe with \(reply.frame.envelope.messageName)")

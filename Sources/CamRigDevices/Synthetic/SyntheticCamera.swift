@@ -1,3 +1,4 @@
+import CamRigClock
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore

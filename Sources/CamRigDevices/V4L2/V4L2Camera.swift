@@ -1,3 +1,4 @@
+import CamRigClock
 import CLibV4L2
 import Foundation
 import NIOConcurrencyHelpers

@@ -1,0 +1,116 @@
+import CamRigWire
+import CamRigWireModel
+import NIOCore
+
+/// Carries out what `AgentRequestCore` decides, with the services that own the agent's state: the
+/// device service (devices, leases, hot-plug), streams, the trigger scheduler and the result service.
+struct AgentRequestRouter: Sendable {
+    let agentID: String
+    let devices: AgentDevices?
+    let streams: AgentStreams?
+    let capture: AgentCapture?
+    let results: ResultService?
+    let clockChannel: ClockChannelServer?
+
+    init(
+        agentID: String,
+        devices: AgentDevices?,
+        streams: AgentStreams? = nil,
+        capture: AgentCapture? = nil,
+        results: ResultService? = nil,
+        clockChannel: ClockChannelServer? = nil
+    ) {
+        self.clockChannel = clockChannel
+        self.agentID = agentID
+        self.devices = devices
+        self.streams = streams
+        self.capture = capture
+        self.results = results
+    }
+
+    /// What this router serves, for the connections' request cores.
+    var configuration: AgentRequestCore.Configuration {
+        AgentRequestCore.Configuration(
+            agentID: agentID,
+            devices: devices != nil && streams != nil,
+            capture: capture != nil && results != nil,
+            clockChannel: clockChannel != nil
+        )
+    }
+
+    /// Where a connection's answers go: its event loop and a way to write (with a completion promise).
+    struct Connection: Sendable {
+        var id: UInt64
+        var eventLoop: any EventLoop
+        var write: @Sendable (WireFrame, EventLoopPromise<Void>?) -> Void
+
+        /// Writes `frame` and returns once it is on the socket (or failed to get there).
+        func send(_ frame: WireFrame) async throws {
+            let promise = eventLoop.makePromise(of: Void.self)
+            write(frame, promise)
+            try await promise.futureResult.get()
+        }
+    }
+
+    /// Carries out `action` for request `requestID` from `client` on `connection`.
+    func run(_ action: AgentRequestCore.Action, requestID: UInt64, client: ServerConnectionStateMachine.Client, connection: Connection) {
+        let reply: @Sendable (WireEnvelope.OneOf_Body) -> Void = { connection.write(WireFrame(requestID: requestID, $0), nil) }
+        switch action {
+        case .reply(let body):
+            reply(body)
+        case .openClockChannel:
+            if let channel = clockChannel?.open(connection: connection.id) {
+                reply(.clockChannel(channel))
+            } else {
+                reply(.error(WireError(.unsupported, agent: agentID, "agent \(agentID)'s UDP clock channel is not running (see its log); probe over this connection instead")))
+            }
+        case .devices(let body):
+            devices?.handle(body, client: client, connection: connection.id, reply: reply)
+        case .startStream(let deviceID, let maxQueued):
+            guard let streams, let devices else { return }
+            let subscriber = StreamSubscriber(
+                requestID: requestID,
+                connection: connection.id,
+                maxQueued: maxQueued,
+                eventLoop: connection.eventLoop,
+                write: connection.write
+            )
+            devices.queue.async {
+                switch streams.start(deviceID: deviceID, subscriber: subscriber) {
+                case .started(_, let format): subscriber.open(format: format)
+                case .failed(let error): reply(.error(error))
+                }
+            }
+        case .stopStream(let streamID):
+            guard let streams, let devices else { return }
+            devices.queue.async {
+                guard streams.owner(of: streamID) == connection.id else {
+                    reply(.error(WireError(.notFound, agent: agentID, "no stream '\(streamID)' on this connection")))
+                    return
+                }
+                reply(.ok(WireOk()))
+                streams.stop(streamID: streamID, reason: .stopped)
+            }
+        case .subscribe(let kinds):
+            devices?.events.subscribe(connection: connection.id, requestID: requestID, kinds: kinds) { connection.write($0, nil) }
+            reply(.ok(WireOk()))
+        case .capturePhoto(let photo):
+            capture?.capturePhoto(photo, requestID: requestID, reply: reply)
+        case .scheduleTrigger(let trigger):
+            capture?.schedule(trigger, requestID: requestID, connection: connection, reply: reply)
+        case .fetchResults(let session, let limit):
+            guard let results else { return }
+            Task { await results.fetch(session: session, limit: limit, requestID: requestID, connection: connection) }
+        case .acknowledgeResults(let ids):
+            guard let results else { return }
+            Task { await results.acknowledge(ids, requestID: requestID, connection: connection) }
+        }
+    }
+
+    func connectionClosed(_ connection: UInt64) {
+        clockChannel?.connectionClosed(connection)
+        devices?.events.connectionClosed(connection)
+        streams?.connectionClosed(connection)
+        devices?.connectionClosed(connection)
+    }
+}

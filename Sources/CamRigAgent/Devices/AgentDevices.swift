@@ -1,0 +1,271 @@
+import CamRigClock
+import CamRigDevices
+import CamRigWire
+import CamRigWireModel
+import Dispatch
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import ServiceLifecycle
+
+/// The device service: the agent's devices over the wire (list, describe, discovery queries, leases and
+/// configuration) and their hot-plug.
+///
+/// Leases and configuration locks have one home, the service's serial queue: requests, disconnections,
+/// expiry and hot-plug all change them there, one at a time, off the event loops, so a slow driver call
+/// never delays another connection's clock probe. `run()` follows hot-plug and expires leases until
+/// graceful shutdown.
+public final class AgentDevices: Service, Sendable {
+    public let discovery: DeviceDiscovery
+    let agentID: String
+    let queue = DispatchQueue(label: "camrig.agent.devices")
+    private let leases: NIOLockedValueBox<LeaseTable>
+    /// The device configuration lock held for each lease id.
+    private let locks = NIOLockedValueBox<[String: ConfigurationLock]>([:])
+    private let logger: Logger
+    /// Where lease and device events go.
+    public let events: AgentEvents
+    /// The host clock every agent time on the wire is read from.
+    public let clock: HostClock
+
+    /// - Parameter clock: the host's clock; `.system` except for simulated hosts, where it must be the
+    ///   clock the synthetic cameras stamp frames with.
+    public init(discovery: DeviceDiscovery, agentID: String, clock: HostClock = .system, logger: Logger) {
+        self.discovery = discovery
+        self.clock = clock
+        self.events = AgentEvents(clock: clock)
+        self.agentID = agentID
+        self.logger = logger
+        leases = NIOLockedValueBox(LeaseTable(idPrefix: String(UInt32.random(in: 0...UInt32.max), radix: 16)))
+    }
+
+    /// Answers a device request from `client` on `connection`, on the device queue; `reply` gets the answer.
+    func handle(
+        _ request: WireEnvelope.OneOf_Body,
+        client: ServerConnectionStateMachine.Client,
+        connection: UInt64,
+        reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void
+    ) {
+        queue.async {
+            reply(self.answer(request, client: client, connection: connection))
+        }
+    }
+
+    /// The connection closed: its leases end and the devices are free again.
+    func connectionClosed(_ connection: UInt64) {
+        queue.async {
+            let ended = self.leases.withLockedValue { $0.releaseAll(connection: connection) }
+            for lease in ended {
+                self.unlock(lease)
+                self.logger.info("lease released: client disconnected", metadata: ["device": "\(lease.deviceID)", "holder": "\(lease.holder)"])
+            }
+        }
+    }
+
+    /// Ends the leases expired at `now` (agent clock); `run()` calls it every second.
+    func expireLeases(now: Int64? = nil) {
+        queue.async { self.endExpired(now: now ?? self.clock.now()) }
+    }
+
+    private func endExpired(now: Int64) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let expired = leases.withLockedValue { $0.expire(now: now) }
+        for lease in expired {
+            unlock(lease)
+            logger.notice("lease expired without renewal", metadata: ["device": "\(lease.deviceID)", "holder": "\(lease.holder)"])
+            events.publish(.leaseLost, device: lease.deviceID, message: "lease \(lease.id) of '\(lease.holder)' expired without renewal") {
+                $0.lease = WireLeaseInfo(lease)
+            }
+        }
+    }
+
+    private func unlock(_ lease: LeaseTable.Lease) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        if let lock = locks.withLockedValue({ $0.removeValue(forKey: lease.id) }) {
+            discovery.device(uniqueID: lease.deviceID)?.unlockForConfiguration(lock)
+        }
+    }
+
+    /// Follows hot-plug and expires leases that were not renewed, until graceful shutdown.
+    public func run() async {
+        await cancelWhenGracefulShutdown {
+            await withDiscardingTaskGroup { group in
+                group.addTask {
+                    while !Task.isCancelled {
+                        try? await Task.sleep(for: .seconds(1))
+                        self.expireLeases()
+                    }
+                }
+                group.addTask { await self.monitor() }
+            }
+        }
+    }
+
+    /// Follows hot-plug: rescans every second and publishes devices coming and going, until cancelled.
+    func monitor() async {
+        let changes = discovery.events()
+        let watcher = Task {
+            for await change in changes {
+                switch change {
+                case .connected(let device):
+                    logger.info("device connected", metadata: ["device": "\(device.uniqueID)"])
+                    events.publish(.deviceConnected, device: device.uniqueID, message: "\(device.identity.localizedName) connected") {
+                        $0.device = WireDeviceDescription(device: device, agentID: self.agentID, lease: nil)
+                    }
+                case .disconnected(let identity):
+                    logger.warning("device disconnected", metadata: ["device": "\(identity.uniqueID)"])
+                    queue.async {
+                        if let lease = self.leases.withLockedValue({ $0.drop(deviceID: identity.uniqueID) }) {
+                            _ = self.locks.withLockedValue { $0.removeValue(forKey: lease.id) }
+                            self.events.publish(.leaseLost, device: identity.uniqueID, message: "\(identity.uniqueID) was disconnected") {
+                                $0.lease = WireLeaseInfo(lease)
+                            }
+                        }
+                        self.events.publish(.deviceDisconnected, device: identity.uniqueID, message: "\(identity.localizedName) disconnected")
+                    }
+                }
+            }
+        }
+        await discovery.monitor(every: .seconds(1))
+        watcher.cancel()
+    }
+
+    // MARK: Requests
+
+    func answer(_ request: WireEnvelope.OneOf_Body, client: ServerConnectionStateMachine.Client, connection: UInt64) -> WireEnvelope.OneOf_Body {
+        let now = clock.now()
+        // Leases past their expiry end now, not at the next tick: their devices' locks are free for this request.
+        endExpired(now: now)
+        switch request {
+        case .listDevices:
+            return .deviceList(list(discovery.devices, now: now))
+
+        case .discoveryQuery(let query):
+            let types = query.deviceTypes.compactMap(\.deviceType)
+            return .deviceList(list(discovery.devices(types: types, position: query.position.position, labelPrefix: query.labelPrefix), now: now))
+
+        case .describeDevice(let describe):
+            guard let device = discovery.device(uniqueID: describe.deviceID) else { return notFound(describe.deviceID) }
+            return .deviceDescription(describeDevice(device, now: now))
+
+        case .lock(let lock):
+            guard let device = discovery.device(uniqueID: lock.deviceID) else { return notFound(lock.deviceID) }
+            let result = leases.withLockedValue {
+                $0.acquire(deviceID: device.uniqueID, holder: client.name, connection: connection, requested: Int64(lock.durationMs) * 1_000_000, now: now)
+            }
+            switch result {
+            case .success(let lease):
+                if locks.withLockedValue({ $0[lease.id] }) == nil {
+                    do throws(DeviceError) {
+                        let configurationLock = try device.lockForConfiguration(holder: client.name)
+                        locks.withLockedValue { $0[lease.id] = configurationLock }
+                    } catch {
+                        _ = leases.withLockedValue { $0.drop(deviceID: device.uniqueID) }
+                        return .error(error.wire(agentID: agentID))
+                    }
+                }
+                var reply = WireLease()
+                reply.lease = WireLeaseInfo(lease)
+                return .lease(reply)
+            case .failure(let failure):
+                return leaseError(failure, device: device.uniqueID, now: now)
+            }
+
+        case .renewLease(let renew):
+            switch leases.withLockedValue({ $0.renew(leaseID: renew.leaseID, holder: client.name, now: now) }) {
+            case .success(let lease):
+                var reply = WireLease()
+                reply.lease = WireLeaseInfo(lease)
+                return .lease(reply)
+            case .failure(let failure):
+                return leaseError(failure, device: "", now: now)
+            }
+
+        case .unlock(let unlock):
+            switch leases.withLockedValue({ $0.release(leaseID: unlock.leaseID, holder: client.name, now: now) }) {
+            case .success(let lease):
+                self.unlock(lease)
+                return .ok(WireOk())
+            case .failure(let failure):
+                return leaseError(failure, device: "", now: now)
+            }
+
+        case .configure(let configure):
+            return self.configure(configure, client: client, now: now)
+
+        default:
+            return .error(WireError(.unimplemented, agent: agentID, "agent \(agentID) (camrig-agent \(CamRigVersion.string)) does not serve \(request.messageName) yet"))
+        }
+    }
+
+    private func configure(_ configure: WireConfigure, client: ServerConnectionStateMachine.Client, now: Int64) -> WireEnvelope.OneOf_Body {
+        guard let device = discovery.device(uniqueID: configure.deviceID) else { return notFound(configure.deviceID) }
+        guard !configure.leaseID.isEmpty else {
+            if let held = leases.withLockedValue({ $0.lease(onDevice: device.uniqueID, now: now) }) {
+                return leaseError(.held(held), device: device.uniqueID, now: now)
+            }
+            return failure(.leaseRequired, device: device.uniqueID, "changing \(device.uniqueID) needs its lease: send lock first")
+        }
+        let lease: LeaseTable.Lease
+        switch leases.withLockedValue({ $0.check(leaseID: configure.leaseID, holder: client.name, now: now) }) {
+        case .success(let found): lease = found
+        case .failure(let failure): return leaseError(failure, device: device.uniqueID, now: now)
+        }
+        guard lease.deviceID == device.uniqueID, let lock = locks.withLockedValue({ $0[lease.id] }) else {
+            return failure(.leaseRequired, device: device.uniqueID, "lease \(lease.id) is for \(lease.deviceID), not \(device.uniqueID)")
+        }
+        do {
+            let change = try DeviceConfigurationChange(configure)
+            if configure.validateOnly {
+                _ = try device.validate(change)
+            } else {
+                try device.configure(change, lock: lock)
+            }
+            return .deviceState(WireDeviceState(device: device, rawValues: (try? device.controlValues()) ?? [:]))
+        } catch let error as DeviceError {
+            return .error(error.wire(agentID: agentID))
+        } catch let error as WireProtocolError {
+            return failure(error.code, device: device.uniqueID, error.message)
+        } catch {
+            return failure(.internal, device: device.uniqueID, "\(error)")
+        }
+    }
+
+    private func list(_ devices: [CaptureDevice], now: Int64) -> WireDeviceList {
+        var list = WireDeviceList()
+        list.devices = devices.map { describeDevice($0, now: now) }
+        return list
+    }
+
+    private func describeDevice(_ device: CaptureDevice, now: Int64) -> WireDeviceDescription {
+        WireDeviceDescription(device: device, agentID: agentID, lease: leases.withLockedValue { $0.lease(onDevice: device.uniqueID, now: now) })
+    }
+
+    private func notFound(_ id: String) -> WireEnvelope.OneOf_Body {
+        let known = discovery.devices.map(\.uniqueID).joined(separator: ", ")
+        return failure(.deviceNotFound, device: id, "agent \(agentID) has no device '\(id)'; it has: \(known.isEmpty ? "none" : known)")
+    }
+
+    private func leaseError(_ failure: LeaseTable.Failure, device: String, now: Int64) -> WireEnvelope.OneOf_Body {
+        var error = WireError(.unspecified, agent: agentID, device: device, "")
+        switch failure {
+        case .held(let lease):
+            error.code = .leaseHeld
+            error.lease = WireLeaseInfo(lease)
+            let seconds = Double(lease.expiresAt - now) / 1e9
+            error.message = "\(lease.deviceID) is leased by '\(lease.holder)' for \(String(format: "%.1f", seconds)) s more (until agent time \(lease.expiresAt) ns)"
+        case .unknownLease(let id):
+            error.code = .leaseExpired
+            error.message = "lease \(id) expired or was released; lock the device again"
+        case .notHolder(let lease):
+            error.code = .leaseHeld
+            error.lease = WireLeaseInfo(lease)
+            error.message = "lease \(lease.id) belongs to '\(lease.holder)'"
+        }
+        return .error(error)
+    }
+
+    private func failure(_ code: WireErrorCode, device: String, _ message: String) -> WireEnvelope.OneOf_Body {
+        .error(WireError(code, agent: agentID, device: device, message))
+    }
+}

@@ -1,0 +1,49 @@
+import CamRigWire
+import NIOCore
+import NIOPosix
+
+/// Hands spooled results to the coordinator, with the spool's file work off the event loops.
+///
+/// Reading a result's image, deleting acknowledged results and flushing the spool's directory run on a
+/// thread pool. Fetched results are sent one after another as the connection takes them: the next file
+/// is read only once the previous result has been written to the socket, so a slow reader holds at most
+/// one result in memory, however many are spooled.
+public struct ResultService: Sendable {
+    public let spool: ResultSpool
+    private let threadPool: NIOThreadPool
+    private let agentID: String
+
+    /// - Parameter threadPool: where blocking file work runs (NIO's shared pool by default).
+    public init(spool: ResultSpool, agentID: String, threadPool: NIOThreadPool = .singleton) {
+        self.spool = spool
+        self.agentID = agentID
+        self.threadPool = threadPool
+    }
+
+    /// Sends the results of `session` (all when empty), at most `limit` (0: all), then `ResultsEnd`.
+    func fetch(session: String, limit: Int, requestID: UInt64, connection: AgentRequestRouter.Connection) async {
+        let results = spool.pending(session: session)
+        let page = limit > 0 ? Array(results.prefix(limit)) : results
+        var sent: UInt32 = 0
+        for result in page {
+            guard let image = try? await threadPool.runIfActive({ try spool.image(of: result) }) else { continue }
+            do {
+                try await connection.send(WireFrame(requestID: requestID, .photoResult(result), payload: image))
+            } catch {
+                // The connection is gone: the results stay spooled for the next fetch.
+                return
+            }
+            sent += 1
+        }
+        var end = WireResultsEnd()
+        end.count = sent
+        end.remaining = UInt32(results.count) - sent
+        try? await connection.send(WireFrame(requestID: requestID, .resultsEnd(end)))
+    }
+
+    /// Deletes acknowledged results from the spool, then answers `Ok`.
+    func acknowledge(_ ids: [String], requestID: UInt64, connection: AgentRequestRouter.Connection) async {
+        _ = try? await threadPool.runIfActive { spool.acknowledge(ids) }
+        try? await connection.send(WireFrame(requestID: requestID, .ok(WireOk())))
+    }
+}

@@ -1,0 +1,278 @@
+import CamRigDevices
+import CamRigWire
+import CamRigWireModel
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// Live streams: one device stream fans out to every client watching that device.
+///
+/// Each watcher gets frames through its own `StreamSubscriber`, which applies back-pressure per client.
+public final class AgentStreams: Sendable {
+    let devices: AgentDevices
+    private let hubs = NIOLockedValueBox<[String: Hub]>([:])
+    private let nextStreamID = NIOLockedValueBox<UInt64>(1)
+    private let logger: Logger
+
+    init(devices: AgentDevices, logger: Logger) {
+        self.devices = devices
+        self.logger = logger
+    }
+
+    /// One device's stream and its watchers.
+    final class Hub: Sendable {
+        let subscribers = NIOLockedValueBox<[String: any FrameSink]>([:])
+        let task = NIOLockedValueBox<Task<Void, Never>?>(nil)
+    }
+
+    /// Starts delivering `deviceID`'s frames to `subscriber`; returns the stream id and the format, or an error.
+    enum Start {
+        case started(streamID: String, format: DeviceFormat)
+        case failed(WireError)
+    }
+
+    func start(deviceID: String, subscriber: any FrameSink) -> Start {
+        guard let device = devices.discovery.device(uniqueID: deviceID) else {
+            return .failed(WireError(.deviceNotFound, agent: devices.agentID, device: deviceID, "agent \(devices.agentID) has no device '\(deviceID)'"))
+        }
+        let streamID = nextStreamID.withLockedValue { id in
+            defer { id += 1 }
+            return "\(devices.agentID)-s\(id)"
+        }
+        subscriber.assign(streamID: streamID)
+        let (hub, isNew) = hubs.withLockedValue { hubs -> (Hub, Bool) in
+            if let hub = hubs[deviceID] { return (hub, false) }
+            let hub = Hub()
+            hubs[deviceID] = hub
+            return (hub, true)
+        }
+        hub.subscribers.withLockedValue { $0[streamID] = subscriber }
+        if isNew {
+            let frames: FrameStream
+            do {
+                frames = try device.frames(bufferLimit: 8)
+            } catch {
+                _ = hubs.withLockedValue { $0.removeValue(forKey: deviceID) }
+                return .failed(error.wire(agentID: devices.agentID))
+            }
+            let logger = self.logger
+            hub.task.withLockedValue {
+                $0 = Task {
+                    var ending: (WireStreamEndReason, String) = (.stopped, "")
+                    do {
+                        for try await frame in frames {
+                            for subscriber in hub.subscribers.withLockedValue({ Array($0.values) }) { subscriber.deliver(frame) }
+                        }
+                    } catch let error as DeviceError {
+                        ending = (error.code == .disconnected ? .deviceDisconnected : .deviceError, error.description)
+                        logger.warning("stream ended by the device", metadata: ["device": "\(deviceID)", "error": "\(error)"])
+                    } catch {
+                        ending = (.deviceError, "\(error)")
+                    }
+                    if Task.isCancelled { return }
+                    self.hubs.withLockedValue { if $0[deviceID] === hub { $0.removeValue(forKey: deviceID) } }
+                    for subscriber in hub.subscribers.withLockedValue({ Array($0.values) }) { subscriber.end(reason: ending.0, message: ending.1) }
+                }
+            }
+        }
+        return .started(streamID: streamID, format: device.activeFormat)
+    }
+
+    /// Stops one stream; the device stops when its last watcher leaves. Returns the subscriber, if found.
+    @discardableResult
+    func stop(streamID: String, reason: WireStreamEndReason, message: String = "") -> (any FrameSink)? {
+        let found: (String, Hub, any FrameSink)? = hubs.withLockedValue { hubs in
+            for (deviceID, hub) in hubs {
+                if let subscriber = hub.subscribers.withLockedValue({ $0[streamID] }) { return (deviceID, hub, subscriber) }
+            }
+            return nil
+        }
+        guard let (deviceID, hub, subscriber) = found else { return nil }
+        let remaining = hub.subscribers.withLockedValue { subscribers in
+            subscribers.removeValue(forKey: streamID)
+            return subscribers.count
+        }
+        if remaining == 0 {
+            hubs.withLockedValue { if $0[deviceID] === hub { $0.removeValue(forKey: deviceID) } }
+            hub.task.withLockedValue { $0?.cancel() }
+        }
+        subscriber.end(reason: reason, message: message)
+        return subscriber
+    }
+
+    /// The connection that opened a stream, if it exists.
+    func owner(of streamID: String) -> UInt64? {
+        hubs.withLockedValue { hubs in
+            for hub in hubs.values {
+                if let subscriber = hub.subscribers.withLockedValue({ $0[streamID] }) { return subscriber.connection }
+            }
+            return nil
+        }
+    }
+
+    /// Ends every stream of a closed connection.
+    func connectionClosed(_ connection: UInt64) {
+        let streams = hubs.withLockedValue { hubs in
+            hubs.values.flatMap { hub in hub.subscribers.withLockedValue { $0.values.filter { $0.connection == connection }.map(\.streamID) } }
+        }
+        for streamID in streams { stop(streamID: streamID, reason: .stopped, message: "client disconnected") }
+    }
+
+    /// Ends every stream (agent shutdown).
+    func stopAll(message: String) {
+        let streams = hubs.withLockedValue { hubs in hubs.values.flatMap { hub in hub.subscribers.withLockedValue { Array($0.keys) } } }
+        for streamID in streams { stop(streamID: streamID, reason: .shuttingDown, message: message) }
+    }
+}
+
+/// Where a device stream's frames go.
+protocol FrameSink: AnyObject, Sendable {
+    /// The stream's id, assigned once by `AgentStreams.start` before the first frame.
+    var streamID: String { get }
+    func assign(streamID: String)
+    var connection: UInt64 { get }
+    func deliver(_ frame: CapturedFrame)
+    func end(reason: WireStreamEndReason, message: String)
+}
+
+extension AgentStreams {
+    /// The first frame of `deviceID` exposed at or after `notBefore` (agent clock), from the device's
+    /// stream (started for the purpose if nobody watches it).
+    func nextFrame(deviceID: String, notBefore: Int64, timeout: Duration = .seconds(5)) async throws -> CapturedFrame {
+        let sink = OneFrameSink(notBefore: notBefore)
+        let frame: CapturedFrame = try await withCheckedThrowingContinuation { continuation in
+            sink.continuation.withLockedValue { $0 = continuation }
+            if case .failed(let error) = start(deviceID: deviceID, subscriber: sink) {
+                sink.fail(WireProtocolError(error.code, error.message))
+                return
+            }
+            Task {
+                try? await Task.sleep(for: timeout)
+                sink.fail(WireProtocolError(.internal, "\(deviceID) delivered no frame within \(timeout)"))
+            }
+        }
+        stop(streamID: sink.streamID, reason: .stopped)
+        return frame
+    }
+}
+
+/// Takes one frame from a stream.
+final class OneFrameSink: FrameSink {
+    private let id = NIOLockedValueBox("")
+    var streamID: String { id.withLockedValue { $0 } }
+    func assign(streamID: String) { id.withLockedValue { $0 = streamID } }
+    let connection: UInt64 = 0
+    let notBefore: Int64
+    let continuation = NIOLockedValueBox<CheckedContinuation<CapturedFrame, any Error>?>(nil)
+
+    init(notBefore: Int64) { self.notBefore = notBefore }
+
+    func deliver(_ frame: CapturedFrame) {
+        guard frame.timestamp >= notBefore else { return }
+        continuation.withLockedValue { $0.take() }?.resume(returning: frame)
+    }
+
+    func end(reason: WireStreamEndReason, message: String) {
+        fail(WireProtocolError(reason == .deviceDisconnected ? .deviceDisconnected : .internal, "stream ended before a frame: \(message)"))
+    }
+
+    func fail(_ error: WireProtocolError) {
+        continuation.withLockedValue { $0.take() }?.resume(throwing: error)
+    }
+}
+
+/// One client's view of a stream, living on its connection's event loop.
+///
+/// At most `maxQueued` frames are written and not yet on the wire; a frame that arrives while the
+/// client is that far behind is dropped and counted, and the next frame sent says how many were
+/// dropped before it (`dropped_before`). Memory per client is bounded by `maxQueued` frames, however
+/// slowly it reads.
+final class StreamSubscriber: FrameSink {
+    let requestID: UInt64
+    let connection: UInt64
+    let maxQueued: Int
+    /// Frames exposed before this agent time are not sent (a stream started by a trigger at T).
+    let notBefore: Int64
+    let eventLoop: any EventLoop
+    private let write: @Sendable (WireFrame, EventLoopPromise<Void>?) -> Void
+    private let id = NIOLockedValueBox("")
+    var streamID: String { id.withLockedValue { $0 } }
+    func assign(streamID: String) { id.withLockedValue { $0 = streamID } }
+
+    /// What the subscriber keeps on its event loop.
+    private struct State {
+        var inFlight = 0
+        var droppedSinceLastSent: UInt64 = 0
+        var sent: UInt64 = 0
+        var dropped: UInt64 = 0
+        var ended = false
+        var opened = false
+    }
+
+    private let state: NIOLoopBoundBox<State>
+
+    init(
+        requestID: UInt64,
+        connection: UInt64,
+        maxQueued: Int,
+        notBefore: Int64 = .min,
+        eventLoop: any EventLoop,
+        write: @escaping @Sendable (WireFrame, EventLoopPromise<Void>?) -> Void
+    ) {
+        self.requestID = requestID
+        self.connection = connection
+        self.maxQueued = maxQueued
+        self.notBefore = notBefore
+        self.eventLoop = eventLoop
+        self.write = write
+        state = NIOLoopBoundBox.makeBoxSendingValue(State(), eventLoop: eventLoop)
+    }
+
+    /// Called from the device's stream task.
+    func deliver(_ frame: CapturedFrame) {
+        eventLoop.execute { self.send(frame) }
+    }
+
+    /// Writes `StreamStarted` on the event loop; frames are sent from then on.
+    func open(format: DeviceFormat) {
+        eventLoop.execute {
+            guard !self.state.value.ended else { return }
+            var started = WireStreamStarted()
+            started.streamID = self.streamID
+            started.format = WireFormat(format)
+            self.write(WireFrame(requestID: self.requestID, .streamStarted(started)), nil)
+            self.state.value.opened = true
+        }
+    }
+
+    private func send(_ frame: CapturedFrame) {
+        guard state.value.opened, !state.value.ended, frame.timestamp >= notBefore else { return }
+        guard state.value.inFlight < maxQueued else {
+            state.value.droppedSinceLastSent += 1
+            state.value.dropped += 1
+            return
+        }
+        let message = WireVideoFrame(frame, streamID: streamID, droppedBefore: state.value.droppedSinceLastSent)
+        state.value.droppedSinceLastSent = 0
+        state.value.inFlight += 1
+        state.value.sent += 1
+        let promise = eventLoop.makePromise(of: Void.self)
+        promise.futureResult.whenComplete { _ in self.state.value.inFlight -= 1 }
+        write(WireFrame(requestID: requestID, .videoFrame(message), payload: frame.bytes), promise)
+    }
+
+    /// Sends `StreamEnded` once.
+    func end(reason: WireStreamEndReason, message: String) {
+        eventLoop.execute {
+            guard !self.state.value.ended else { return }
+            self.state.value.ended = true
+            var ended = WireStreamEnded()
+            ended.streamID = self.streamID
+            ended.reason = reason
+            ended.framesSent = self.state.value.sent
+            ended.framesDropped = self.state.value.dropped
+            ended.message = message
+            self.write(WireFrame(requestID: self.requestID, .streamEnded(ended)), nil)
+        }
+    }
+}

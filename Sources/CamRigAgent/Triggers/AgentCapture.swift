@@ -1,0 +1,215 @@
+import CamRigClock
+import CamRigDevices
+import CamRigWire
+import CamRigWireModel
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// Photos and scheduled triggers.
+///
+/// Every pending trigger waits in one `TriggerScheduler`: its thread sleeps to the earliest instant,
+/// prepares each trigger `prepareNanoseconds` ahead (cameras started, so the frame exposed at T exists)
+/// and spins the last stretch to T. It records when it actually fired; each device then contributes its
+/// first frame exposed at or after T, stored in the spool before it is reported.
+public final class AgentCapture: Sendable {
+    let streams: AgentStreams
+    public let spool: ResultSpool
+    let agentID: String
+    var clock: HostClock { streams.devices.clock }
+    /// How long before a trigger's instant its cameras are started.
+    static let prepareNanoseconds: Int64 = 100_000_000
+    /// How long before a trigger's instant the scheduler stops sleeping and spins.
+    static let spinNanoseconds: Int64 = 300_000
+    private let scheduler: TriggerScheduler<PendingTrigger>
+    /// Captures between firing and being stored.
+    private let inFlight = NIOLockedValueBox(0)
+    private let logger: Logger
+
+    /// A trigger between being scheduled and firing; the frames it waits for are found when it is prepared.
+    final class PendingTrigger: Sendable {
+        let trigger: WireScheduleTrigger
+        let requestID: UInt64
+        let connection: AgentRequestRouter.Connection
+        let reply: @Sendable (WireEnvelope.OneOf_Body) -> Void
+        let frames = NIOLockedValueBox<[(String, Task<CapturedFrame, any Error>)]>([])
+
+        init(
+            trigger: WireScheduleTrigger,
+            requestID: UInt64,
+            connection: AgentRequestRouter.Connection,
+            reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void
+        ) {
+            self.trigger = trigger
+            self.requestID = requestID
+            self.connection = connection
+            self.reply = reply
+        }
+    }
+
+    init(streams: AgentStreams, spool: ResultSpool, agentID: String, maxPendingTriggers: Int = 64, logger: Logger) {
+        self.streams = streams
+        self.spool = spool
+        self.agentID = agentID
+        self.logger = logger
+        // The scheduler's callbacks reach this object only once it exists; they run on its thread.
+        let owner = NIOLockedValueBox<AgentCapture?>(nil)
+        scheduler = TriggerScheduler(
+            clock: streams.devices.clock,
+            capacity: maxPendingTriggers,
+            lead: Self.prepareNanoseconds,
+            spinWindow: Self.spinNanoseconds,
+            prepare: { pending in owner.withLockedValue { $0 }?.prepare(pending) },
+            fire: { pending, firedAt in owner.withLockedValue { $0 }?.fire(pending, firedAt: firedAt) }
+        )
+        owner.withLockedValue { $0 = self }
+    }
+
+    /// Answers a photo taken now.
+    func capturePhoto(_ capture: WireCapturePhoto, requestID: UInt64, reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void) {
+        let now = clock.now()
+        let frames = prepare([capture.deviceID], notBefore: now)
+        Task {
+            reply(await self.store(triggerID: "photo-\(requestID)", frames: frames, session: capture.sessionID, settings: capture.settings, fireAt: now, firedAt: now))
+        }
+    }
+
+    /// Schedules a validated trigger; answers `TriggerScheduled` at once and `TriggerFired` (or a stream) at T.
+    func schedule(
+        _ trigger: WireScheduleTrigger,
+        requestID: UInt64,
+        connection: AgentRequestRouter.Connection,
+        reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void
+    ) {
+        let pending = PendingTrigger(trigger: trigger, requestID: requestID, connection: connection, reply: reply)
+        switch scheduler.schedule(pending, fireAt: trigger.fireAtNs) {
+        case .failure(.late(let nanoseconds)):
+            let late = Double(nanoseconds) / 1e6
+            logger.notice("refused late trigger", metadata: ["trigger": "\(trigger.triggerID)", "late_ms": "\(late)"])
+            streams.devices.events.publish(.triggerLate, message: "trigger \(trigger.triggerID) arrived \(String(format: "%.3f", late)) ms after its time") {
+                $0.triggerID = trigger.triggerID
+            }
+            reply(.error(WireError(.triggerLate, agent: agentID, "trigger \(trigger.triggerID) was due \(String(format: "%.3f", late)) ms ago (agent time \(trigger.fireAtNs) ns, now \(clock.now()) ns); schedule with more lead time")))
+        case .failure(.full(let capacity)):
+            reply(.error(WireError(.queueFull, agent: agentID, "agent \(agentID) already has \(capacity) pending triggers")))
+        case .success:
+            var scheduled = WireTriggerScheduled()
+            scheduled.triggerID = trigger.triggerID
+            scheduled.fireAtNs = trigger.fireAtNs
+            reply(.triggerScheduled(scheduled))
+        }
+    }
+
+    /// A lead before T, on the scheduler's thread: the cameras start, so a photo is the frame exposed
+    /// from T on, and a stream's first frame is exposed at T, rather than whatever a camera manages after
+    /// a late start (prepared capture). For a stream, waiting for that first frame only keeps the camera
+    /// running until the stream's own subscriber has joined at T.
+    private func prepare(_ pending: PendingTrigger) {
+        // Cameras that can start exposing on a grid start on T, on every agent alike. The anchor reads T or
+        // later on this host's clock, so the frame exposed at T passes the "from T on" filter. Set here,
+        // just before the cameras start, so nothing else starts them in between.
+        let anchor = clock.monotonic(atReading: pending.trigger.fireAtNs)
+        for deviceID in pending.trigger.deviceIds {
+            streams.devices.discovery.device(uniqueID: deviceID)?.alignNextStream(toMonotonic: anchor)
+        }
+        let frames = prepare(pending.trigger.deviceIds, notBefore: pending.trigger.fireAtNs)
+        pending.frames.withLockedValue { $0 = frames }
+    }
+
+    /// At T, on the scheduler's thread: hands the trigger's work to a task or the device queue.
+    private func fire(_ pending: PendingTrigger, firedAt: Int64) {
+        let trigger = pending.trigger
+        if trigger.action == .startStream {
+            startStream(trigger, requestID: pending.requestID, connection: pending.connection, fireAt: trigger.fireAtNs, firedAt: firedAt, reply: pending.reply)
+            return
+        }
+        let frames = pending.frames.withLockedValue { $0 }
+        Task {
+            pending.reply(await self.store(triggerID: trigger.triggerID, frames: frames, session: trigger.sessionID, settings: trigger.photoSettings, fireAt: trigger.fireAtNs, firedAt: firedAt))
+        }
+    }
+
+    /// Stops the scheduler; triggers that never fired are answered with `SHUTTING_DOWN`.
+    func shutdown() {
+        for pending in scheduler.shutdown() {
+            pending.reply(.error(WireError(.shuttingDown, agent: agentID, "agent \(agentID) shut down before trigger \(pending.trigger.triggerID) fired")))
+        }
+    }
+
+    /// Starts waiting for each device's first frame exposed at or after `notBefore` (starting its stream).
+    private func prepare(_ devices: [String], notBefore: Int64) -> [(String, Task<CapturedFrame, any Error>)] {
+        devices.map { deviceID in
+            (deviceID, Task { try await self.streams.nextFrame(deviceID: deviceID, notBefore: notBefore) })
+        }
+    }
+
+    /// Stores the photo each device's frame task delivers, and reports the firing.
+    private func store(triggerID: String, frames: [(String, Task<CapturedFrame, any Error>)], session: String, settings: WirePhotoSettings, fireAt: Int64, firedAt: Int64) async -> WireEnvelope.OneOf_Body {
+        inFlight.withLockedValue { $0 += 1 }
+        defer { inFlight.withLockedValue { $0 -= 1 } }
+        var fired = WireTriggerFired(triggerID: triggerID, fireAt: fireAt, firedAt: firedAt)
+        for (deviceID, frameTask) in frames {
+            do {
+                let frame = try await frameTask.value
+                let result = WirePhotoResult(
+                    frame,
+                    resultID: "\(agentID)-\(UUID().uuidString.lowercased())",
+                    sessionID: session,
+                    triggerID: triggerID,
+                    photoSettingsID: settings.uniqueID
+                )
+                try spool.store(result, image: frame.bytes)
+                fired.resultIds.append(result.resultID)
+                let used = spool.usedBytes
+                if used * 10 >= spool.capacityBytes * 9 {
+                    streams.devices.events.publish(.spoolNearFull, message: "result spool is \(used * 100 / max(spool.capacityBytes, 1))% full") {
+                        $0.spool.usedBytes = used
+                        $0.spool.capacityBytes = self.spool.capacityBytes
+                        $0.spool.results = UInt32(self.spool.count)
+                    }
+                }
+            } catch let failure as WireProtocolError {
+                return .error(WireError(failure.code, agent: agentID, device: deviceID, "trigger \(triggerID) on \(deviceID): \(failure.message)"))
+            } catch {
+                return .error(WireError(.internal, agent: agentID, device: deviceID, "trigger \(triggerID) on \(deviceID): \(error)"))
+            }
+        }
+        return .triggerFired(fired)
+    }
+
+    /// At T: reports the firing, then streams the device's frames exposed from T on, on the trigger's
+    /// request id (`StreamStarted`, `VideoFrame`…, `StreamEnded`).
+    private func startStream(
+        _ trigger: WireScheduleTrigger,
+        requestID: UInt64,
+        connection: AgentRequestRouter.Connection,
+        fireAt: Int64,
+        firedAt: Int64,
+        reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void
+    ) {
+        reply(.triggerFired(WireTriggerFired(triggerID: trigger.triggerID, fireAt: fireAt, firedAt: firedAt)))
+        let subscriber = StreamSubscriber(
+            requestID: requestID,
+            connection: connection.id,
+            maxQueued: 8,
+            notBefore: fireAt,
+            eventLoop: connection.eventLoop,
+            write: connection.write
+        )
+        streams.devices.queue.async {
+            switch self.streams.start(deviceID: trigger.deviceIds[0], subscriber: subscriber) {
+            case .started(_, let format): subscriber.open(format: format)
+            case .failed(let failure): reply(.error(failure))
+            }
+        }
+    }
+
+    /// Waits (up to `timeout`) for captures already fired to be stored: a shutdown loses none of them.
+    func drain(timeout: Duration = .seconds(10)) async {
+        let deadline = ContinuousClock.now + timeout
+        while inFlight.withLockedValue({ $0 }) > 0 && ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+    }
+}

@@ -1,0 +1,205 @@
+import CamRigClock
+import CamRigDevices
+
+/// `manifest.json` of a capture directory: what was captured, by which cameras, how their clocks
+/// stood, and every sync set with per-frame timestamps.
+///
+/// Times are nanoseconds. `timestamp_ns` values are on the coordinator's clock (its
+/// `CLOCK_MONOTONIC`); `agent_timestamp_ns` on the agent's. Keys are snake_case.
+public struct CaptureManifest: Codable, Sendable, Equatable {
+    public static let currentVersion = 1
+
+    public var version: Int = CaptureManifest.currentVersion
+    public var id: String
+    /// "photo" or "recording".
+    public var kind: String
+    /// ISO 8601, UTC.
+    public var created: String
+    public var sessionId: String
+    /// What `timestamp_ns` values are measured on.
+    public var clock: String = "coordinator CLOCK_MONOTONIC"
+    /// Frames per second of the session (recordings).
+    public var framesPerSecond: Double?
+    public var frameDuration: Rational?
+    public var cameras: [Camera]
+    public var sets: [SyncSet]
+    /// Frames delivered but in no set (each with why).
+    public var unmatched: [Frame]
+    public var summary: Summary
+
+    public init(id: String, kind: String, created: String, sessionId: String, framesPerSecond: Double? = nil, frameDuration: Rational? = nil, cameras: [Camera], sets: [SyncSet], unmatched: [Frame], summary: Summary) {
+        self.id = id
+        self.kind = kind
+        self.created = created
+        self.sessionId = sessionId
+        self.framesPerSecond = framesPerSecond
+        self.frameDuration = frameDuration
+        self.cameras = cameras
+        self.sets = sets
+        self.unmatched = unmatched
+        self.summary = summary
+    }
+
+    public struct Rational: Codable, Sendable, Equatable {
+        public var numerator: UInt32
+        public var denominator: UInt32
+        public init(numerator: UInt32, denominator: UInt32) {
+            self.numerator = numerator
+            self.denominator = denominator
+        }
+    }
+
+    /// The agent's clock relative to the coordinator's when the capture was made.
+    public struct ClockStatistics: Codable, Sendable, Equatable {
+        /// agent − coordinator.
+        public var offsetNs: Double
+        public var driftPpm: Double
+        public var errorBoundNs: Double
+        public var minimumRoundTripNs: Int64
+        public var samples: Int
+        public init(offsetNs: Double, driftPpm: Double, errorBoundNs: Double, minimumRoundTripNs: Int64, samples: Int) {
+            self.offsetNs = offsetNs
+            self.driftPpm = driftPpm
+            self.errorBoundNs = errorBoundNs
+            self.minimumRoundTripNs = minimumRoundTripNs
+            self.samples = samples
+        }
+    }
+
+    public struct Camera: Codable, Sendable, Equatable {
+        public var index: Int
+        /// `AGENT/DEVICE`.
+        public var name: String
+        public var agent: String
+        public var device: String
+        public var model: String
+        public var format: String
+        public var pixelFormat: String
+        public var width: UInt32
+        public var height: UInt32
+        public var clock: ClockStatistics
+        public var framesDelivered: Int
+        /// Reported dropped by the agent (never delivered).
+        public var framesDropped: Int
+        public var framesUnmatched: Int
+        /// Frames delivered but exposed after the recording's end, so left out of it (not stored).
+        public var framesAfterEnd: Int = 0
+        /// Why this camera delivered less than asked (agent gone, device unplugged, trigger refused).
+        public var error: String?
+        public init(index: Int, name: String, agent: String, device: String, model: String, format: String, pixelFormat: String, width: UInt32, height: UInt32, clock: ClockStatistics, framesDelivered: Int, framesDropped: Int, framesUnmatched: Int, error: String? = nil) {
+            self.error = error
+            self.index = index
+            self.name = name
+            self.agent = agent
+            self.device = device
+            self.model = model
+            self.format = format
+            self.pixelFormat = pixelFormat
+            self.width = width
+            self.height = height
+            self.clock = clock
+            self.framesDelivered = framesDelivered
+            self.framesDropped = framesDropped
+            self.framesUnmatched = framesUnmatched
+        }
+    }
+
+    public struct Frame: Codable, Sendable, Equatable {
+        public var camera: Int
+        public var sequence: UInt64
+        /// Relative to the capture directory.
+        public var file: String
+        public var timestampNs: Int64
+        public var agentTimestampNs: Int64
+        /// What the agent's stamp marks: start_of_exposure, end_of_frame, dequeue.
+        public var marks: String
+        public var uncertaintyNs: Int64
+        /// For triggered photos: how late the agent fired, on its clock.
+        public var latenessNs: Int64?
+        /// For unmatched frames: why.
+        public var reason: String?
+        public init(camera: Int, sequence: UInt64, file: String, timestampNs: Int64, agentTimestampNs: Int64, marks: String, uncertaintyNs: Int64, latenessNs: Int64? = nil, reason: String? = nil) {
+            self.camera = camera
+            self.sequence = sequence
+            self.file = file
+            self.timestampNs = timestampNs
+            self.agentTimestampNs = agentTimestampNs
+            self.marks = marks
+            self.uncertaintyNs = uncertaintyNs
+            self.latenessNs = latenessNs
+            self.reason = reason
+        }
+    }
+
+    public struct SyncSet: Codable, Sendable, Equatable {
+        public var index: Int
+        public var complete: Bool
+        public var referenceTimeNs: Int64
+        /// max − min of the frames' timestamps.
+        public var skewNs: Int64
+        public var missingCameras: [Int]
+        public var frames: [Frame]
+        public init(index: Int, complete: Bool, referenceTimeNs: Int64, skewNs: Int64, missingCameras: [Int], frames: [Frame]) {
+            self.index = index
+            self.complete = complete
+            self.referenceTimeNs = referenceTimeNs
+            self.skewNs = skewNs
+            self.missingCameras = missingCameras
+            self.frames = frames
+        }
+    }
+
+    public struct Summary: Codable, Sendable, Equatable {
+        public var sets: Int
+        public var completeSets: Int
+        public var incompleteSets: Int
+        public var framesDelivered: Int
+        public var droppedFrames: Int
+        public var unmatchedFrames: Int
+        public var skewP50Ns: Int64
+        public var skewP99Ns: Int64
+        public var skewMaxNs: Int64
+        public init(sets: Int, completeSets: Int, incompleteSets: Int, framesDelivered: Int, droppedFrames: Int, unmatchedFrames: Int, skewP50Ns: Int64, skewP99Ns: Int64, skewMaxNs: Int64) {
+            self.sets = sets
+            self.completeSets = completeSets
+            self.incompleteSets = incompleteSets
+            self.framesDelivered = framesDelivered
+            self.droppedFrames = droppedFrames
+            self.unmatchedFrames = unmatchedFrames
+            self.skewP50Ns = skewP50Ns
+            self.skewP99Ns = skewP99Ns
+            self.skewMaxNs = skewMaxNs
+        }
+
+        /// Summarizes sets (skews over complete sets only; all sets when none is complete).
+        public init(sets: [SyncSet], framesDelivered: Int, droppedFrames: Int, unmatchedFrames: Int) {
+            let complete = sets.filter(\.complete)
+            let skews = (complete.isEmpty ? sets : complete).map(\.skewNs).sorted()
+            func percentile(_ p: Double) -> Int64 {
+                guard !skews.isEmpty else { return 0 }
+                return skews[min(skews.count - 1, Int((Double(skews.count - 1) * p).rounded()))]
+            }
+            self.init(
+                sets: sets.count,
+                completeSets: complete.count,
+                incompleteSets: sets.count - complete.count,
+                framesDelivered: framesDelivered,
+                droppedFrames: droppedFrames,
+                unmatchedFrames: unmatchedFrames,
+                skewP50Ns: percentile(0.5),
+                skewP99Ns: percentile(0.99),
+                skewMaxNs: skews.last ?? 0
+            )
+        }
+    }
+}
+
+extension CaptureManifest {
+    /// The spread of a set's exposure instants in real time: each frame's agent timestamp mapped back
+    /// through the clock its camera's host actually ran (known to simulations and benchmarks, never to
+    /// the coordinator). Unlike `skewNs`, this includes the clock-estimation error.
+    public func trueSpan(of set: SyncSet, clock: (Camera) -> HostClock) -> Int64 {
+        let instants = set.frames.map { clock(cameras[$0.camera]).monotonic(atReading: $0.agentTimestampNs) }
+        return (instants.max() ?? 0) - (instants.min() ?? 0)
+    }
+}

@@ -1,0 +1,110 @@
+import CamRigDevices
+import Foundation
+
+/// Where captures go: the coordinator hands a sink the frames and the manifest of every capture, and the
+/// sink stores them (`CaptureStore` writes image files, `manifest.json` and a catalog).
+///
+/// The coordinator calls a sink from its own tasks, never from an actor that answers the network, and
+/// may call it for many frames at once. A sink does its file I/O and image encoding on threads of its
+/// own choosing, off the caller's executor: a slow disk or a large PNG then delays that frame only.
+///
+/// A capture goes `begin` → any number of `write` (photos) or `spill` then `convert` (recordings) →
+/// `finish`. File names are relative to the capture and chosen by the coordinator (`cam0-NAME/000042`);
+/// the sink adds the extension of what it stored.
+public protocol CaptureSink: Sendable {
+    /// Starts a capture: a new, empty place for its files, with the capture's id.
+    func begin(_ kind: CaptureKind) async throws -> CaptureHandle
+
+    /// Stores one frame as its image file (PNG for raw pixel formats, the bytes as they came for
+    /// JPEG and formats it cannot convert), durably.
+    ///
+    /// - Returns: the stored file's name, relative to the capture.
+    func write(_ bytes: some FrameBytes, layout: FrameLayout, named stem: String, in capture: CaptureHandle)
+        async throws
+        -> String
+
+    /// Keeps a recording's frame as it came, as fast as possible and without encoding it, so that the
+    /// stream keeps up with the camera; `convert` turns it into its image file after the recording.
+    func spill(_ bytes: some FrameBytes, layout: FrameLayout, named stem: String, in capture: CaptureHandle)
+        async throws
+        -> SpilledFrame
+
+    /// Turns a spilled frame into its image file and removes the spilled bytes; the image is durable
+    /// once `finish` returns.
+    ///
+    /// - Returns: the image file's name, relative to the capture. When this throws, the spilled file
+    ///   stays where `SpilledFrame.file` says.
+    func convert(_ frame: SpilledFrame, in capture: CaptureHandle) async throws -> String
+
+    /// Stores the capture's manifest, durably with every file it lists, and lists the capture (in a
+    /// catalog, if the sink keeps one).
+    func finish(_ manifest: CaptureManifest, in capture: CaptureHandle) async throws
+}
+
+/// What a capture is: one photo per camera, or a recording matched into sync sets.
+public enum CaptureKind: String, Sendable, Hashable, CaseIterable {
+    case photo
+    case recording
+}
+
+/// One capture as its sink knows it.
+public struct CaptureHandle: Sendable, Hashable {
+    /// Unique within the sink (a directory name for `CaptureStore`).
+    public var id: String
+    public var kind: CaptureKind
+    /// Where its files are (the capture's directory for `CaptureStore`).
+    public var location: URL
+
+    public init(id: String, kind: CaptureKind, location: URL) {
+        self.id = id
+        self.kind = kind
+        self.location = location
+    }
+}
+
+/// How a frame's bytes are laid out: what a sink needs to turn them into an image.
+public struct FrameLayout: Sendable, Hashable {
+    public var pixelFormat: PixelFormat
+    public var dimensions: Dimensions
+    /// Bytes from the start of one row to the next (rows may be padded); ignored for compressed formats.
+    public var bytesPerLine: Int
+
+    public init(pixelFormat: PixelFormat, dimensions: Dimensions, bytesPerLine: Int) {
+        self.pixelFormat = pixelFormat
+        self.dimensions = dimensions
+        self.bytesPerLine = bytesPerLine
+    }
+}
+
+/// A recording's frame kept as it came, waiting to become its image file.
+public struct SpilledFrame: Sendable, Hashable {
+    /// Relative to the capture.
+    public var file: String
+    /// The name the image file gets (without extension), relative to the capture.
+    public var stem: String
+    public var layout: FrameLayout
+
+    public init(file: String, stem: String, layout: FrameLayout) {
+        self.file = file
+        self.stem = stem
+        self.layout = layout
+    }
+}
+
+/// A frame's bytes, readable in place: a sink reads received frames where they are instead of copying
+/// them first.
+public protocol FrameBytes: Sendable {
+    /// Calls `body` with the bytes; the pointer is valid only during the call.
+    func withFrameBytes<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result
+}
+
+extension FrameBytes where Self: ContiguousBytes {
+    /// The bytes, as `withUnsafeBytes` gives them.
+    public func withFrameBytes<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+        try withUnsafeBytes(body)
+    }
+}
+
+extension Array: FrameBytes where Element == UInt8 {}
+
+extension Data: FrameBytes {}

@@ -1,0 +1,87 @@
+import CamRigClock
+import CamRigDevices
+
+/// A capture's timeline on the coordinator's clock (nanoseconds of its `CLOCK_MONOTONIC`): the trigger
+/// instant T every camera fires at and, for a recording, where it ends.
+///
+/// Pure: the current time and the agents' round trips come in, so the arithmetic is tested without
+/// agents or a clock.
+public struct CapturePlan: Sendable, Hashable {
+    /// When the plan was made; the triggers leave right after.
+    public var plannedAt: Int64
+    /// How far ahead of `plannedAt` the cameras fire.
+    public var lead: Duration
+    /// The cut-offs of a recording; `nil` for a photo.
+    public var recording: Recording?
+
+    /// The trigger instant T.
+    public var fireAt: Int64 { plannedAt + lead.nanoseconds }
+
+    /// Where a recording of `duration` from T ends, for frames and for streams.
+    public struct Recording: Sendable, Hashable {
+        public var duration: Duration
+        /// The cameras' common frame period.
+        public var framePeriod: Int64
+        /// T + duration.
+        public var stopAt: Int64
+        /// Frames exposed at or after this are after the end: counted, not recorded. Exposures on T's
+        /// grid fall half a period clear of it, so jitter does not move a frame across.
+        public var lastExposure: Int64
+        /// When the streams are stopped: the last recorded frame is read out a period after its
+        /// exposure began, and it must be delivered first (frames after the end that slip through are
+        /// counted).
+        public var stopStreamsAt: Int64
+        /// How long a sync set waits for a lagging camera: a second, or four periods at slow rates.
+        /// Frames from a busy agent arrive late, and a set closed too early turns them into unmatched
+        /// frames.
+        public var closeSetsAfter: Int64
+
+        /// Whether a frame exposed at `timestamp` (coordinator clock) falls after the recording.
+        public func isAfterEnd(exposedAt timestamp: Int64) -> Bool { timestamp >= lastExposure }
+    }
+
+    public init(plannedAt: Int64, lead: Duration, recording: Recording? = nil) {
+        self.plannedAt = plannedAt
+        self.lead = lead
+        self.recording = recording
+    }
+
+    /// Margin for scheduling on the coordinator, on top of the round trips.
+    static let schedulingMargin: Int64 = 40_000_000
+    /// The shortest lead, however fast the network.
+    static let minimumLead: Int64 = 50_000_000
+    /// What a round trip is taken to be before any was measured.
+    static let unmeasuredRoundTrip: Int64 = 1_000_000
+    /// How long after the last frame's readout the streams are stopped.
+    static let deliveryMargin: Int64 = 20_000_000
+
+    /// The lead before a trigger instant: the slowest recent round trip four times over (the trigger
+    /// must reach every agent before T even on a bad round trip), plus a margin for scheduling.
+    public static func lead(roundTrips: [Int64]) -> Duration {
+        let worst = roundTrips.max() ?? unmeasuredRoundTrip
+        return .nanoseconds(max(minimumLead, 4 * worst + schedulingMargin))
+    }
+
+    /// A photo: every camera fires once at T.
+    public static func photo(at now: Int64, roundTrips: [Int64]) -> CapturePlan {
+        CapturePlan(plannedAt: now, lead: lead(roundTrips: roundTrips))
+    }
+
+    /// A recording: every camera starts streaming at T and records for `duration`.
+    public static func recording(at now: Int64, roundTrips: [Int64], duration: Duration, frameDuration: FrameDuration)
+        -> CapturePlan
+    {
+        var plan = CapturePlan(plannedAt: now, lead: lead(roundTrips: roundTrips))
+        let period = frameDuration.nanoseconds
+        let stopAt = plan.fireAt + duration.nanoseconds
+        plan.recording = Recording(
+            duration: duration,
+            framePeriod: period,
+            stopAt: stopAt,
+            lastExposure: stopAt - period / 2,
+            stopStreamsAt: stopAt + period + deliveryMargin,
+            closeSetsAfter: max(4 * period, 1_000_000_000)
+        )
+        return plan
+    }
+}

@@ -1,0 +1,45 @@
+import CamRigCapture
+import Foundation
+
+/// What a finished capture produced: its manifest (also stored by the sink) and where.
+public struct CaptureReport: Sendable {
+    public var manifest: CaptureManifest
+    /// Where the sink put the capture (its directory, for `CaptureStore`).
+    public var directory: URL
+    /// How long the phases took (photos only): every agent's trigger accepted, counted from the first
+    /// trigger sent; and the sync set stored, counted from the trigger instant T.
+    public var triggerFanOut: Duration?
+    public var gatheredAfterTrigger: Duration?
+
+    public init(
+        manifest: CaptureManifest, directory: URL, triggerFanOut: Duration? = nil, gatheredAfterTrigger: Duration? = nil
+    ) {
+        self.manifest = manifest
+        self.directory = directory
+        self.triggerFanOut = triggerFanOut
+        self.gatheredAfterTrigger = gatheredAfterTrigger
+    }
+}
+
+/// Progress of a recording, reported about twice a second.
+public struct RecordingProgress: Sendable {
+    public var elapsed: Duration
+    public var duration: Duration
+    public var framesPerCamera: [Int]
+    public var sets: Int
+    /// After the recording: image files written so far, of how many.
+    public var imagesWritten = 0
+    public var imagesTotal = 0
+
+    public init(
+        elapsed: Duration, duration: Duration, framesPerCamera: [Int], sets: Int, imagesWritten: Int = 0,
+        imagesTotal: Int = 0
+    ) {
+        self.elapsed = elapsed
+        self.duration = duration
+        self.framesPerCamera = framesPerCamera
+        self.sets = sets
+        self.imagesWritten = imagesWritten
+        self.imagesTotal = imagesTotal
+    }
+}

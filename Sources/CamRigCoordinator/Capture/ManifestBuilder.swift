@@ -1,0 +1,153 @@
+import CamRigCapture
+import CamRigDevices
+
+/// A frame of a capture once stored: what the manifest says about it besides its place in a set.
+public struct StoredFrame: Sendable, Hashable {
+    /// Relative to the capture.
+    public var file: String
+    /// Exposure time on the agent's clock.
+    public var agentTimestamp: Int64
+    /// What the agent's stamp marks (`start_of_exposure`, `end_of_frame`, `dequeue`, …).
+    public var marks: String
+    /// For triggered photos: how late the agent fired, on its clock.
+    public var lateness: Int64?
+
+    public init(file: String, agentTimestamp: Int64, marks: String, lateness: Int64? = nil) {
+        self.file = file
+        self.agentTimestamp = agentTimestamp
+        self.marks = marks
+        self.lateness = lateness
+    }
+}
+
+/// Builds a capture's manifest from what the capture observed. Pure: no clock, no files.
+public struct ManifestBuilder: Sendable {
+    public var id: String
+    public var kind: CaptureKind
+    /// ISO 8601, UTC.
+    public var created: String
+    public var sessionID: String
+    /// Every camera as it stood before the capture; the builder fills in what each delivered, dropped
+    /// and why it fell short.
+    public var cameras: [CaptureManifest.Camera]
+
+    public init(id: String, kind: CaptureKind, created: String, sessionID: String, cameras: [CaptureManifest.Camera]) {
+        self.id = id
+        self.kind = kind
+        self.created = created
+        self.sessionID = sessionID
+        self.cameras = cameras
+    }
+
+    /// What one camera's stream delivered during a recording.
+    public struct StreamCounts: Sendable, Hashable {
+        /// Frames delivered within the recording (in sets or unmatched).
+        public var delivered = 0
+        /// Frames the agent or the camera reported dropped (never delivered).
+        public var dropped = 0
+        /// Frames delivered but exposed after the recording's end (not stored).
+        public var afterEnd = 0
+        /// Why the stream ended early, if it did.
+        public var failure: String?
+
+        public init(delivered: Int = 0, dropped: Int = 0, afterEnd: Int = 0, failure: String? = nil) {
+            self.delivered = delivered
+            self.dropped = dropped
+            self.afterEnd = afterEnd
+            self.failure = failure
+        }
+    }
+
+    /// A photo: at most one frame per camera (indexed by camera), all fired at `fireAt`, which is the
+    /// set's reference time. A camera without a frame gets its entry in `failures` as its error.
+    public func photo(_ frames: [SyncFrame<StoredFrame>?], fireAt: Int64, failures: [Int: String]) -> CaptureManifest {
+        let present = frames.compactMap { $0 }
+        let times = present.map(\.timestamp)
+        let set = CaptureManifest.SyncSet(
+            index: 0,
+            complete: present.count == cameras.count,
+            referenceTimeNs: fireAt,
+            skewNs: (times.max() ?? 0) - (times.min() ?? 0),
+            missingCameras: cameras.indices.filter { !frames.indices.contains($0) || frames[$0] == nil },
+            frames: present.map { Self.entry($0) }
+        )
+        var cameras = cameras
+        for index in cameras.indices {
+            let delivered = frames.indices.contains(index) && frames[index] != nil
+            cameras[index].framesDelivered = delivered ? 1 : 0
+            if !delivered { cameras[index].error = failures[index] ?? "no photo in the agent's results" }
+        }
+        return CaptureManifest(
+            id: id,
+            kind: kind.rawValue,
+            created: created,
+            sessionId: sessionID,
+            cameras: cameras,
+            sets: [set],
+            unmatched: [],
+            summary: CaptureManifest.Summary(
+                sets: [set], framesDelivered: present.count, droppedFrames: 0, unmatchedFrames: 0)
+        )
+    }
+
+    /// A recording: its sync sets in time order, the frames in no set with why, and each camera's
+    /// stream counts (indexed by camera).
+    public func recording(
+        frameDuration: FrameDuration,
+        sets: [SyncSet<StoredFrame>],
+        unmatched: [(frame: SyncFrame<StoredFrame>, reason: String)],
+        streams: [StreamCounts]
+    ) -> CaptureManifest {
+        let manifestSets = sets.enumerated().map { number, set in
+            CaptureManifest.SyncSet(
+                index: number,
+                complete: set.isComplete,
+                referenceTimeNs: set.referenceTime,
+                skewNs: set.skew,
+                missingCameras: set.missingCameras,
+                frames: set.presentFrames.map { Self.entry($0) }
+            )
+        }
+        let manifestUnmatched = unmatched.map { Self.entry($0.frame, reason: $0.reason) }
+        var cameras = cameras
+        for index in cameras.indices {
+            let counts = streams.indices.contains(index) ? streams[index] : StreamCounts()
+            cameras[index].framesDelivered = counts.delivered
+            cameras[index].framesDropped = counts.dropped
+            cameras[index].framesUnmatched = manifestUnmatched.filter { $0.camera == index }.count
+            cameras[index].framesAfterEnd = counts.afterEnd
+            cameras[index].error = counts.failure
+        }
+        return CaptureManifest(
+            id: id,
+            kind: kind.rawValue,
+            created: created,
+            sessionId: sessionID,
+            framesPerSecond: frameDuration.frameRate,
+            frameDuration: .init(numerator: frameDuration.numerator, denominator: frameDuration.denominator),
+            cameras: cameras,
+            sets: manifestSets,
+            unmatched: manifestUnmatched,
+            summary: CaptureManifest.Summary(
+                sets: manifestSets,
+                framesDelivered: streams.map(\.delivered).reduce(0, +),
+                droppedFrames: streams.map(\.dropped).reduce(0, +),
+                unmatchedFrames: manifestUnmatched.count
+            )
+        )
+    }
+
+    static func entry(_ frame: SyncFrame<StoredFrame>, reason: String? = nil) -> CaptureManifest.Frame {
+        CaptureManifest.Frame(
+            camera: frame.camera,
+            sequence: frame.sequence,
+            file: frame.payload.file,
+            timestampNs: frame.timestamp,
+            agentTimestampNs: frame.payload.agentTimestamp,
+            marks: frame.payload.marks,
+            uncertaintyNs: frame.uncertainty,
+            latenessNs: frame.payload.lateness,
+            reason: reason
+        )
+    }
+}

@@ -1,0 +1,113 @@
+import CamRigCapture
+import CamRigDevices
+import CamRigWire
+import CamRigWireModel
+import Foundation
+
+/// What a capture needs from its session, taken from the actor once: the capture then runs in tasks of
+/// its own, so that the session keeps renewing leases and answering while frames are stored.
+struct CaptureRig: Sendable {
+    var sessionID: String
+    var inputs: [RigDevice]
+    /// Per input: its format for the manifest, when the session knows it better than the device.
+    var formats: [WireFormat?]
+
+    /// Per input: its agent's clock estimate, or an error naming the agent.
+    func clockEstimates() throws -> [ClockEstimate] {
+        try inputs.map { try $0.agent.clockEstimate() }
+    }
+
+    /// Every agent's recent round trips, for the trigger lead.
+    var roundTrips: [Int64] { inputs.flatMap(\.agent.recentRoundTrips) }
+
+    /// Input indices by agent, agents in name order.
+    var camerasByAgent: [(agentID: String, cameras: [Int])] {
+        Dictionary(grouping: inputs.indices, by: { inputs[$0].agentID }).sorted { $0.key < $1.key }.map {
+            ($0.key, $0.value)
+        }
+    }
+
+    /// How the manifest describes each camera before the capture, with its clock as estimated.
+    func cameraEntries(_ estimates: [ClockEstimate]) -> [CaptureManifest.Camera] {
+        inputs.indices.map { index in
+            let device = inputs[index]
+            let format = formats[index] ?? device.activeFormat ?? WireFormat()
+            let estimate = estimates[index]
+            return CaptureManifest.Camera(
+                index: index,
+                name: device.name,
+                agent: device.agentID,
+                device: device.deviceID,
+                model: device.description.modelID,
+                format: format.id,
+                pixelFormat: format.fourcc,
+                width: format.dimensions.width,
+                height: format.dimensions.height,
+                clock: CaptureManifest.ClockStatistics(
+                    offsetNs: estimate.offsetNanoseconds,
+                    driftPpm: estimate.driftPPM,
+                    errorBoundNs: estimate.errorBoundNanoseconds,
+                    minimumRoundTripNs: estimate.minimumRoundTrip,
+                    samples: estimate.sampleCount
+                ),
+                framesDelivered: 0,
+                framesDropped: 0,
+                framesUnmatched: 0
+            )
+        }
+    }
+
+    /// The name a camera's files start with: `cam0-AGENT_DEVICE`, unique in the capture and safe as a
+    /// file name.
+    func fileStem(camera index: Int) -> String {
+        let safe = String(
+            inputs[index].name.map { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" || $0 == "." ? $0 : "_" })
+        return "cam\(index)-\(safe)"
+    }
+
+    /// Now as the manifest's `created`: ISO 8601, UTC.
+    static func timestamp() -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter.string(from: Date())
+    }
+
+    /// An agent's timestamp on the coordinator's clock, with its uncertainty: the clock estimate's
+    /// error bound there plus the agent's own.
+    static func coordinatorTime(of stamp: WireTimestamp, estimate: ClockEstimate) -> (
+        timestamp: Int64, uncertainty: Int64
+    ) {
+        let timestamp = estimate.coordinatorTime(atAgent: stamp.nanoseconds)
+        return (timestamp, Int64(estimate.errorBound(atCoordinator: timestamp)) + Int64(clamping: stamp.uncertaintyNs))
+    }
+
+    /// How a frame described on the wire is laid out.
+    static func layout(pixelFormat: UInt32, dimensions: WireDimensions, bytesPerLine: UInt32) -> FrameLayout {
+        FrameLayout(
+            pixelFormat: PixelFormat(rawValue: pixelFormat), dimensions: dimensions.dimensions,
+            bytesPerLine: Int(bytesPerLine))
+    }
+
+    /// The builder of `capture`'s manifest, with every camera as it stood.
+    func manifestBuilder(for capture: CaptureHandle, estimates: [ClockEstimate]) -> ManifestBuilder {
+        ManifestBuilder(
+            id: capture.id,
+            kind: capture.kind,
+            created: Self.timestamp(),
+            sessionID: sessionID,
+            cameras: cameraEntries(estimates)
+        )
+    }
+}
+
+extension RigSession {
+    /// The session as a capture needs it; throws when there is nothing to capture with.
+    func captureRig(formats: [WireFormat?]? = nil) throws -> CaptureRig {
+        guard !inputs.isEmpty else {
+            throw CommitError(
+                description: "the session has no cameras; add inputs first (see `camrig devices`)", failures: [],
+                rollbackFailures: [])
+        }
+        return CaptureRig(sessionID: id, inputs: inputs, formats: formats ?? Array(repeating: nil, count: inputs.count))
+    }
+}

@@ -1,0 +1,241 @@
+import CamRigCapture
+import CamRigClock
+import CamRigDevices
+import CamRigWire
+import CamRigWireModel
+
+extension RigSession {
+    /// Fires every camera at one coordinator instant T and gathers one photo per camera into a sync set.
+    ///
+    /// Each agent receives T converted to its own clock and fires at it; each result carries its
+    /// timestamp in the coordinator's clock, its uncertainty and how late the agent fired. Results are
+    /// acknowledged (and so deleted from the agents' spools) only once `sink` has stored them. The
+    /// capture runs off the session's actor, and `sink` encodes and writes the photos concurrently.
+    public func capturePhoto(into sink: some CaptureSink, settings: WirePhotoSettings = WirePhotoSettings())
+        async throws
+        -> CaptureReport
+    {
+        let rig = try captureRig()
+        return try await Self.capturePhoto(rig, settings: settings, into: sink)
+    }
+
+    /// What firing one agent's trigger gave: when the agent accepted it, and how it fired.
+    private struct Firing: Sendable {
+        var agentID: String
+        var scheduledAt: Int64?
+        var result: Result<WireTriggerFired, any Error>
+    }
+
+    /// One photo of an agent's results, stored or not.
+    private typealias PhotoWrite = (camera: Int, resultID: String, frame: Result<SyncFrame<StoredFrame>, any Error>)
+
+    /// What gathering one agent's photos gave.
+    private struct Gathered: Sendable {
+        var frames: [Int: SyncFrame<StoredFrame>] = [:]
+        /// Per camera without a photo: why.
+        var cameraFailures: [Int: String] = [:]
+        /// About the agent as a whole.
+        var failure: String?
+    }
+
+    private static func capturePhoto(_ rig: CaptureRig, settings: WirePhotoSettings, into sink: some CaptureSink)
+        async throws
+        -> CaptureReport
+    {
+        let plan = CapturePlan.photo(at: HostClock.monotonicNow(), roundTrips: rig.roundTrips)
+        let triggerID = "photo-" + String(UInt64.random(in: 0...UInt64.max), radix: 36)
+        async let begun = sink.begin(.photo)
+        let firings = await fire(rig, plan: plan, triggerID: triggerID, settings: settings)
+        let capture = try await begun
+        let estimates = try rig.clockEstimates()
+
+        var frames: [SyncFrame<StoredFrame>?] = Array(repeating: nil, count: rig.inputs.count)
+        var cameraFailures: [Int: String] = [:]
+        var failures: [String] = []
+        let gathered = await withTaskGroup(of: (String, Gathered).self) { group in
+            for (agentID, cameras) in rig.camerasByAgent {
+                switch firings[agentID]?.result {
+                case .success(let firing)?:
+                    group.addTask {
+                        let gathered = await gather(
+                            rig, cameras: cameras, triggerID: triggerID, firing: firing, estimates: estimates,
+                            sink: sink, capture: capture)
+                        return (agentID, gathered)
+                    }
+                case .failure(let error)?:
+                    failures.append("agent \(agentID): \(message(error))")
+                    for camera in cameras { cameraFailures[camera] = "trigger failed: \(message(error))" }
+                case nil:
+                    break
+                }
+            }
+            var all: [(String, Gathered)] = []
+            for await outcome in group { all.append(outcome) }
+            return all.sorted { $0.0 < $1.0 }
+        }
+        for (agentID, outcome) in gathered {
+            for (camera, frame) in outcome.frames { frames[camera] = frame }
+            cameraFailures.merge(outcome.cameraFailures) { first, _ in first }
+            if let failure = outcome.failure { failures.append("agent \(agentID): \(failure)") }
+        }
+
+        let builder = rig.manifestBuilder(for: capture, estimates: estimates)
+        let manifest = builder.photo(frames, fireAt: plan.fireAt, failures: cameraFailures)
+        try await sink.finish(manifest, in: capture)
+        if !failures.isEmpty && frames.allSatisfy({ $0 == nil }) {
+            throw CommitError(
+                description: "no camera delivered a photo:\n" + failures.map { "  \($0)" }.joined(separator: "\n"),
+                failures: [],
+                rollbackFailures: []
+            )
+        }
+        let lastScheduled = firings.values.compactMap(\.scheduledAt).max()
+        return CaptureReport(
+            manifest: manifest,
+            directory: capture.location,
+            triggerFanOut: lastScheduled.map { .nanoseconds($0 - plan.plannedAt) },
+            gatheredAfterTrigger: .nanoseconds(HostClock.monotonicNow() - plan.fireAt)
+        )
+    }
+
+    /// One trigger per agent, naming its cameras, all at T; returns how each agent fired, by agent.
+    private static func fire(_ rig: CaptureRig, plan: CapturePlan, triggerID: String, settings: WirePhotoSettings) async
+        -> [String: Firing]
+    {
+        await withTaskGroup(of: Firing.self) { group in
+            for (agentID, cameras) in rig.camerasByAgent {
+                group.addTask {
+                    let agent = rig.inputs[cameras[0]].agent
+                    var scheduledAt: Int64?
+                    do {
+                        let estimate = try agent.clockEstimate()
+                        var trigger = WireScheduleTrigger()
+                        trigger.triggerID = triggerID
+                        trigger.action = .capturePhoto
+                        trigger.deviceIds = cameras.map { rig.inputs[$0].deviceID }
+                        trigger.fireAtNs = estimate.agentTime(atCoordinator: plan.fireAt)
+                        trigger.sessionID = rig.sessionID
+                        trigger.photoSettings = settings
+                        for try await frame in try agent.client().stream(.scheduleTrigger(trigger)) {
+                            switch frame.envelope.body {
+                            case .triggerScheduled: scheduledAt = HostClock.monotonicNow()
+                            case .triggerFired(let fired):
+                                return Firing(agentID: agentID, scheduledAt: scheduledAt, result: .success(fired))
+                            default: continue
+                            }
+                        }
+                        throw AgentClientError(
+                            .connectionClosed, agent: agentID, "trigger \(triggerID) ended without firing")
+                    } catch {
+                        return Firing(agentID: agentID, scheduledAt: scheduledAt, result: .failure(error))
+                    }
+                }
+            }
+            var firings: [String: Firing] = [:]
+            for await firing in group { firings[firing.agentID] = firing }
+            return firings
+        }
+    }
+
+    /// One agent's photos of the trigger: fetched, each stored by `sink` as it arrives (concurrently),
+    /// then acknowledged once stored. Results not stored stay in the agent's spool.
+    private static func gather(
+        _ rig: CaptureRig,
+        cameras: [Int],
+        triggerID: String,
+        firing: WireTriggerFired,
+        estimates: [ClockEstimate],
+        sink: some CaptureSink,
+        capture: CaptureHandle
+    ) async -> Gathered {
+        let agent = rig.inputs[cameras[0]].agent
+        var gathered = Gathered()
+        var stored: [String] = []
+        do {
+            let client = try agent.client()
+            var fetch = WireFetchResults()
+            fetch.sessionID = rig.sessionID
+            let (writes, fetchFailure) = await withTaskGroup(of: PhotoWrite.self) {
+                group -> ([PhotoWrite], (any Error)?) in
+                var fetchFailure: (any Error)?
+                do {
+                    for try await frame in client.stream(.fetchResults(fetch)) {
+                        guard case .photoResult(let result) = frame.envelope.body, result.triggerID == triggerID,
+                            let camera = cameras.first(where: { rig.inputs[$0].deviceID == result.deviceID }),
+                            let payload = frame.payload
+                        else { continue }
+                        let estimate = estimates[camera]
+                        group.addTask {
+                            let (timestamp, uncertainty) = CaptureRig.coordinatorTime(
+                                of: result.captureTime, estimate: estimate)
+                            do {
+                                let file = try await sink.write(
+                                    PayloadBytes(payload),
+                                    layout: CaptureRig.layout(
+                                        pixelFormat: result.pixelFormat,
+                                        dimensions: result.dimensions,
+                                        bytesPerLine: result.bytesPerLine
+                                    ),
+                                    named: rig.fileStem(camera: camera),
+                                    in: capture
+                                )
+                                let frame = SyncFrame(
+                                    camera: camera,
+                                    sequence: result.sequence,
+                                    timestamp: timestamp,
+                                    uncertainty: uncertainty,
+                                    payload: StoredFrame(
+                                        file: file,
+                                        agentTimestamp: result.captureTime.nanoseconds,
+                                        marks: result.captureTime.marks.name,
+                                        lateness: firing.latenessNs
+                                    )
+                                )
+                                return (camera, result.resultID, .success(frame))
+                            } catch {
+                                return (camera, result.resultID, .failure(error))
+                            }
+                        }
+                    }
+                } catch {
+                    fetchFailure = error
+                }
+                var all: [PhotoWrite] = []
+                for await write in group { all.append(write) }
+                return (all, fetchFailure)
+            }
+            for write in writes {
+                switch write.frame {
+                case .success(let frame):
+                    gathered.frames[write.camera] = frame
+                    stored.append(write.resultID)
+                case .failure(let error):
+                    gathered.cameraFailures[write.camera] =
+                        "photo not stored: \(message(error)); it stays in the agent's spool"
+                    gathered.failure = "photo not stored: \(message(error))"
+                }
+            }
+            if let fetchFailure {
+                for camera in cameras where gathered.frames[camera] == nil && gathered.cameraFailures[camera] == nil {
+                    gathered.cameraFailures[camera] =
+                        "results not fetched: \(message(fetchFailure)); they stay in the agent's spool"
+                }
+                gathered.failure = "\(message(fetchFailure)) (its results stay in its spool)"
+            }
+            if !stored.isEmpty {
+                var acknowledge = WireAcknowledgeResults()
+                acknowledge.resultIds = stored
+                _ = try await client.request(.acknowledgeResults(acknowledge))
+            }
+        } catch {
+            // Not connected, or the acknowledgement failed: stored photos stay in the capture (and in
+            // the agent's spool, to be fetched again).
+            for camera in cameras where gathered.frames[camera] == nil {
+                gathered.cameraFailures[camera] =
+                    "results not fetched: \(message(error)); they stay in the agent's spool"
+            }
+            gathered.failure = "\(message(error)) (its results stay in its spool)"
+        }
+        return gathered
+    }
+}

@@ -1,0 +1,228 @@
+import CamRigDevices
+import CamRigWire
+
+// Devices in wire messages and back: identity, types, modes, controls, description and state.
+
+/// The agent's device model in wire messages, and back.
+
+extension WireDeviceType {
+    public init(_ type: DeviceType) {
+        switch type {
+        case .builtInWideAngle: self = .builtInWideAngle
+        case .builtInTelephoto: self = .builtInTelephoto
+        case .builtInUltraWide: self = .builtInUltraWide
+        case .external: self = .external
+        case .synthetic: self = .synthetic
+        }
+    }
+
+    public var deviceType: DeviceType? {
+        switch self {
+        case .builtInWideAngle: .builtInWideAngle
+        case .builtInTelephoto: .builtInTelephoto
+        case .builtInUltraWide: .builtInUltraWide
+        case .external: .external
+        case .synthetic: .synthetic
+        case .unspecified, .UNRECOGNIZED: nil
+        }
+    }
+}
+
+extension WireDevicePosition {
+    public init(_ position: DevicePosition) {
+        switch position {
+        case .unspecified: self = .unspecified
+        case .front: self = .front
+        case .back: self = .back
+        }
+    }
+
+    public var position: DevicePosition {
+        switch self {
+        case .front: .front
+        case .back: .back
+        default: .unspecified
+        }
+    }
+}
+
+extension WireControlType {
+    public init(_ type: ControlType) {
+        switch type {
+        case .integer: self = .integer
+        case .boolean: self = .boolean
+        case .menu: self = .menu
+        case .integerMenu: self = .integerMenu
+        case .button: self = .button
+        case .integer64: self = .integer64
+        case .string: self = .string
+        case .bitmask: self = .bitmask
+        case .controlClass: self = .unspecified
+        }
+    }
+}
+
+extension FocusMode {
+    public var wire: WireFocusMode {
+        switch self {
+        case .locked: .locked
+        case .auto: .auto
+        case .continuous: .continuous
+        }
+    }
+}
+
+extension WireFocusMode {
+    public var mode: FocusMode? {
+        switch self {
+        case .locked: .locked
+        case .auto: .auto
+        case .continuous: .continuous
+        default: nil
+        }
+    }
+}
+
+extension ExposureMode {
+    public var wire: WireExposureMode {
+        switch self {
+        case .locked: .locked
+        case .auto: .auto
+        case .continuous: .continuous
+        case .custom: .custom
+        }
+    }
+}
+
+extension WireExposureMode {
+    public var mode: ExposureMode? {
+        switch self {
+        case .locked: .locked
+        case .auto: .auto
+        case .continuous: .continuous
+        case .custom: .custom
+        default: nil
+        }
+    }
+}
+
+extension WhiteBalanceMode {
+    public var wire: WireWhiteBalanceMode {
+        switch self {
+        case .locked: .locked
+        case .auto: .auto
+        case .continuous: .continuous
+        }
+    }
+}
+
+extension WireWhiteBalanceMode {
+    public var mode: WhiteBalanceMode? {
+        switch self {
+        case .locked: .locked
+        case .auto: .auto
+        case .continuous: .continuous
+        default: nil
+        }
+    }
+}
+
+extension TorchMode {
+    public var wire: WireTorchMode {
+        switch self {
+        case .off: .off
+        case .on: .on
+        case .auto: .auto
+        }
+    }
+}
+
+extension WireTorchMode {
+    public var mode: TorchMode? {
+        switch self {
+        case .off: .off
+        case .on: .on
+        case .auto: .auto
+        default: nil
+        }
+    }
+}
+
+extension WireDeviceState {
+    public init(device: CaptureDevice, rawValues: [UInt32: Int64]) {
+        self.init()
+        let settings = device.settings
+        deviceID = device.uniqueID
+        activeFormatID = device.activeFormat.id
+        activeMinFrameDuration = WireRational(device.activeMinFrameDuration)
+        activeMaxFrameDuration = WireRational(device.activeMaxFrameDuration)
+        focus.mode = settings.focusMode.wire
+        focus.lensPosition = settings.lensPosition
+        exposure.mode = settings.exposureMode.wire
+        exposure.duration = WireRational(settings.exposureDuration)
+        exposure.iso = settings.iso
+        exposure.targetBias = settings.exposureTargetBias
+        whiteBalance.mode = settings.whiteBalanceMode.wire
+        whiteBalance.temperatureKelvin = settings.whiteBalanceTemperature
+        whiteBalance.redGain = settings.whiteBalanceRedGain
+        whiteBalance.blueGain = settings.whiteBalanceBlueGain
+        zoom.factor = settings.zoomFactor
+        torch.mode = settings.torchMode.wire
+        torch.level = settings.torchLevel
+        rawControls = rawValues.sorted { $0.key < $1.key }.map { id, value in
+            var control = WireControlValue()
+            control.id = id
+            control.integer = value
+            return control
+        }
+    }
+}
+
+extension WireDeviceDescription {
+    public init(device: CaptureDevice, agentID: String, lease: LeaseTable.Lease?) {
+        self.init()
+        let values = (try? device.controlValues()) ?? [:]
+        uniqueID = device.uniqueID
+        localizedName = device.identity.localizedName
+        modelID = device.identity.modelID
+        deviceType = WireDeviceType(device.identity.deviceType)
+        position = WireDevicePosition(device.identity.position)
+        label = device.identity.label
+        connected = device.isConnected
+        self.agentID = agentID
+        backend = device.identity.backend
+        formats = device.formats.map(WireFormat.init)
+        controls = device.controls.filter { $0.type != .controlClass }.map { control in
+            var wire = WireControlDescription()
+            wire.id = control.id
+            wire.name = control.name
+            wire.type = WireControlType(control.type)
+            wire.minimum = control.minimum
+            wire.maximum = control.maximum
+            wire.step = control.step
+            wire.defaultValue = control.defaultValue
+            wire.flags = control.flags
+            wire.menu = control.menu.map { item in
+                var entry = WireMenuEntry()
+                entry.index = item.index
+                entry.name = item.name ?? ""
+                entry.value = item.value ?? 0
+                return entry
+            }
+            if let value = values[control.id] {
+                wire.current.id = control.id
+                wire.current.integer = value
+            }
+            return wire
+        }
+        let support = device.typedControlSupport
+        controlSupport.focusModes = FocusMode.allCases.filter(support.focusModes.contains).map(\.wire)
+        controlSupport.lensPosition = support.lensPosition
+        controlSupport.exposureModes = ExposureMode.allCases.filter(support.exposureModes.contains).map(\.wire)
+        controlSupport.whiteBalanceModes = WhiteBalanceMode.allCases.filter(support.whiteBalanceModes.contains).map(\.wire)
+        controlSupport.zoom = support.zoom
+        controlSupport.torch = support.torch
+        state = WireDeviceState(device: device, rawValues: values)
+        if let lease { self.lease = WireLeaseInfo(lease) }
+    }
+}

@@ -1,0 +1,96 @@
+import CamRigDevices
+import CamRigWire
+import NIOCore
+
+// Captured frames in wire messages: what a timestamp marks, capture metadata, video frames and photo results.
+
+extension TimestampMarks {
+    /// The mark as the wire spells it.
+    public var wire: WireTimestampMarks {
+        switch self {
+        case .startOfExposure: .startOfExposure
+        case .endOfFrame: .endOfFrame
+        case .dequeue: .dequeue
+        }
+    }
+}
+
+extension WireTimestampMarks {
+    /// The mark's name in manifests and JSON output, e.g. `start_of_exposure`.
+    public var name: String {
+        switch self {
+        case .startOfExposure: "start_of_exposure"
+        case .endOfFrame: "end_of_frame"
+        case .dequeue: "dequeue"
+        case .triggerFire: "trigger_fire"
+        default: "unspecified"
+        }
+    }
+}
+
+extension WireCaptureMetadata {
+    /// The settings a frame was captured with.
+    public init(_ metadata: CaptureMetadata) {
+        self.init()
+        exposureDuration = WireRational(metadata.exposureDuration)
+        iso = metadata.iso
+        lensPosition = metadata.lensPosition
+        whiteBalanceTemperatureKelvin = metadata.whiteBalanceTemperature
+        zoomFactor = metadata.zoomFactor
+        torchOn = metadata.torchOn
+    }
+}
+
+extension WireTimestamp {
+    /// An agent `CLOCK_MONOTONIC` reading that marks `marks`.
+    public init(agentNanoseconds: Int64, marks: WireTimestampMarks) {
+        self.init()
+        nanoseconds = agentNanoseconds
+        clock = .agentMonotonic
+        self.marks = marks
+    }
+}
+
+extension WireVideoFrame {
+    /// The header of a streamed frame (its pixels travel as the frame's payload).
+    public init(_ frame: CapturedFrame, streamID: String, droppedBefore: UInt64) {
+        self.init()
+        self.streamID = streamID
+        deviceID = frame.deviceID
+        sequence = frame.sequence
+        timestamp = WireTimestamp(agentNanoseconds: frame.timestamp, marks: frame.timestampMarks.wire)
+        pixelFormat = frame.format.pixelFormat.rawValue
+        dimensions = WireDimensions(frame.format.dimensions)
+        bytesPerLine = frame.format.bytesPerLine
+        self.droppedBefore = droppedBefore
+        metadata = WireCaptureMetadata(frame.metadata)
+    }
+}
+
+extension WirePhotoResult {
+    /// The description of a photo taken from `frame` (its image is stored beside it).
+    public init(_ frame: CapturedFrame, resultID: String, sessionID: String, triggerID: String, photoSettingsID: UInt64) {
+        self.init()
+        self.resultID = resultID
+        self.sessionID = sessionID
+        self.triggerID = triggerID
+        deviceID = frame.deviceID
+        captureTime = WireTimestamp(agentNanoseconds: frame.timestamp, marks: frame.timestampMarks.wire)
+        pixelFormat = frame.format.pixelFormat.rawValue
+        dimensions = WireDimensions(frame.format.dimensions)
+        bytesPerLine = frame.format.bytesPerLine
+        self.photoSettingsID = photoSettingsID
+        metadata = WireCaptureMetadata(frame.metadata)
+        sequence = frame.sequence
+    }
+}
+
+extension WireTriggerFired {
+    /// The report of a firing: when (agent clock, marking the trigger) and how late.
+    public init(triggerID: String, fireAt: Int64, firedAt: Int64) {
+        self.init()
+        self.triggerID = triggerID
+        self.firedAt = WireTimestamp(agentNanoseconds: firedAt, marks: .triggerFire)
+        latenessNs = firedAt - fireAt
+    }
+}

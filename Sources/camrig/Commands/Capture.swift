@@ -1,0 +1,45 @@
+import ArgumentParser
+import CamRigCLI
+import CamRigCoordinator
+
+/// `camrig capture --photo`: one synchronized photo from every camera.
+struct Capture: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Fire every camera at one instant and store the photos as one sync set.",
+        discussion: "The trigger instant is chosen from the measured round trips; each agent fires at it on its own clock. The capture goes to a new folder under --out with manifest.json, and into the catalog."
+    )
+
+    @Flag(name: .long, help: "Capture a photo (the only kind so far; recordings are `camrig record`).")
+    var photo = false
+
+    @OptionGroup var session: SessionOptions
+    @OptionGroup var captures: CaptureOptions
+    @OptionGroup var rig: RigOptions
+    @OptionGroup var output: OutputOptions
+
+    func validate() throws {
+        guard photo else { throw ValidationError("say what to capture: --photo (for video, use `camrig record`)") }
+    }
+
+    func run() async throws {
+        let logger = output.makeLogger()
+        do {
+            let store = try captures.store()
+            let report = try await rig.withPool(logger: logger) { pool in
+                let rigSession = try await session.makeSession(pool: pool, preset: session.size == nil ? .inputPriority : .photo, fps: nil, logger: logger)
+                do {
+                    let report = try await rigSession.capturePhoto(into: store)
+                    await rigSession.stop()
+                    return report
+                } catch {
+                    await rigSession.stop()
+                    throw error
+                }
+            }
+            let summary = CaptureOutput(report.manifest, directory: report.directory.path)
+            if output.json { try printJSON(summary, snakeCase: true) } else { print(summary.text) }
+        } catch {
+            throw userFacing(error)
+        }
+    }
+}

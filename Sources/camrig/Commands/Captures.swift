@@ -1,0 +1,6 @@
+import ArgumentParser
+
+/// `camrig captures list|show`: the catalog.
+struct Captures: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "The capture catalog.", subcommands: [List.self, Show.self])
+}

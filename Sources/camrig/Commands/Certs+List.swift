@@ -1,0 +1,37 @@
+import ArgumentParser
+import CamRigCLI
+import CamRigSecurity
+
+extension Certs {
+    /// `camrig certs list`: the certificates in a directory.
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the certificates in a directory.")
+
+        @Option(name: .long, help: ArgumentHelp("TLS directory.", valueName: "dir"))
+        var dir: String
+
+        @Flag(name: .long, help: "Print JSON.")
+        var json = false
+
+        func run() async throws {
+            let directory = TLSDirectory(path: dir)
+            do {
+                let root = try directory.trustRoot()
+                let summaries = try directory.entries().map {
+                    CertificateSummary(name: $0.name, identity: $0.identity, directory: directory)
+                }
+                if json {
+                    try printJSON(InitOutput(ca: "\(root.subject)", directory: dir, certificates: summaries))
+                } else {
+                    print("CA: \(root.subject)")
+                    for summary in summaries {
+                        let expired = summary.expired ? "  EXPIRED" : ""
+                        print("\(summary.name.padding(toLength: 24, withPad: " ", startingAt: 0)) \(summary.role.padding(toLength: 12, withPad: " ", startingAt: 0)) until \(summary.notValidAfter)\(expired)")
+                    }
+                }
+            } catch {
+                throw userFacing(error)
+            }
+        }
+    }
+}

@@ -1,0 +1,58 @@
+import ArgumentParser
+import CamRigCLI
+import CamRigCoordinator
+import CamRigWire
+import Foundation
+
+extension Device {
+    /// `camrig device set`: change one camera's configuration under its lease.
+    struct Set: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Change a camera's configuration under its lease, atomically: all settings or none.",
+            discussion: """
+                Settings: format=FOURCC-WxH, fps=30 (or 30000/1001), focus=locked|auto|continuous, lens=0..1, \
+                exposure=locked|auto|continuous, exposure-duration=1/250 (custom exposure), iso=N, bias=EV, \
+                white-balance=locked|auto|continuous, temperature=K, zoom=F, torch=on|off|auto, \
+                and raw V4L2 controls as 0xID=value (ids, as `camrig device get` lists them).
+                """
+        )
+
+        @Argument(help: "The camera: AGENT/DEVICE.")
+        var device: String
+
+        @Argument(help: "key=value settings.")
+        var settings: [String]
+
+        @OptionGroup var rig: RigOptions
+        @OptionGroup var output: OutputOptions
+
+        func run() async throws {
+            let logger = output.makeLogger()
+            let parsed = try DeviceSettingsParser.parse(settings)
+            do {
+                let state = try await rig.withPool(logger: logger, clockSamples: 0) { pool -> WireDeviceState in
+                    let (devices, _) = await RigDiscovery.devices(in: pool)
+                    guard let found = RigDiscovery.find(device, in: devices) else {
+                        throw CommandFailure("no camera '\(device)' on the rig's connected agents; `camrig devices` lists them")
+                    }
+                    let session = RigSession(pool: pool, logger: logger)
+                    try await session.addInput(found)
+                    await session.beginConfiguration()
+                    await session.setPreset(.inputPriority)
+                    await session.setControls(of: found.name, parsed)
+                    try await session.commitConfiguration()
+                    await session.stop()
+                    let (after, _) = await RigDiscovery.devices(in: pool)
+                    return RigDiscovery.find(found.name, in: after)?.description.state ?? found.description.state
+                }
+                if output.json {
+                    try printJSON(["device": device, "format": state.activeFormatID, "fps": state.activeMinFrameDuration.duration.map { String(format: "%.3f", $0.frameRate) } ?? "-"], snakeCase: true)
+                } else {
+                    print("\(device): set \(settings.joined(separator: " ")); now \(state.activeFormatID) at \(state.activeMinFrameDuration.duration.map { FrameRatePlanner.rateText($0) } ?? "-")")
+                }
+            } catch {
+                throw userFacing(error)
+            }
+        }
+    }
+}

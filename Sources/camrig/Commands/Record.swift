@@ -1,0 +1,66 @@
+import ArgumentParser
+import CamRigCLI
+import CamRigCoordinator
+import CamRigLocalRig
+import Foundation
+
+/// `camrig record`: a synchronized recording.
+struct Record: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Start every camera at one instant at one frame rate, record, and match frames into sync sets.",
+        discussion: "Frames are matched by their timestamps in the coordinator's clock; incomplete sets, drops and unmatched frames are reported per camera."
+    )
+
+    @Option(name: .long, help: "Frames per second for every camera (default: the highest all of them support at the size).")
+    var fps: String?
+
+    @Option(name: .long, help: "Seconds to record.")
+    var duration = 5.0
+
+    @OptionGroup var session: SessionOptions
+    @OptionGroup var captures: CaptureOptions
+    @OptionGroup var rig: RigOptions
+    @OptionGroup var output: OutputOptions
+
+    func validate() throws {
+        guard duration > 0, duration <= 3600 else { throw ValidationError("--duration must be within (0, 3600] seconds") }
+        if let fps, DeviceSettingsParser.duration(ofRate: fps) == nil { throw ValidationError("--fps \(fps): give a rate like 30 or 30000/1001") }
+    }
+
+    func run() async throws {
+        let logger = output.makeLogger()
+        let rate = fps.flatMap(DeviceSettingsParser.duration(ofRate:))
+        let quiet = output.json
+        do {
+            let store = try captures.store()
+            let report = try await rig.withPool(logger: logger) { pool in
+                let rigSession = try await session.makeSession(pool: pool, preset: .high, fps: rate, logger: logger)
+                do {
+                    let report = try await rigSession.record(duration: .milliseconds(Int64(duration * 1000)), into: store) { progress in
+                        guard !quiet else { return }
+                        Self.showProgress(progress)
+                    }
+                    await rigSession.stop()
+                    return report
+                } catch {
+                    await rigSession.stop()
+                    throw error
+                }
+            }
+            if !quiet { FileHandle.standardError.write(Data("\n".utf8)) }
+            let summary = CaptureOutput(report.manifest, directory: report.directory.path)
+            if output.json { try printJSON(summary, snakeCase: true) } else { print(summary.text) }
+        } catch {
+            throw userFacing(error)
+        }
+    }
+
+    static func showProgress(_ progress: RecordingProgress) {
+        var line = String(
+            format: "\rrecording %.1f/%.1f s, frames %@, sets %d",
+            progress.elapsed.seconds, progress.duration.seconds, progress.framesPerCamera.map(String.init).joined(separator: "/"), progress.sets
+        )
+        if progress.imagesTotal > 0 { line += ", images written \(progress.imagesWritten)/\(progress.imagesTotal)" }
+        FileHandle.standardError.write(Data(line.utf8))
+    }
+}

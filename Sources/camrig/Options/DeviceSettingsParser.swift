@@ -1,0 +1,71 @@
+import ArgumentParser
+import CamRigDevices
+import CamRigWire
+import CamRigWireModel
+
+/// `key=value` settings into a `Configure` change.
+enum DeviceSettingsParser {
+    static func parse(_ settings: [String]) throws -> WireConfigure {
+        var change = WireConfigure()
+        guard !settings.isEmpty else { throw ValidationError("give at least one key=value setting") }
+        for setting in settings {
+            let parts = setting.split(separator: "=", maxSplits: 1).map(String.init)
+            guard parts.count == 2, !parts[1].isEmpty else { throw ValidationError("'\(setting)' is not key=value") }
+            let (key, value) = (parts[0], parts[1])
+            func number() throws -> Double {
+                guard let number = Double(value) else { throw ValidationError("\(key)=\(value): not a number") }
+                return number
+            }
+            func mode<T>(_ modes: [String: T]) throws -> T {
+                guard let mode = modes[value] else { throw ValidationError("\(key)=\(value): use one of \(modes.keys.sorted().joined(separator: ", "))") }
+                return mode
+            }
+            switch key {
+            case "format": change.formatID = value
+            case "fps":
+                guard let duration = duration(ofRate: value) else { throw ValidationError("fps=\(value): give a rate like 30 or 30000/1001") }
+                change.minFrameDuration = WireRational(duration)
+                change.maxFrameDuration = WireRational(duration)
+            case "focus": change.focus.mode = try mode(["locked": .locked, "auto": .auto, "continuous": .continuous])
+            case "lens": change.focus.lensPosition = Float(try number())
+            case "exposure": change.exposure.mode = try mode(["locked": .locked, "auto": .auto, "continuous": .continuous])
+            case "exposure-duration":
+                guard let duration = durationText(value) else { throw ValidationError("exposure-duration=\(value): give seconds as a fraction like 1/250") }
+                change.exposure.mode = .custom
+                change.exposure.duration = WireRational(duration)
+            case "iso": change.exposure.iso = Float(try number())
+            case "bias": change.exposure.targetBias = Float(try number())
+            case "white-balance": change.whiteBalance.mode = try mode(["locked": .locked, "auto": .auto, "continuous": .continuous])
+            case "temperature": change.whiteBalance.temperatureKelvin = Float(try number())
+            case "zoom": change.zoom.factor = try number()
+            case "torch": change.torch.mode = try mode(["on": .on, "off": .off, "auto": .auto])
+            default:
+                guard key.hasPrefix("0x"), let id = UInt32(key.dropFirst(2), radix: 16), let raw = Int64(value) else {
+                    throw ValidationError("unknown setting '\(key)'; see `camrig device set --help`")
+                }
+                var control = WireControlValue()
+                control.id = id
+                control.integer = raw
+                change.rawControls.append(control)
+            }
+        }
+        return change
+    }
+
+    /// "30" → 1/30 s; "30000/1001" → 1001/30000 s.
+    static func duration(ofRate text: String) -> FrameDuration? {
+        let parts = text.split(separator: "/")
+        if parts.count == 2, let numerator = UInt32(parts[0]), let denominator = UInt32(parts[1]) {
+            return FrameDuration(numerator: denominator, denominator: numerator)
+        }
+        guard let rate = UInt32(text) else { return nil }
+        return FrameDuration(framesPerSecond: rate)
+    }
+
+    /// "1/250" → 1/250 s.
+    static func durationText(_ text: String) -> FrameDuration? {
+        let parts = text.split(separator: "/")
+        guard parts.count == 2, let numerator = UInt32(parts[0]), let denominator = UInt32(parts[1]) else { return nil }
+        return FrameDuration(numerator: numerator, denominator: denominator)
+    }
+}

@@ -1,0 +1,72 @@
+import CamRigCLI
+import CamRigCapture
+import Foundation
+
+/// What a capture command prints: the capture's summary and per-camera figures.
+struct CaptureOutput: Encodable {
+    struct Camera: Encodable {
+        var camera: String
+        var framesDelivered: Int
+        var droppedFrames: Int
+        var unmatchedFrames: Int
+        var offsetUs: Double
+        var errorBoundUs: Double
+        var error: String?
+    }
+
+    var id: String
+    var kind: String
+    var directory: String
+    var fps: Double?
+    var sets: Int
+    var completeSets: Int
+    var incompleteSets: Int
+    var framesDelivered: Int
+    var droppedFrames: Int
+    var unmatchedFrames: Int
+    var skewP50Us: Double
+    var skewP99Us: Double
+    var maxSkewUs: Double
+    var cameras: [Camera]
+    /// Skew in real time, where the truth is known (`camrig demo`).
+    var trueSkew: TrueSkew?
+
+    struct TrueSkew: Encodable {
+        var p50Us: Double
+        var maxUs: Double
+    }
+
+    init(_ manifest: CaptureManifest, directory: String) {
+        id = manifest.id
+        kind = manifest.kind
+        self.directory = directory
+        fps = manifest.framesPerSecond
+        sets = manifest.summary.sets
+        completeSets = manifest.summary.completeSets
+        incompleteSets = manifest.summary.incompleteSets
+        framesDelivered = manifest.summary.framesDelivered
+        droppedFrames = manifest.summary.droppedFrames
+        unmatchedFrames = manifest.summary.unmatchedFrames
+        skewP50Us = Double(manifest.summary.skewP50Ns) / 1000
+        skewP99Us = Double(manifest.summary.skewP99Ns) / 1000
+        maxSkewUs = Double(manifest.summary.skewMaxNs) / 1000
+        cameras = manifest.cameras.map {
+            Camera(camera: $0.name, framesDelivered: $0.framesDelivered, droppedFrames: $0.framesDropped, unmatchedFrames: $0.framesUnmatched, offsetUs: $0.clock.offsetNs / 1000, errorBoundUs: $0.clock.errorBoundNs / 1000, error: $0.error)
+        }
+    }
+
+    var text: String {
+        var lines = ["\(kind) \(id) in \(directory)"]
+        lines.append("  sets \(sets) (complete \(completeSets), incomplete \(incompleteSets)); frames \(framesDelivered) delivered, \(droppedFrames) dropped, \(unmatchedFrames) unmatched")
+        lines.append("  skew p50 \(String(format: "%.1f", skewP50Us)) µs, p99 \(String(format: "%.1f", skewP99Us)) µs, max \(String(format: "%.1f", maxSkewUs)) µs (coordinator clock; each frame's uncertainty adds the clock error)")
+        if let trueSkew {
+            lines.append("  true skew p50 \(String(format: "%.1f", trueSkew.p50Us)) µs, max \(String(format: "%.1f", trueSkew.maxUs)) µs (real time, from the injected clock errors)")
+        }
+        lines.append(table(
+            ["  CAMERA", "FRAMES", "DROPPED", "UNMATCHED", "OFFSET µs", "±µs"],
+            cameras.map { ["  " + $0.camera, "\($0.framesDelivered)", "\($0.droppedFrames)", "\($0.unmatchedFrames)", String(format: "%.1f", $0.offsetUs), String(format: "%.1f", $0.errorBoundUs)] }
+        ))
+        for camera in cameras { if let error = camera.error { lines.append("  \(camera.camera): \(error)") } }
+        return lines.joined(separator: "\n")
+    }
+}

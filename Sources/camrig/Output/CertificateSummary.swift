@@ -1,0 +1,34 @@
+import CamRigSecurity
+import Foundation
+
+/// One certificate as `camrig certs` shows it.
+struct CertificateSummary: Encodable {
+    var name: String
+    var role: String
+    var notValidAfter: String
+    var expired: Bool
+    var certificate: String
+    var key: String
+
+    init(name: String, identity: PeerIdentity, directory: TLSDirectory) {
+        self.name = name
+        self.role = identity.role.rawValue
+        let formatter = ISO8601DateFormatter()
+        self.notValidAfter = formatter.string(from: identity.notValidAfter)
+        self.expired = identity.notValidAfter < Date()
+        self.certificate = directory.certificateFile(for: name)
+        self.key = directory.keyFile(for: name)
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case name, role, expired, certificate, key
+        case notValidAfter = "not_valid_after"
+    }
+}
+
+/// A CA and its certificates, as `camrig certs init` and `camrig certs list --json` print them.
+struct InitOutput: Encodable {
+    var ca: String
+    var directory: String
+    var certificates: [CertificateSummary]
+}

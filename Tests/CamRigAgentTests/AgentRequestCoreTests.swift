@@ -1,0 +1,83 @@
+import CamRigWire
+import Testing
+
+@testable import CamRigAgent
+
+@Suite("Agent request core", .timeLimit(.minutes(1)))
+struct AgentRequestCoreTests {
+    let full = AgentRequestCore.Configuration(agentID: "cam-host-1", devices: true, capture: true, clockChannel: true)
+
+    func core(_ role: WirePeerRole, configuration: AgentRequestCore.Configuration? = nil) -> AgentRequestCore {
+        AgentRequestCore(configuration: configuration ?? full, client: .init(role: role, name: "\(role)-1"))
+    }
+
+    func error(_ action: AgentRequestCore.Action) -> WireError? {
+        if case .reply(.error(let error)) = action { return error }
+        return nil
+    }
+
+    @Test("a viewer may look and watch but not lock, configure, trigger or fetch; the refusal names the certificate")
+    func viewerRules() {
+        let viewer = core(.viewer)
+        #expect(viewer.request(.listDevices(WireListDevices())) == .devices(.listDevices(WireListDevices())))
+        var start = WireStartStream()
+        start.deviceID = "synthetic:SYN0001"
+        #expect(viewer.request(.startStream(start)) == .startStream(deviceID: "synthetic:SYN0001", maxQueued: AgentRequestCore.defaultQueuedFrames))
+        for request: WireEnvelope.OneOf_Body in [.lock(WireLock()), .configure(WireConfigure()), .scheduleTrigger(WireScheduleTrigger()), .fetchResults(WireFetchResults())] {
+            let refusal = error(viewer.request(request))
+            #expect(refusal?.code == .permissionDenied, "\(request.messageName)")
+            #expect(refusal?.message.contains("viewer certificate") == true)
+            #expect(refusal?.agentID == "cam-host-1")
+        }
+    }
+
+    @Test("an agent certificate may send nothing")
+    func agentRole() {
+        #expect(error(core(.agent).request(.listDevices(WireListDevices())))?.code == .permissionDenied)
+    }
+
+    @Test("what the agent does not serve is UNIMPLEMENTED, naming the request")
+    func unimplemented() {
+        let bare = core(.coordinator, configuration: .init(agentID: "bare", devices: false, capture: false, clockChannel: false))
+        let refusal = error(bare.request(.describeDevice(WireDescribeDevice())))
+        #expect(refusal?.code == .unimplemented)
+        #expect(refusal?.message.contains("describe_device") == true)
+        #expect(error(bare.request(.fetchResults(WireFetchResults())))?.code == .unimplemented)
+        #expect(error(bare.request(.openClockChannel(WireOpenClockChannel())))?.code == .unsupported)
+    }
+
+    @Test("a stream's queue is 4 frames unless asked, and at most 64")
+    func streamDepth() {
+        var start = WireStartStream()
+        start.deviceID = "d"
+        start.maxQueuedFrames = 1000
+        #expect(core(.coordinator).request(.startStream(start)) == .startStream(deviceID: "d", maxQueued: 64))
+        start.maxQueuedFrames = 2
+        #expect(core(.coordinator).request(.startStream(start)) == .startStream(deviceID: "d", maxQueued: 2))
+    }
+
+    @Test("a trigger needs an action and devices, and a stream trigger exactly one device")
+    func triggerValidation() {
+        var trigger = WireScheduleTrigger()
+        trigger.triggerID = "t1"
+        trigger.deviceIds = ["a"]
+        #expect(error(core(.coordinator).request(.scheduleTrigger(trigger)))?.message.contains("no action") == true)
+        trigger.action = .capturePhoto
+        trigger.deviceIds = []
+        #expect(error(core(.coordinator).request(.scheduleTrigger(trigger)))?.message.contains("names no devices") == true)
+        trigger.action = .startStream
+        trigger.deviceIds = ["a", "b"]
+        #expect(error(core(.coordinator).request(.scheduleTrigger(trigger)))?.code == .invalidArgument)
+        trigger.deviceIds = ["a"]
+        #expect(core(.coordinator).request(.scheduleTrigger(trigger)) == .scheduleTrigger(trigger))
+    }
+
+    @Test("a fetch pages through the spool as asked (0: everything)")
+    func fetchPaging() {
+        var fetch = WireFetchResults()
+        fetch.sessionID = "s"
+        #expect(core(.coordinator).request(.fetchResults(fetch)) == .fetchResults(session: "s", limit: 0))
+        fetch.maxResults = 5
+        #expect(core(.coordinator).request(.fetchResults(fetch)) == .fetchResults(session: "s", limit: 5))
+    }
+}

@@ -1,0 +1,66 @@
+import CamRigClock
+import CamRigCoordinator
+import CamRigDevices
+import Testing
+
+/// The capture timeline: trigger lead, T, and a recording's cut-offs.
+@Suite("Capture plan", .timeLimit(.minutes(1)))
+struct CapturePlanTests {
+    static let now: Int64 = 5_000_000_000
+    static let thirty = FrameDuration(framesPerSecond: 30)!
+
+    @Test("the lead is four of the slowest recent round trips plus 40 ms, and never under 50 ms")
+    func lead() {
+        #expect(CapturePlan.lead(roundTrips: []) == .milliseconds(50))
+        #expect(CapturePlan.lead(roundTrips: [200_000, 900_000]) == .milliseconds(50))
+        #expect(CapturePlan.lead(roundTrips: [1_000_000, 10_000_000, 3_000_000]) == .milliseconds(80))
+    }
+
+    @Test("a photo fires once, the lead after the plan was made, and has no cut-offs")
+    func photo() {
+        let plan = CapturePlan.photo(at: Self.now, roundTrips: [10_000_000])
+        #expect(plan.plannedAt == Self.now)
+        #expect(plan.fireAt == Self.now + 80_000_000)
+        #expect(plan.recording == nil)
+    }
+
+    @Test("a recording stops its duration after T; streams stop a period and 20 ms after that")
+    func recordingCutOffs() throws {
+        let plan = CapturePlan.recording(
+            at: Self.now, roundTrips: [], duration: .seconds(2), frameDuration: Self.thirty)
+        let cutOffs = try #require(plan.recording)
+        #expect(plan.fireAt == Self.now + 50_000_000)
+        #expect(cutOffs.framePeriod == 33_333_333)
+        #expect(cutOffs.stopAt == plan.fireAt + 2_000_000_000)
+        #expect(cutOffs.lastExposure == cutOffs.stopAt - 16_666_666)
+        #expect(cutOffs.stopStreamsAt == cutOffs.stopAt + 33_333_333 + 20_000_000)
+        #expect(cutOffs.duration == .seconds(2))
+    }
+
+    @Test("exactly the frames on T's grid before the end are recorded, even with a millisecond of jitter")
+    func framesWithinTheRecording() throws {
+        let plan = CapturePlan.recording(
+            at: Self.now, roundTrips: [], duration: .seconds(1), frameDuration: Self.thirty)
+        let cutOffs = try #require(plan.recording)
+        for jitter: Int64 in [-1_000_000, 0, 1_000_000] {
+            let recorded = (0..<40).filter { frame in
+                !cutOffs.isAfterEnd(exposedAt: plan.fireAt + Int64(frame) * cutOffs.framePeriod + jitter)
+            }
+            #expect(recorded == Array(0..<30), "jitter \(jitter) ns")
+        }
+    }
+
+    @Test("a set waits a second for a lagging camera, or four periods at slow rates")
+    func setTimeout() throws {
+        let fast = try #require(
+            CapturePlan.recording(at: Self.now, roundTrips: [], duration: .seconds(1), frameDuration: Self.thirty)
+                .recording)
+        #expect(fast.closeSetsAfter == 1_000_000_000)
+        let slow = try #require(
+            CapturePlan.recording(
+                at: Self.now, roundTrips: [], duration: .seconds(10), frameDuration: FrameDuration(framesPerSecond: 2)!
+            )
+            .recording)
+        #expect(slow.closeSetsAfter == 2_000_000_000)
+    }
+}

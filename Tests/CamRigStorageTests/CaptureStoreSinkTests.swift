@@ -1,0 +1,110 @@
+import CamRigCapture
+import CamRigDevices
+import CamRigStorage
+import Foundation
+import Testing
+
+/// `CaptureStore` as the coordinator's capture sink: a directory per capture, image files, spilled
+/// frames converted after a recording, and the manifest in the catalog.
+@Suite("Capture store as a sink", .timeLimit(.minutes(1)))
+struct CaptureStoreSinkTests {
+    static let pngSignature: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
+
+    static func manifest(id: String, kind: CaptureKind, file: String) -> CaptureManifest {
+        let frame = CaptureManifest.Frame(
+            camera: 0, sequence: 1, file: file, timestampNs: 1, agentTimestampNs: 2, marks: "dequeue", uncertaintyNs: 3)
+        let set = CaptureManifest.SyncSet(
+            index: 0, complete: true, referenceTimeNs: 1, skewNs: 0, missingCameras: [], frames: [frame])
+        return CaptureManifest(
+            id: id, kind: kind.rawValue, created: "2026-01-01T00:00:00Z", sessionId: "s-1", cameras: [], sets: [set],
+            unmatched: [],
+            summary: CaptureManifest.Summary(sets: [set], framesDelivered: 1, droppedFrames: 0, unmatchedFrames: 0)
+        )
+    }
+
+    @Test("a photo capture: its directory, a PNG per frame written concurrently, and the manifest in the catalog")
+    func photo() async throws {
+        let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent(
+            "camrig-sink-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let store = try CaptureStore(root: root)
+        let capture = try await store.begin(.photo)
+        #expect(capture.kind == .photo && capture.id.hasSuffix("-photo"))
+        #expect(capture.location.deletingLastPathComponent().standardizedFileURL.path == root.standardizedFileURL.path)
+
+        let layout = FrameLayout(pixelFormat: .grey, dimensions: Dimensions(width: 32, height: 24), bytesPerLine: 32)
+        let files = try await withThrowingTaskGroup(of: String.self) { group in
+            for camera in 0..<4 {
+                group.addTask {
+                    try await store.write(
+                        [UInt8](repeating: UInt8(camera * 40), count: 32 * 24), layout: layout, named: "cam\(camera)-x",
+                        in: capture)
+                }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }.sorted()
+        }
+        #expect(files == ["cam0-x.png", "cam1-x.png", "cam2-x.png", "cam3-x.png"])
+        for file in files {
+            #expect(
+                Array(try Data(contentsOf: capture.location.appendingPathComponent(file)).prefix(8))
+                    == Self.pngSignature)
+        }
+
+        try await store.finish(Self.manifest(id: capture.id, kind: .photo, file: files[0]), in: capture)
+        let entry = try #require(try store.catalog.entry(capture.id))
+        #expect(entry.directory == capture.location.lastPathComponent)
+        #expect(try store.manifest(of: entry).sets[0].frames[0].file == "cam0-x.png")
+    }
+
+    @Test("a spilled frame keeps its bytes until converted, then only the image is left")
+    func spillAndConvert() async throws {
+        let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent(
+            "camrig-sink-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let store = try CaptureStore(root: root)
+        let capture = try await store.begin(.recording)
+        // YUYV, 4x2: two pixel pairs per row.
+        let yuyv: [UInt8] = Array(repeating: [235, 128, 235, 128], count: 4).flatMap { $0 }
+        let layout = FrameLayout(pixelFormat: .yuyv, dimensions: Dimensions(width: 4, height: 2), bytesPerLine: 8)
+        let spilled = try await store.spill(yuyv, layout: layout, named: "cam0-x/000007", in: capture)
+        #expect(spilled.file == "cam0-x/000007.raw")
+        #expect(try Data(contentsOf: capture.location.appendingPathComponent(spilled.file)) == Data(yuyv))
+
+        let image = try await store.convert(spilled, in: capture)
+        #expect(image == "cam0-x/000007.png")
+        #expect(
+            Array(try Data(contentsOf: capture.location.appendingPathComponent(image)).prefix(8)) == Self.pngSignature)
+        let left = try FileManager.default.contentsOfDirectory(
+            atPath: capture.location.appendingPathComponent("cam0-x").path)
+        #expect(left == ["000007.png"])
+    }
+
+    @Test("a frame that cannot be encoded is refused, and its spilled bytes stay")
+    func unconvertibleFrameStays() async throws {
+        let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent(
+            "camrig-sink-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let store = try CaptureStore(root: root)
+        let capture = try await store.begin(.recording)
+        let layout = FrameLayout(pixelFormat: .grey, dimensions: Dimensions(width: 64, height: 64), bytesPerLine: 64)
+        let spilled = try await store.spill(
+            [UInt8](repeating: 0, count: 10), layout: layout, named: "cam0-x/000001", in: capture)
+        await #expect(throws: FrameImageWriterError.self) { _ = try await store.convert(spilled, in: capture) }
+        #expect(FileManager.default.fileExists(atPath: capture.location.appendingPathComponent(spilled.file).path))
+    }
+
+    @Test("names that would leave the capture directory are refused")
+    func namesStayInside() async throws {
+        let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent(
+            "camrig-sink-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let store = try CaptureStore(root: root)
+        let capture = try await store.begin(.photo)
+        let layout = FrameLayout(pixelFormat: .mjpeg, dimensions: Dimensions(width: 8, height: 8), bytesPerLine: 0)
+        for name in ["../escape", "/etc/x", "cam0//x", ""] {
+            await #expect(throws: StorageError.self, "\(name)") {
+                _ = try await store.write([0xFF, 0xD8], layout: layout, named: name, in: capture)
+            }
+        }
+    }
+}
