@@ -89,3 +89,17 @@ extension AgentProcess {
         )
     }
 }
+
+extension AgentProcess {
+    /// The set-up most integration tests start with: a scratch PKI and an agent over TLS with its
+    /// certificate, started with `arguments` besides `--tls-dir`. Stop the agent and remove the PKI when done.
+    public static func secured(_ arguments: [String] = []) throws -> (TestPKI, AgentProcess) {
+        let pki = try TestPKI()
+        do {
+            return (pki, try AgentProcess(["--tls-dir", pki.path] + arguments))
+        } catch {
+            pki.remove()
+            throw error
+        }
+    }
+}

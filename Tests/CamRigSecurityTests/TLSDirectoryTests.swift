@@ -78,7 +78,7 @@ struct PeerCertificateVerifierTests {
     func accepted() async throws {
         let pki = try TestPKI()
         defer { pki.remove() }
-        let outcome = await try verifier(pki).verify(chain: [try certificate(pki, "viewer-1")])
+        let outcome = try await verifier(pki).verify(chain: [try certificate(pki, "viewer-1")])
         guard case .accepted(let identity) = outcome else {
             Issue.record("refused: \(outcome)")
             return
@@ -91,7 +91,7 @@ struct PeerCertificateVerifierTests {
     func none() async throws {
         let pki = try TestPKI()
         defer { pki.remove() }
-        let refusal = refusal(await try verifier(pki).verify(chain: []))
+        let refusal = refusal(try await verifier(pki).verify(chain: []))
         #expect(refusal?.reason == .noCertificate)
         #expect(refusal?.message == "presented no certificate")
     }
@@ -101,7 +101,7 @@ struct PeerCertificateVerifierTests {
         let pki = try TestPKI()
         defer { pki.remove() }
         try pki.issueExpired(name: "old", role: .coordinator)
-        let refusal = refusal(await try verifier(pki).verify(chain: [try certificate(pki, "old")]))
+        let refusal = refusal(try await verifier(pki).verify(chain: [try certificate(pki, "old")]))
         #expect(refusal?.reason == .expired)
         #expect(refusal?.message.contains("'old' expired at") == true)
     }
@@ -111,7 +111,7 @@ struct PeerCertificateVerifierTests {
         let pki = try TestPKI()
         defer { pki.remove() }
         let refusal = refusal(
-            await try verifier(pki).verify(chain: [try certificate(pki, "viewer-1")], at: Date().addingTimeInterval(-86_400))
+            try await verifier(pki).verify(chain: [try certificate(pki, "viewer-1")], at: Date().addingTimeInterval(-86_400))
         )
         #expect(refusal?.reason == .notYetValid)
         #expect(refusal?.message.contains("clock") == true)
@@ -122,7 +122,7 @@ struct PeerCertificateVerifierTests {
         let pki = try TestPKI()
         defer { pki.remove() }
         try pki.issueFromOtherCA(name: "stranger", role: .coordinator)
-        let refusal = refusal(await try verifier(pki).verify(chain: [try certificate(pki, "stranger")]))
+        let refusal = refusal(try await verifier(pki).verify(chain: [try certificate(pki, "stranger")]))
         #expect(refusal?.reason == .unknownAuthority)
         #expect(refusal?.message.contains("Other Rig CA") == true)
         #expect(refusal?.message.contains(try pki.caSubject) == true)
@@ -135,7 +135,7 @@ struct PeerCertificateVerifierTests {
         let ourName = try pki.directory.trustRoot().subject.description
         let cn = ourName.split(separator: ",").first!.dropFirst(3)  // "CN=…"
         try pki.issueFromOtherCA(name: "impostor", role: .coordinator, caName: String(cn))
-        let refusal = refusal(await try verifier(pki).verify(chain: [try certificate(pki, "impostor")]))
+        let refusal = refusal(try await verifier(pki).verify(chain: [try certificate(pki, "impostor")]))
         #expect(refusal?.reason == .unknownAuthority)
         #expect(refusal?.message.contains("does not verify") == true)
     }
@@ -144,7 +144,7 @@ struct PeerCertificateVerifierTests {
     func wrongRole() async throws {
         let pki = try TestPKI()
         defer { pki.remove() }
-        let refusal = refusal(await try verifier(pki).verify(chain: [try certificate(pki, "agent-1")]))
+        let refusal = refusal(try await verifier(pki).verify(chain: [try certificate(pki, "agent-1")]))
         #expect(refusal?.reason == .roleNotAccepted)
         #expect(refusal?.message.contains("has role agent, but only coordinator or viewer may connect") == true)
     }

@@ -10,10 +10,11 @@ import Testing
 struct AgentProcessTests {
     @Test("camrig ping reaches a camrig-agent over TLS and reports its id, protocol version and round trips")
     func pingOverTLS() throws {
-        let pki = try TestPKI()
-        defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1"])
-        defer { agent.stop() }
+        let (pki, agent) = try AgentProcess.secured(["--identity", "agent-1"])
+        defer {
+            agent.stop()
+            pki.remove()
+        }
 
         let result = try Executables.run("camrig", ["ping", "--agent", agent.address, "--tls-dir", pki.path, "--count", "3", "--interval-ms", "0", "--json"])
         #expect(result.status == 0, "stderr: \(result.stderr)")
@@ -34,10 +35,11 @@ struct AgentProcessTests {
 
     @Test("a viewer certificate is accepted and the agent tells the client its role")
     func viewer() async throws {
-        let pki = try TestPKI()
-        defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path])
-        defer { agent.stop() }
+        let (pki, agent) = try AgentProcess.secured([])
+        defer {
+            agent.stop()
+            pki.remove()
+        }
         let client = try await AgentClient.connect(
             to: AgentEndpoint(host: agent.host, port: agent.port),
             security: .tls(try MutualTLS.client(directory: pki.directory, identityName: "viewer-1"))
@@ -58,10 +60,11 @@ struct AgentProcessTests {
 
     @Test("an agent survives hostile clients while serving a good one, with flat memory")
     func survivesBadClients() async throws {
-        let pki = try TestPKI()
-        defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--log-level", "notice"])
-        defer { agent.stop() }
+        let (pki, agent) = try AgentProcess.secured(["--log-level", "notice"])
+        defer {
+            agent.stop()
+            pki.remove()
+        }
         let good = try await AgentClient.connect(
             to: AgentEndpoint(host: agent.host, port: agent.port),
             security: .tls(try MutualTLS.client(directory: pki.directory))

@@ -78,10 +78,11 @@ struct CaptureTests {
 
     @Test("a trigger fires at its time, its photo was exposed after it, and a late one is refused")
     func triggers() async throws {
-        let pki = try TestPKI()
-        defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
-        defer { agent.stop() }
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        defer {
+            agent.stop()
+            pki.remove()
+        }
         let client = try await agent.connect(pki)
         #expect(client.welcome.capabilities.contains("capture"))
 
@@ -115,10 +116,11 @@ struct CaptureTests {
 
     @Test("a START_STREAM trigger starts the stream at T: only frames exposed from T on are sent")
     func streamAtT() async throws {
-        let pki = try TestPKI()
-        defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
-        defer { agent.stop() }
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        defer {
+            agent.stop()
+            pki.remove()
+        }
         let client = try await agent.connect(pki)
         // Someone already watches the device, so it streams before T.
         let early = client.stream(.startStream({ var start = WireStartStream(); start.deviceID = "synthetic:SYN0001"; return start }()))
@@ -164,10 +166,11 @@ struct CaptureTests {
 
     @Test("a full spool refuses new captures and keeps the old ones")
     func spoolFull() async throws {
-        let pki = try TestPKI()
-        defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1", "--spool-size-mb", "1"])
-        defer { agent.stop() }
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1", "--spool-size-mb", "1"])
+        defer {
+            agent.stop()
+            pki.remove()
+        }
         let client = try await agent.connect(pki)
         let first = try await capture(client)
         let full = await #expect(throws: AgentClientError.self) { try await capture(client) }

@@ -42,10 +42,11 @@ struct DeviceLeaseTests {
 
     @Test("list, discovery query and describe return the agent's devices with formats, ranges and controls")
     func describe() async throws {
-        let pki = try TestPKI()
-        defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "2"])
-        defer { agent.stop() }
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "2"])
+        defer {
+            agent.stop()
+            pki.remove()
+        }
         let client = try await agent.connect(pki, as: "viewer-1")
         #expect(client.welcome.capabilities.contains("devices"))
         guard case .deviceList(let list) = try await client.request(.listDevices(.init())).frame.envelope.body else {
@@ -130,10 +131,11 @@ struct DeviceLeaseTests {
 
     @Test("a lease not renewed expires; a viewer may not lock")
     func expiryAndViewers() async throws {
-        let pki = try TestPKI()
-        defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
-        defer { agent.stop() }
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        defer {
+            agent.stop()
+            pki.remove()
+        }
         let device = "synthetic:SYN0001"
         let coordinator = try await agent.connect(pki, as: "coordinator")
         let lease = try await lock(coordinator, device, ms: 1_000)

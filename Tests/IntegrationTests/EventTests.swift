@@ -37,10 +37,11 @@ struct EventTests {
 
     @Test("a lease that is not renewed is reported lost; a late trigger is reported")
     func leaseLostAndLateTrigger() async throws {
-        let pki = try TestPKI()
-        defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
-        defer { agent.stop() }
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        defer {
+            agent.stop()
+            pki.remove()
+        }
         let watcher = try await agent.connect(pki, as: "viewer-1")
         let coordinator = try await agent.connect(pki)
         let received = try await events(watcher, count: 2, within: 5) {

@@ -27,10 +27,11 @@ struct InteropTests {
 
     @Test("a Python client written from the specification completes hello and pings over TLS", .enabled(if: unavailable == nil, "\(unavailable ?? "")"))
     func pythonClient() throws {
-        let pki = try TestPKI()
-        defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path])
-        defer { agent.stop() }
+        let (pki, agent) = try AgentProcess.secured([])
+        defer {
+            agent.stop()
+            pki.remove()
+        }
         for identity in ["coordinator", "viewer-1"] {
             let result = try Executables.runTool(Self.python, [Self.script, "--agent", agent.address, "--tls-dir", pki.path, "--identity", identity, "--count", "3", "--json"])
             #expect(result.status == 0, "stderr: \(result.stderr)")

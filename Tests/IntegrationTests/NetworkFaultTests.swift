@@ -123,7 +123,9 @@ struct NetworkFaultTests {
         ])
         defer { rig.shutdown() }
         let pool = try await Self.readyPool(rig, probeInterval: .milliseconds(50))
-        try await Task.sleep(for: .seconds(2))
+        // Four seconds of probes: a tenth of the lossy host's round trips are lost, and a busy machine
+        // delays others, so both hosts get time to find their quick ones.
+        try await Task.sleep(for: .seconds(4))
         // Loss costs samples, not accuracy: the lossy host's estimate is as good as the clean one's. Both
         // share whatever bias the machine puts on this path (up to ~130 µs seen in fresh-clone debug
         // runs under load, 1–5 µs otherwise), so they are compared with each other, within the rig's

@@ -19,10 +19,11 @@ struct StreamingTests {
 
     @Test("frames arrive in order with their device timestamp, format and pixels; stop ends the stream with counts")
     func stream() async throws {
-        let pki = try TestPKI()
-        defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
-        defer { agent.stop() }
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        defer {
+            agent.stop()
+            pki.remove()
+        }
         let client = try await agent.connect(pki, as: "viewer-1")
         var streamID = ""
         var frames: [(WireVideoFrame, ByteBuffer)] = []
@@ -66,10 +67,11 @@ struct StreamingTests {
 
     @Test("two clients watching one device get the same frames")
     func fanOut() async throws {
-        let pki = try TestPKI()
-        defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
-        defer { agent.stop() }
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        defer {
+            agent.stop()
+            pki.remove()
+        }
         let a = try await agent.connect(pki)
         let b = try await agent.connect(pki, as: "viewer-1")
         func sequences(_ client: AgentClient) async throws -> Set<UInt64> {
@@ -90,10 +92,11 @@ struct StreamingTests {
 
     @Test("a client that stops reading 1080p frames: agent memory stays bounded, and the stream says what was dropped")
     func slowClient() async throws {
-        let pki = try TestPKI()
-        defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1", "--log-level", "notice"])
-        defer { agent.stop() }
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1", "--log-level", "notice"])
+        defer {
+            agent.stop()
+            pki.remove()
+        }
         // Put the camera in 1920x1080 YUYV (4 MB frames) at 30 fps.
         let coordinator = try await agent.connect(pki)
         var lock = WireLock()

@@ -15,10 +15,11 @@ struct TriggerThreadTests {
 
     @Test("an agent with 64 triggers scheduled 10 s ahead has no more threads than with none; the 65th is refused")
     func sixtyFourPending() async throws {
-        let pki = try TestPKI()
-        defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "2"])
-        defer { agent.stop() }
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "2"])
+        defer {
+            agent.stop()
+            pki.remove()
+        }
         let client = try await agent.connect(pki)
         defer { Task { await client.close() } }
         _ = try await client.request(.listDevices(WireListDevices()))
