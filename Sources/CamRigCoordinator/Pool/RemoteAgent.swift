@@ -170,7 +170,7 @@ public final class RemoteAgent: Sendable {
 
     /// Connects, probes the clock and reconnects after failures until the task is cancelled.
     func run() async {
-        var backoff = timing.initialBackoff
+        var backoff = ReconnectBackoff(initial: timing.initialBackoff, maximum: timing.maximumBackoff)
         while !Task.isCancelled {
             state.withLockedValue {
                 $0.status = .connecting
@@ -193,7 +193,7 @@ public final class RemoteAgent: Sendable {
                     state.lastSeen = Date()
                 }
                 logger.info("agent connected", metadata: ["agent": "\(client.welcome.agentID)", "address": "\(endpoint)"])
-                backoff = timing.initialBackoff
+                backoff.reset()
                 // Until the connection drops or the pool stops; then close it, which ends both children.
                 await withTaskGroup(of: Void.self) { group in
                     group.addTask { await client.closed }
@@ -204,19 +204,16 @@ public final class RemoteAgent: Sendable {
                 }
                 state.withLockedValue {
                     $0.client = nil
-                    $0.status = .down(reason: "connection closed", retryIn: backoff)
+                    $0.status = .down(reason: "connection closed", retryIn: backoff.current)
                 }
                 if Task.isCancelled { break }
                 logger.warning("agent connection lost; reconnecting", metadata: ["agent": "\(name)"])
             } catch {
                 let reason = (error as? AgentClientError)?.message ?? "\(error)"
-                state.withLockedValue { $0.status = .down(reason: reason, retryIn: backoff) }
+                state.withLockedValue { $0.status = .down(reason: reason, retryIn: backoff.current) }
                 logger.notice("agent unreachable", metadata: ["agent": "\(name)", "reason": "\(reason)"])
             }
-            // Jitter keeps a rack of agents that failed together from retrying in lockstep.
-            let jittered = backoff * Double.random(in: 0.8...1.2)
-            try? await Task.sleep(for: jittered)
-            backoff = min(backoff * 2, timing.maximumBackoff)
+            try? await Task.sleep(for: backoff.next())
         }
         let client = state.withLockedValue { state -> AgentClient? in
             defer {
