@@ -78,6 +78,7 @@ public final class AgentServer: Service, Sendable {
             addressPromise.fail(failure)
             throw failure
         }
+        router.capture?.start()
         if let address = channel.localAddress {
             // Clock probes over UDP on the same port number as the TLS listener.
             clockChannel.start(host: configuration.host, port: address.port ?? configuration.port)
@@ -94,10 +95,12 @@ public final class AgentServer: Service, Sendable {
             channel.close(promise: nil)
         }
         clockChannel.stop()
+        // Pending triggers are answered SHUTTING_DOWN while their clients are still connected; photos
+        // already fired are stored (their results wait in the spool) before the process goes.
+        router.capture?.shutdown()
         await connections.closeAll(reason: "agent \(configuration.agentID) is shutting down")
         router.streams?.stopAll(message: "agent is shutting down")
         await router.capture?.drain()
-        router.capture?.shutdown()
         logger.info("stopped")
     }
 

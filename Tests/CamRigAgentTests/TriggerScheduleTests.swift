@@ -158,3 +158,23 @@ extension Result {
         return nil
     }
 }
+
+@Suite("Trigger schedule, late thread", .timeLimit(.minutes(1)))
+struct TriggerScheduleLateTests {
+    @Test("a trigger whose instant passed before it was prepared is prepared first, then fired")
+    func preparedBeforeFiring() throws {
+        var schedule = TriggerSchedule<String>(capacity: 4, lead: 100_000_000, spinWindow: 300_000)
+        _ = try schedule.add(fireAt: 1_000_000_000, payload: "t", now: 0).get()
+        // The thread wakes only after the instant (held up by load).
+        guard case .prepare(let prepared) = schedule.next(now: 1_200_000_000) else {
+            Issue.record("an unprepared due trigger is prepared first")
+            return
+        }
+        #expect(prepared.map(\.payload) == ["t"])
+        guard case .fire(let fired) = schedule.next(now: 1_200_000_100) else {
+            Issue.record("then it fires")
+            return
+        }
+        #expect(fired.map(\.payload) == ["t"])
+    }
+}

@@ -48,4 +48,30 @@ struct TriggerThreadTests {
         let refusal = await #expect(throws: AgentClientError.self) { try await client.request(.scheduleTrigger(extra)) }
         #expect(refusal?.code == .queueFull)
     }
+
+    @Test("a trigger still pending when the agent shuts down is answered SHUTTING_DOWN, not left waiting")
+    func pendingAtShutdown() async throws {
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        defer {
+            agent.stop()
+            pki.remove()
+        }
+        let client = try await agent.connect(pki)
+        var trigger = WireScheduleTrigger()
+        trigger.triggerID = "never-fires"
+        trigger.action = .capturePhoto
+        trigger.deviceIds = ["synthetic:SYN0001"]
+        trigger.fireAtNs = HostClock.monotonicNow() + 30_000_000_000
+        var messages = client.stream(.scheduleTrigger(trigger)).makeAsyncIterator()
+        let scheduled = try await messages.next()
+        guard case .triggerScheduled = scheduled?.envelope.body else {
+            Issue.record("expected TriggerScheduled, got \(scheduled?.envelope.messageName ?? "nothing")")
+            return
+        }
+        let stopper = Task.detached { agent.stop() }
+        let answer = await #expect(throws: AgentClientError.self) { _ = try await messages.next() }
+        #expect(answer?.code == .shuttingDown, "\(String(describing: answer))")
+        _ = await stopper.value
+    }
 }
+

@@ -1,5 +1,6 @@
 import CamRigWire
 import CamRigWireModel
+import NIOConcurrencyHelpers
 import NIOCore
 
 /// Carries out what `AgentRequestCore` decides, with the services that own the agent's state: the
@@ -42,6 +43,8 @@ struct AgentRequestRouter: Sendable {
     struct Connection: Sendable {
         var id: UInt64
         var eventLoop: any EventLoop
+        /// The connection's spool requests, carried out one after another in the order they came.
+        var spoolWork = SerialTasks()
         var write: @Sendable (WireFrame, EventLoopPromise<Void>?) -> Void
 
         /// Writes `frame` and returns once it is on the socket (or failed to get there).
@@ -100,10 +103,10 @@ struct AgentRequestRouter: Sendable {
             capture?.schedule(trigger, requestID: requestID, connection: connection, reply: reply)
         case .fetchResults(let session, let limit):
             guard let results else { return }
-            Task { await results.fetch(session: session, limit: limit, requestID: requestID, connection: connection) }
+            connection.spoolWork.enqueue { await results.fetch(session: session, limit: limit, requestID: requestID, connection: connection) }
         case .acknowledgeResults(let ids):
             guard let results else { return }
-            Task { await results.acknowledge(ids, requestID: requestID, connection: connection) }
+            connection.spoolWork.enqueue { await results.acknowledge(ids, requestID: requestID, connection: connection) }
         }
     }
 
@@ -112,5 +115,20 @@ struct AgentRequestRouter: Sendable {
         devices?.events.connectionClosed(connection)
         streams?.connectionClosed(connection)
         devices?.connectionClosed(connection)
+    }
+}
+
+/// Work carried out one item after another, in the order it was enqueued, off the caller's thread.
+final class SerialTasks: Sendable {
+    private let last = NIOLockedValueBox<Task<Void, Never>?>(nil)
+
+    func enqueue(_ work: @escaping @Sendable () async -> Void) {
+        last.withLockedValue { last in
+            let previous = last
+            last = Task {
+                await previous?.value
+                await work()
+            }
+        }
     }
 }

@@ -71,6 +71,9 @@ public final class ResultSpool: Sendable {
         do {
             // Made in tmp/ (emptied at start-up) and renamed into results/: a crash leaves a whole result or none.
             try DurableFile.write(data, to: final, permissions: 0o640, temporaryDirectory: directory.appendingPathComponent("tmp"))
+        } catch let error as DurableFileError where error.step == .flushDirectory {
+            // The result is whole and in place; only its survival of a power cut is in doubt. It is
+            // counted and offered like any other rather than left behind as an orphan.
         } catch {
             throw WireProtocolError(.internal, "cannot store result \(result.resultID) in the spool: \(error)")
         }

@@ -53,25 +53,40 @@ public final class AgentCapture: Sendable {
         self.spool = spool
         self.agentID = agentID
         self.logger = logger
-        // The scheduler's callbacks reach this object only once it exists; they run on its thread.
-        let owner = NIOLockedValueBox<AgentCapture?>(nil)
+        // The scheduler's callbacks reach this object (weakly: the scheduler is part of it) once it
+        // exists; they run on the scheduler's thread.
+        let owner = NIOLockedValueBox(WeakReference<AgentCapture>())
         scheduler = TriggerScheduler(
             clock: streams.devices.clock,
             capacity: maxPendingTriggers,
             lead: Self.prepareNanoseconds,
             spinWindow: Self.spinNanoseconds,
-            prepare: { pending in owner.withLockedValue { $0 }?.prepare(pending) },
-            fire: { pending, firedAt in owner.withLockedValue { $0 }?.fire(pending, firedAt: firedAt) }
+            prepare: { pending in owner.withLockedValue { $0.value }?.prepare(pending) },
+            fire: { pending, firedAt in owner.withLockedValue { $0.value }?.fire(pending, firedAt: firedAt) }
         )
-        owner.withLockedValue { $0 = self }
+        owner.withLockedValue { $0.value = self }
+    }
+
+    /// Starts the trigger scheduler's thread (when the agent starts serving).
+    func start() {
+        scheduler.start()
+    }
+
+    /// Runs `store` in a task, counted in flight from now so that `drain()` waits for it.
+    private func storeInTask(_ reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void, _ store: @escaping @Sendable () async -> WireEnvelope.OneOf_Body) {
+        inFlight.withLockedValue { $0 += 1 }
+        Task {
+            reply(await store())
+            self.inFlight.withLockedValue { $0 -= 1 }
+        }
     }
 
     /// Answers a photo taken now.
     func capturePhoto(_ capture: WireCapturePhoto, requestID: UInt64, reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void) {
         let now = clock.now()
         let frames = prepare([capture.deviceID], notBefore: now)
-        Task {
-            reply(await self.store(triggerID: "photo-\(requestID)", frames: frames, session: capture.sessionID, settings: capture.settings, fireAt: now, firedAt: now))
+        storeInTask(reply) {
+            await self.store(triggerID: "photo-\(requestID)", frames: frames, session: capture.sessionID, settings: capture.settings, fireAt: now, firedAt: now)
         }
     }
 
@@ -92,7 +107,9 @@ public final class AgentCapture: Sendable {
             }
             reply(.error(WireError(.triggerLate, agent: agentID, "trigger \(trigger.triggerID) was due \(String(format: "%.3f", late)) ms ago (agent time \(trigger.fireAtNs) ns, now \(clock.now()) ns); schedule with more lead time")))
         case .failure(.full(let capacity)):
-            reply(.error(WireError(.queueFull, agent: agentID, "agent \(agentID) already has \(capacity) pending triggers")))
+            reply(.error(WireError(.queueFull, agent: agentID, "agent \(agentID) already has \(capacity) pending triggers; wait for some to fire")))
+        case .failure(.stopped):
+            reply(.error(WireError(.shuttingDown, agent: agentID, "agent \(agentID) is shutting down and takes no more triggers")))
         case .success:
             var scheduled = WireTriggerScheduled()
             scheduled.triggerID = trigger.triggerID
@@ -125,8 +142,8 @@ public final class AgentCapture: Sendable {
             return
         }
         let frames = pending.frames.withLockedValue { $0 }
-        Task {
-            pending.reply(await self.store(triggerID: trigger.triggerID, frames: frames, session: trigger.sessionID, settings: trigger.photoSettings, fireAt: trigger.fireAtNs, firedAt: firedAt))
+        storeInTask(pending.reply) {
+            await self.store(triggerID: trigger.triggerID, frames: frames, session: trigger.sessionID, settings: trigger.photoSettings, fireAt: trigger.fireAtNs, firedAt: firedAt)
         }
     }
 
@@ -146,8 +163,6 @@ public final class AgentCapture: Sendable {
 
     /// Stores the photo each device's frame task delivers, and reports the firing.
     private func store(triggerID: String, frames: [(String, Task<CapturedFrame, any Error>)], session: String, settings: WirePhotoSettings, fireAt: Int64, firedAt: Int64) async -> WireEnvelope.OneOf_Body {
-        inFlight.withLockedValue { $0 += 1 }
-        defer { inFlight.withLockedValue { $0 -= 1 } }
         var fired = WireTriggerFired(triggerID: triggerID, fireAt: fireAt, firedAt: firedAt)
         for (deviceID, frameTask) in frames {
             do {
@@ -212,4 +227,9 @@ public final class AgentCapture: Sendable {
             try? await Task.sleep(for: .milliseconds(10))
         }
     }
+}
+
+/// A reference that does not keep its object alive.
+struct WeakReference<Object: AnyObject & Sendable>: Sendable {
+    weak var value: Object?
 }

@@ -41,6 +41,8 @@ public struct TriggerSchedule<Payload: Sendable>: Sendable {
         case late(byNanoseconds: Int64)
         /// `capacity` triggers are already pending.
         case full(capacity: Int)
+        /// The scheduler has shut down.
+        case stopped
     }
 
     /// How many triggers may be pending at once.
@@ -84,15 +86,22 @@ public struct TriggerSchedule<Payload: Sendable>: Sendable {
         return entries
     }
 
-    /// What to do at `now`. Preparing and firing entries are taken (prepared ones marked, fired ones removed).
+    /// What to do at `now`. Preparing and firing entries are taken (prepared ones marked, fired ones
+    /// removed). An entry is always prepared before it fires, even one whose instant came first (its
+    /// thread was held up, or it arrived with less than the lead).
     public mutating func next(now: Int64) -> Next {
         guard let first = entries.first else { return .idle }
-        if first.fireAt <= now {
-            let due = entries.prefix { $0.fireAt <= now }
-            entries.removeFirst(due.count)
-            return .fire(Array(due))
-        }
         var toPrepare: [Entry] = []
+        if first.fireAt <= now {
+            let due = entries.prefix { $0.fireAt <= now }.count
+            for index in 0..<due where !entries[index].prepared {
+                entries[index].prepared = true
+                toPrepare.append(entries[index])
+            }
+            if !toPrepare.isEmpty { return .prepare(toPrepare) }
+            defer { entries.removeFirst(due) }
+            return .fire(Array(entries.prefix(due)))
+        }
         for index in entries.indices where !entries[index].prepared && entries[index].prepareAt <= now {
             entries[index].prepared = true
             toPrepare.append(entries[index])
