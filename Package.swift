@@ -11,8 +11,9 @@
 //   CamRigSecurity     certificate authority, peer roles, TLS 1.3 with client certificates
 //   CamRigDevices      the device model and its backends (synthetic, V4L2 through CLibV4L2)
 //   CamRigWireModel    the only mapping between wire messages and the device model
-//   CamRigCapture      what a capture produces, as values: manifests, and the sink protocol storage implements
-//   CamRigStorage      durable files, image encoding (PNG through CZlib), capture directories, the SQLite catalog
+//   CamRigCapture      what a capture produces and how it reaches the disk: manifests, the sink protocol
+//                      storage implements, and DurableFile (the one durable writer, the agent's spool's too)
+//   CamRigStorage      image encoding (PNG through CZlib), capture directories, the SQLite catalog
 //   CamRigAgent        the server that runs on each camera host
 //   CamRigCoordinator  the client side: agent pool, clock synchronization, rig sessions, sync sets
 //   CamRigLocalRig     agents on this machine: agent processes, a throwaway PKI, a one-call loopback rig,
@@ -114,7 +115,7 @@ let package = Package(
             name: "CamRigAgent",
             dependencies: [
                 "CamRigClock", "CamRigWire", "CamRigClockSocket", "CamRigSecurity", "CamRigDevices", "CamRigWireModel",
-                "CamRigStorage",
+                "CamRigCapture",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOTLS", package: "swift-nio"),
@@ -170,7 +171,7 @@ let package = Package(
         .executableTarget(
             name: "camrig-agent",
             dependencies: [
-                "CamRigAgent", "CamRigCLI", "CamRigClock", "CamRigSecurity", "CamRigWire", "CamRigDevices", "CamRigStorage",
+                "CamRigAgent", "CamRigCLI", "CamRigClock", "CamRigSecurity", "CamRigWire", "CamRigDevices",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -22,6 +22,8 @@ public final class AgentServer: Service, Sendable {
     private let addressPromise: EventLoopPromise<SocketAddress>
     private let router: AgentRequestRouter
     private let clockChannel: ClockChannelServer
+    /// The one thread that reads, deletes and flushes spool files, off the event loops.
+    private let spoolThread: NIOThreadPool
 
     public init(configuration: AgentConfiguration, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger) {
         self.configuration = configuration
@@ -36,12 +38,14 @@ public final class AgentServer: Service, Sendable {
                 nil
             }
         clockChannel = ClockChannelServer(clock: configuration.clock, logger: logger)
+        let spoolThread = NIOThreadPool(numberOfThreads: 1)
+        self.spoolThread = spoolThread
         router = AgentRequestRouter(
             agentID: configuration.agentID,
             devices: configuration.devices,
             streams: streams,
             capture: capture,
-            results: configuration.spool.map { ResultService(spool: $0, agentID: configuration.agentID) },
+            results: configuration.spool.map { [spoolThread] in ResultService(spool: $0, agentID: configuration.agentID, threadPool: spoolThread) },
             clockChannel: clockChannel
         )
     }
@@ -79,6 +83,7 @@ public final class AgentServer: Service, Sendable {
             throw failure
         }
         router.capture?.start()
+        spoolThread.start()
         if let address = channel.localAddress {
             // Clock probes over UDP on the same port number as the TLS listener.
             clockChannel.start(host: configuration.host, port: address.port ?? configuration.port)
@@ -101,6 +106,7 @@ public final class AgentServer: Service, Sendable {
         await connections.closeAll(reason: "agent \(configuration.agentID) is shutting down")
         router.streams?.stopAll(message: "agent is shutting down")
         await router.capture?.drain()
+        try? await spoolThread.shutdownGracefully()
         logger.info("stopped")
     }
 

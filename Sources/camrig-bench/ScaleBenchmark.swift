@@ -108,6 +108,10 @@ struct ScaleBenchmark: AsyncParsableCommand {
         options.say("one synchronized photo")
         let store = try CaptureStore(root: rig.work.appendingPathComponent("captures"))
         let report = try await session.capturePhoto(into: store)
+        // A photo missing from the set is reported with its camera's reason, not only counted.
+        for camera in report.manifest.cameras where camera.framesDelivered == 0 {
+            FileHandle.standardError.write(Data("no photo from \(camera.name): \(camera.error ?? "no reason given")\n".utf8))
+        }
         await session.stop()
         await pool.stop()
         let agentRSS = processes.compactMap(\.residentKilobytes).sorted()

@@ -1,3 +1,4 @@
+import CamRigCapture
 import CamRigStorage
 import Foundation
 import Testing

@@ -13,8 +13,8 @@ public struct ResultService: Sendable {
     private let threadPool: NIOThreadPool
     private let agentID: String
 
-    /// - Parameter threadPool: where blocking file work runs (NIO's shared pool by default).
-    public init(spool: ResultSpool, agentID: String, threadPool: NIOThreadPool = .singleton) {
+    /// - Parameter threadPool: where blocking file work runs (the agent gives it a thread of its own).
+    public init(spool: ResultSpool, agentID: String, threadPool: NIOThreadPool) {
         self.spool = spool
         self.agentID = agentID
         self.threadPool = threadPool

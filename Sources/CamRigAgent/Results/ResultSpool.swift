@@ -1,4 +1,4 @@
-import CamRigStorage
+import CamRigCapture
 import CamRigWire
 import Foundation
 import NIOConcurrencyHelpers
