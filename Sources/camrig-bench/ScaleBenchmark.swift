@@ -1,5 +1,6 @@
 import ArgumentParser
 import CamRigCLI
+import CamRigClock
 import CamRigCoordinator
 import CamRigDevices
 import CamRigLocalRig
@@ -32,6 +33,8 @@ struct ScaleBenchmark: AsyncParsableCommand {
         var connectAllSeconds: Double
         var clocksReadySeconds: Double
         var commitSeconds: Double
+        /// How far ahead of the photo's instant its triggers left: the fan-out must fit in it.
+        var triggerLeadMs: Double
         var triggerFanOutMs: Double
         var gatherAfterTriggerMs: Double
         var photosDelivered: Int
@@ -49,6 +52,7 @@ struct ScaleBenchmark: AsyncParsableCommand {
                         ["connect all agents", String(format: "%.2f s", connectAllSeconds), ""],
                         ["clocks measured (16 samples each)", String(format: "%.2f s", clocksReadySeconds), ""],
                         ["commit one session (\(agents * cameras) cameras)", String(format: "%.3f s", commitSeconds), "< 2 s"],
+                        ["trigger lead (instant − send)", String(format: "%.1f ms", triggerLeadMs), ""],
                         ["trigger fan-out (all accepted)", String(format: "%.1f ms", triggerFanOutMs), "< 20 ms"],
                         ["sync set on disk, after T", String(format: "%.0f ms", gatherAfterTriggerMs), ""],
                         ["photos in the set", "\(photosDelivered)/\(agents * cameras)", ""],
@@ -107,6 +111,7 @@ struct ScaleBenchmark: AsyncParsableCommand {
 
         options.say("one synchronized photo")
         let store = try CaptureStore(root: rig.work.appendingPathComponent("captures"))
+        let photoStart = HostClock.monotonicNow()
         let report = try await session.capturePhoto(into: store)
         // A photo missing from the set is reported with its camera's reason, not only counted.
         for camera in report.manifest.cameras where camera.framesDelivered == 0 {
@@ -118,6 +123,7 @@ struct ScaleBenchmark: AsyncParsableCommand {
         return Result(
             machine: .current, agents: agents, cameras: cameras,
             connectAllSeconds: connectTime.seconds, clocksReadySeconds: readyTime.seconds, commitSeconds: commitTime.seconds,
+            triggerLeadMs: Double((report.manifest.sets.first?.referenceTimeNs ?? photoStart) - photoStart) / 1e6,
             triggerFanOutMs: (report.triggerFanOut?.microseconds ?? .nan) / 1000,
             gatherAfterTriggerMs: (report.gatheredAfterTrigger?.microseconds ?? .nan) / 1000,
             photosDelivered: report.manifest.summary.framesDelivered,
