@@ -43,4 +43,10 @@ extension Duration {
         let (seconds, attoseconds) = components
         return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
     }
+
+    /// The duration in seconds, as a floating-point number (for rates, tables and APIs that take seconds).
+    public var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+
+    /// The duration in microseconds, as a floating-point number.
+    public var microseconds: Double { Double(components.seconds) * 1e6 + Double(components.attoseconds) / 1e12 }
 }

@@ -1,3 +1,4 @@
+import CamRigClock
 import CamRigWire
 import Foundation
 import NIOConcurrencyHelpers
@@ -57,7 +58,7 @@ public final class LocalAgentProcess: @unchecked Sendable {
         case .success(let endpoint):
             return LocalAgentProcess(endpoint: endpoint, process: process, logFile: logFile)
         case .failure(let failure):
-            await Self.reap(process, grace: failure.grace)
+            await process.reap(grace: failure.grace)
             throw failure.error(process: process, logFile: logFile, timeout: timeout)
         }
     }
@@ -78,7 +79,7 @@ public final class LocalAgentProcess: @unchecked Sendable {
         case .success(let endpoint):
             return LocalAgentProcess(endpoint: endpoint, process: process, logFile: logFile)
         case .failure(let failure):
-            Self.reapBlocking(process, grace: failure.grace)
+            process.reapBlocking(grace: failure.grace)
             throw failure.error(process: process, logFile: logFile, timeout: timeout)
         }
     }
@@ -102,7 +103,7 @@ public final class LocalAgentProcess: @unchecked Sendable {
     @discardableResult
     public func stop(timeout: Duration = .seconds(10)) async -> Int32 {
         if process.isRunning { process.terminate() }
-        await Self.reap(process, grace: timeout)
+        await process.reap(grace: timeout)
         return process.terminationStatus
     }
 
@@ -110,7 +111,7 @@ public final class LocalAgentProcess: @unchecked Sendable {
     @discardableResult
     public func stopBlocking(timeout: Duration = .seconds(10)) -> Int32 {
         if process.isRunning { process.terminate() }
-        Self.reapBlocking(process, grace: timeout)
+        process.reapBlocking(grace: timeout)
         return process.terminationStatus
     }
 
@@ -181,24 +182,6 @@ public final class LocalAgentProcess: @unchecked Sendable {
     }
 
     // MARK: Stopping
-
-    /// Waits up to `grace` for the process to exit, polling without holding a thread; then SIGKILL.
-    private static func reap(_ process: Process, grace: Duration) async {
-        let deadline = ContinuousClock.now + grace
-        while process.isRunning && ContinuousClock.now < deadline && !Task.isCancelled {
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        while process.isRunning { try? await Task.sleep(for: .milliseconds(2)) }
-        process.waitUntilExit()  // returns at once: the process is gone; this collects its status
-    }
-
-    private static func reapBlocking(_ process: Process, grace: Duration) {
-        let deadline = ContinuousClock.now + grace
-        while process.isRunning && ContinuousClock.now < deadline { usleep(10_000) }
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
-    }
 
     static func read(_ url: URL) -> String { (try? String(contentsOf: url, encoding: .utf8)) ?? "" }
 }

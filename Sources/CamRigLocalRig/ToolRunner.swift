@@ -35,12 +35,7 @@ public enum ToolRunner {
                 readers.leave()
             }
         }
-        let deadline = Date().addingTimeInterval(timeout)
-        while process.isRunning && Date() < deadline { usleep(10_000) }
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-        }
-        process.waitUntilExit()
+        process.reapBlocking(grace: .milliseconds(Int64(timeout * 1000)))
         readers.wait()
         return Result(
             status: process.terminationStatus,

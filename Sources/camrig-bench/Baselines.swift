@@ -1,3 +1,4 @@
+import CamRigClock
 import CamRigCLI
 import CamRigLocalRig
 import Crypto

@@ -1,3 +1,4 @@
+import CamRigClock
 import ArgumentParser
 import CamRigCLI
 import CamRigCoordinator

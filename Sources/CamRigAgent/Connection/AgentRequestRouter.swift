@@ -70,20 +70,7 @@ struct AgentRequestRouter: Sendable {
         case .devices(let body):
             devices?.handle(body, client: client, connection: connection.id, reply: reply)
         case .startStream(let deviceID, let maxQueued):
-            guard let streams, let devices else { return }
-            let subscriber = StreamSubscriber(
-                requestID: requestID,
-                connection: connection.id,
-                maxQueued: maxQueued,
-                eventLoop: connection.eventLoop,
-                write: connection.write
-            )
-            devices.queue.async {
-                switch streams.start(deviceID: deviceID, subscriber: subscriber) {
-                case .started(_, let format): subscriber.open(format: format)
-                case .failed(let error): reply(.error(error))
-                }
-            }
+            streams?.open(deviceID: deviceID, requestID: requestID, connection: connection, maxQueued: maxQueued, reply: reply)
         case .stopStream(let streamID):
             guard let streams, let devices else { return }
             devices.queue.async {

@@ -78,6 +78,33 @@ public final class AgentStreams: Sendable {
         return .started(streamID: streamID, format: device.activeFormat)
     }
 
+    /// Opens a client's stream of `deviceID` on `connection`, on request `requestID` (`StreamStarted`,
+    /// `VideoFrame`…, `StreamEnded`), starting the device on the device service's queue; a device that
+    /// cannot stream is answered through `reply` with its error.
+    func open(
+        deviceID: String,
+        requestID: UInt64,
+        connection: AgentRequestRouter.Connection,
+        maxQueued: Int,
+        notBefore: Int64 = .min,
+        reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void
+    ) {
+        let subscriber = StreamSubscriber(
+            requestID: requestID,
+            connection: connection.id,
+            maxQueued: maxQueued,
+            notBefore: notBefore,
+            eventLoop: connection.eventLoop,
+            write: connection.write
+        )
+        devices.queue.async {
+            switch self.start(deviceID: deviceID, subscriber: subscriber) {
+            case .started(_, let format): subscriber.open(format: format)
+            case .failed(let error): reply(.error(error))
+            }
+        }
+    }
+
     /// Stops one stream; the device stops when its last watcher leaves. Returns the subscriber, if found.
     @discardableResult
     func stop(streamID: String, reason: WireStreamEndReason, message: String = "") -> (any FrameSink)? {
@@ -201,6 +228,8 @@ final class StreamSubscriber: FrameSink {
 
     /// What the subscriber keeps on its event loop.
     private struct State {
+        /// The stream's id, kept here from `open` on so that sending a frame takes no lock.
+        var streamID = ""
         var inFlight = 0
         var droppedSinceLastSent: UInt64 = 0
         var sent: UInt64 = 0
@@ -237,8 +266,9 @@ final class StreamSubscriber: FrameSink {
     func open(format: DeviceFormat) {
         eventLoop.execute {
             guard !self.state.value.ended else { return }
+            self.state.value.streamID = self.streamID
             var started = WireStreamStarted()
-            started.streamID = self.streamID
+            started.streamID = self.state.value.streamID
             started.format = WireFormat(format)
             self.write(WireFrame(requestID: self.requestID, .streamStarted(started)), nil)
             self.state.value.opened = true
@@ -252,7 +282,7 @@ final class StreamSubscriber: FrameSink {
             state.value.dropped += 1
             return
         }
-        let message = WireVideoFrame(frame, streamID: streamID, droppedBefore: state.value.droppedSinceLastSent)
+        let message = WireVideoFrame(frame, streamID: state.value.streamID, droppedBefore: state.value.droppedSinceLastSent)
         state.value.droppedSinceLastSent = 0
         state.value.inFlight += 1
         state.value.sent += 1

@@ -204,20 +204,7 @@ public final class AgentCapture: Sendable {
         reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void
     ) {
         reply(.triggerFired(WireTriggerFired(triggerID: trigger.triggerID, fireAt: fireAt, firedAt: firedAt)))
-        let subscriber = StreamSubscriber(
-            requestID: requestID,
-            connection: connection.id,
-            maxQueued: 8,
-            notBefore: fireAt,
-            eventLoop: connection.eventLoop,
-            write: connection.write
-        )
-        streams.devices.queue.async {
-            switch self.streams.start(deviceID: trigger.deviceIds[0], subscriber: subscriber) {
-            case .started(_, let format): subscriber.open(format: format)
-            case .failed(let failure): reply(.error(failure))
-            }
-        }
+        streams.open(deviceID: trigger.deviceIds[0], requestID: requestID, connection: connection, maxQueued: 8, notBefore: fireAt, reply: reply)
     }
 
     /// Waits (up to `timeout`) for captures already fired to be stored: a shutdown loses none of them.
