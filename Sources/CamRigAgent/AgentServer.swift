@@ -31,9 +31,14 @@ public final class AgentServer: Service, Sendable {
         self.logger = logger
         self.addressPromise = group.any().makePromise(of: SocketAddress.self)
         let streams = configuration.devices.map { AgentStreams(devices: $0, logger: logger) }
+        let phaseLocks = streams.map { AgentPhaseLocks(streams: $0, logger: logger) }
+        if let phaseLocks {
+            // A phase lock lives under its device's lease: when the lease ends, so does the lock.
+            configuration.devices?.leaseEnded.withLockedValue { $0 = { [weak phaseLocks] deviceID in phaseLocks?.unlock(deviceID: deviceID) } }
+        }
         let capture: AgentCapture? =
-            if let streams, let spool = configuration.spool {
-                AgentCapture(streams: streams, spool: spool, agentID: configuration.agentID, logger: logger)
+            if let streams, let phaseLocks, let spool = configuration.spool {
+                AgentCapture(streams: streams, phaseLocks: phaseLocks, spool: spool, agentID: configuration.agentID, logger: logger)
             } else {
                 nil
             }
@@ -46,7 +51,8 @@ public final class AgentServer: Service, Sendable {
             streams: streams,
             capture: capture,
             results: configuration.spool.map { [spoolThread] in ResultService(spool: $0, agentID: configuration.agentID, threadPool: spoolThread) },
-            clockChannel: clockChannel
+            clockChannel: clockChannel,
+            phaseLocks: phaseLocks
         )
     }
 
@@ -104,6 +110,7 @@ public final class AgentServer: Service, Sendable {
         // already fired are stored (their results wait in the spool) before the process goes.
         router.capture?.shutdown()
         await connections.closeAll(reason: "agent \(configuration.agentID) is shutting down")
+        router.phaseLocks?.stopAll()
         router.streams?.stopAll(message: "agent is shutting down")
         await router.capture?.drain()
         try? await spoolThread.shutdownGracefully()

@@ -23,6 +23,7 @@ extension CaptureDevice {
             throw error
         }
         let counter = NIOLockedValueBox<UInt64>(0)
+        let meter = NIOLockedValueBox(FramePeriodMeter())
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: CapturedFrame.self, bufferingPolicy: .bufferingNewest(max(bufferLimit, 1)))
         let backend = self.backend
         continuation.onTermination = { [weak self] _ in
@@ -32,7 +33,10 @@ extension CaptureDevice {
         do {
             try backend.startStreaming(bufferCount: 4) { event in
                 switch event {
-                case .frame(let frame):
+                case .frame(var frame):
+                    frame.measuredFramePeriod = meter.withLockedValue {
+                        $0.observe(sequence: frame.sequence, exposureStart: frame.exposureStart, streamStart: frame.streamStart)
+                    }
                     if case .dropped = continuation.yield(frame) {
                         counter.withLockedValue { $0 += 1 }
                     }

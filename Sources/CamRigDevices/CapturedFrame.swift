@@ -41,6 +41,18 @@ public struct CapturedFrame: Sendable {
     /// The image, laid out as `format` says.
     public var bytes: ByteBuffer
     public var metadata: CaptureMetadata
+    /// When the frame's first line started exposing, on the same clock as `timestamp`: the timestamp
+    /// itself for start-of-exposure stamps, the stamp minus exposure and readout for end-of-frame ones.
+    public var exposureStart: Int64
+    /// Half-width of the interval `exposureStart` lies in (timestamp jitter, unknown exposure or
+    /// readout time), in nanoseconds.
+    public var exposureStartUncertainty: Int64
+    /// The camera's frame period measured from recent exposure starts, on the host clock, in
+    /// nanoseconds; 0 until known.
+    public var measuredFramePeriod: Double = 0
+    /// When the run of frames this one belongs to started streaming (host clock); it changes when a
+    /// free-running camera's stream is restarted to move its phase.
+    public var streamStart: Int64 = 0
 
     public init(
         deviceID: String,
@@ -49,7 +61,9 @@ public struct CapturedFrame: Sendable {
         timestampMarks: TimestampMarks,
         format: DeviceFormat,
         bytes: ByteBuffer,
-        metadata: CaptureMetadata
+        metadata: CaptureMetadata,
+        exposureStart: Int64? = nil,
+        exposureStartUncertainty: Int64 = 0
     ) {
         self.deviceID = deviceID
         self.sequence = sequence
@@ -58,5 +72,7 @@ public struct CapturedFrame: Sendable {
         self.format = format
         self.bytes = bytes
         self.metadata = metadata
+        self.exposureStart = exposureStart ?? timestamp
+        self.exposureStartUncertainty = exposureStartUncertainty
     }
 }

@@ -26,7 +26,10 @@ public enum V4L2ControlID {
     public static let isoSensitivity = camera + 23
     public static let flashLEDMode = flash + 1
     public static let torchIntensity = flash + 8
+    public static let verticalBlanking = imageSource + 1
+    public static let horizontalBlanking = imageSource + 2
     public static let analogueGain = imageSource + 3
+    public static let pixelRate = imageProcessing + 2
     public static let testPattern = imageProcessing + 3
 
     /// `V4L2_EXPOSURE_*` menu values of `exposureAuto`.

@@ -47,6 +47,11 @@ extension WireEnvelope.OneOf_Body {
         case .acknowledgeResults: "acknowledge_results"
         case .subscribe: "subscribe"
         case .event: "event"
+        case .lockPhase: "lock_phase"
+        case .unlockPhase: "unlock_phase"
+        case .getPhaseStatus: "get_phase_status"
+        case .phaseStatus: "phase_status"
+        case .phaseStatusList: "phase_status_list"
         }
     }
 
@@ -63,7 +68,7 @@ extension WireEnvelope.OneOf_Body {
         switch self {
         case .ping, .clockProbe, .openClockChannel, .listDevices, .discoveryQuery, .describeDevice, .lock, .renewLease, .unlock,
             .configure, .startStream, .stopStream, .capturePhoto, .scheduleTrigger, .fetchResults,
-            .acknowledgeResults, .subscribe:
+            .acknowledgeResults, .subscribe, .lockPhase, .unlockPhase, .getPhaseStatus:
             true
         default:
             false
@@ -80,7 +85,8 @@ extension WirePeerRole {
             return true
         case .viewer:
             switch request {
-            case .ping, .clockProbe, .openClockChannel, .listDevices, .discoveryQuery, .describeDevice, .startStream, .stopStream, .subscribe:
+            case .ping, .clockProbe, .openClockChannel, .listDevices, .discoveryQuery, .describeDevice, .startStream, .stopStream, .subscribe,
+                .getPhaseStatus:
                 return true
             default:
                 return false

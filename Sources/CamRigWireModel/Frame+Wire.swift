@@ -51,6 +51,14 @@ extension WireTimestamp {
     }
 }
 
+extension WireTimestamp {
+    /// When `frame`'s first line started exposing, with the uncertainty of that conversion.
+    public init(exposureStartOf frame: CapturedFrame) {
+        self.init(agentNanoseconds: frame.exposureStart, marks: .startOfExposure)
+        uncertaintyNs = UInt64(max(frame.exposureStartUncertainty, 0))
+    }
+}
+
 extension WireVideoFrame {
     /// The header of a streamed frame (its pixels travel as the frame's payload).
     public init(_ frame: CapturedFrame, streamID: String, droppedBefore: UInt64) {
@@ -64,6 +72,8 @@ extension WireVideoFrame {
         bytesPerLine = frame.format.bytesPerLine
         self.droppedBefore = droppedBefore
         metadata = WireCaptureMetadata(frame.metadata)
+        exposureStart = WireTimestamp(exposureStartOf: frame)
+        measuredFramePeriodNs = frame.measuredFramePeriod
     }
 }
 
@@ -82,6 +92,7 @@ extension WirePhotoResult {
         self.photoSettingsID = photoSettingsID
         metadata = WireCaptureMetadata(frame.metadata)
         sequence = frame.sequence
+        exposureStart = WireTimestamp(exposureStartOf: frame)
     }
 }
 

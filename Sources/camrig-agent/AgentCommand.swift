@@ -75,10 +75,10 @@ struct AgentCommand: AsyncParsableCommand {
     @Flag(name: .long, help: "Synthetic cameras also offer 1920x1080 YUYV at up to 1000 fps (a source for throughput benchmarks).")
     var syntheticHighSpeed = false
 
-    @Option(name: .long, help: ArgumentHelp("Simulate a host whose clock is off by this many microseconds (synthetic cameras only; for tests and demos).", valueName: "us"))
+    @Option(name: .long, help: ArgumentHelp("Simulate a host whose clock is off by this many microseconds (its synthetic cameras and the stamps of its V4L2 cameras; for tests, demos and emulated rigs).", valueName: "us"))
     var simulateClockOffsetUs: Double?
 
-    @Option(name: .long, help: ArgumentHelp("Simulate a host whose clock drifts by this many parts per million (synthetic cameras only).", valueName: "ppm"))
+    @Option(name: .long, help: ArgumentHelp("Simulate a host whose clock drifts by this many parts per million (as --simulate-clock-offset-us).", valueName: "ppm"))
     var simulateClockDriftPpm: Double?
 
     @Option(name: .long, help: ArgumentHelp("CLOCK_MONOTONIC instant from which the simulated drift accumulates (default: when the agent starts).", valueName: "ns"))
@@ -144,9 +144,6 @@ struct AgentCommand: AsyncParsableCommand {
         settings.syntheticHighSpeed = syntheticHighSpeed
         guard (0...64).contains(settings.synthetic) else { throw ValidationError("synthetic cameras must be within 0…64") }
         if simulateClockOffsetUs != nil || simulateClockDriftPpm != nil || simulateClockStepUs != nil {
-            guard settings.synthetic > 0, settings.v4l2.isEmpty else {
-                throw ValidationError("a simulated clock needs --synthetic cameras and no --v4l2 devices: V4L2 frames carry the kernel's own timestamps")
-            }
             let offset = simulateClockOffsetUs ?? 0
             let drift = simulateClockDriftPpm ?? 0
             guard abs(offset) <= 3_600_000_000, abs(drift) <= 1000 else {
@@ -180,7 +177,7 @@ struct AgentCommand: AsyncParsableCommand {
         }
         var v4l2Provider: V4L2DeviceProvider?
         if !settings.v4l2.isEmpty || settings.synthetic == 0 {
-            let provider = V4L2DeviceProvider(patterns: settings.v4l2.isEmpty ? ["/dev/video*"] : settings.v4l2)
+            let provider = V4L2DeviceProvider(patterns: settings.v4l2.isEmpty ? ["/dev/video*"] : settings.v4l2, clock: settings.clock)
             providers.append(provider)
             v4l2Provider = provider
         }

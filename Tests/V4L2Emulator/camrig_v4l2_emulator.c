@@ -74,7 +74,11 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
+#include <locale.h>
+#include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -108,8 +112,18 @@
 #define EMU_READ_BUFFERS   4                        /* buffers behind read() */
 #define EMU_WAIT_STEP_NS   (5ull * 1000 * 1000)     /* longest single sleep */
 #define EMU_FRAME_MAGIC    0x43524D55u              /* "UMRC" little-endian */
-#define EMU_HEADER_BYTES   16
+#define EMU_HEADER_BYTES   24
 #define NSEC_PER_SEC       1000000000ull
+
+/* Sensor timing (section 7): a fixed pixel clock and line length per size. */
+#define EMU_PIXEL_RATE     200000000                /* pixels per second */
+#define EMU_NS_PER_PIXEL   5                        /* 1e9 / EMU_PIXEL_RATE */
+#define EMU_HBLANK         160                      /* pixels; line length = width + hblank */
+#define EMU_VBLANK_MIN     16                       /* lines */
+#define EMU_VBLANK_MAX     1048575
+#define EMU_VBLANK_DEFAULT 7853                     /* 640x480 @ 1/30: 8333 lines - 480 */
+#define EMU_EXPOSURE_DEFAULT 156                    /* exposure_time_absolute, 100 us units */
+#define EMU_MAX_INFLIGHT   16                       /* frames started, not yet finished */
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -185,7 +199,7 @@ struct emu_fract {
 
 struct emu_size {
 	uint32_t width, height;
-	const struct emu_fract *intervals;   /* discrete intervals, fastest first */
+	const struct emu_fract *intervals;   /* own discrete intervals, fastest first (or none) */
 	unsigned n_intervals;
 };
 
@@ -196,67 +210,85 @@ struct emu_format {
 	const char *description;        /* as the kernel's v4l_fill_fmtdesc() */
 	uint32_t bytes_per_pixel;
 	enum emu_kind size_kind;
-	/* EMU_DISCRETE sizes (each with its own discrete intervals) */
+	/* EMU_DISCRETE sizes */
 	const struct emu_size *sizes;
 	unsigned n_sizes;
 	/* EMU_STEPWISE / EMU_CONTINUOUS sizes */
 	uint32_t min_w, max_w, step_w, min_h, max_h, step_h;
-	/* intervals for non-discrete sizes: EMU_STEPWISE or EMU_CONTINUOUS */
+	/* Intervals of every size without its own list: EMU_DISCRETE
+	 * (intervals[]), EMU_STEPWISE or EMU_CONTINUOUS (min, max, step). */
 	enum emu_kind ival_kind;
+	const struct emu_fract *intervals;
+	unsigned n_intervals;
 	struct emu_fract ival_min, ival_max, ival_step;
 };
 
-static const struct emu_fract yuyv_480p_ivals[] = { { 1, 60 }, { 1, 30 }, { 1, 15 } };
+/*
+ * Node kinds.  Each node offers the same four formats with the same kinds of
+ * frame intervals (YUYV and RGGB discrete, RGB3 stepwise, GREY continuous);
+ * the kind of frame sizes depends on N % 3 of videoN, the same for every
+ * format of the node.  That keeps libv4lconvert's merged size lists (RGB3,
+ * BGR3, YU12, YV12 with conversion on) valid: one kind per list, and one
+ * shared range on the stepwise and continuous nodes.  Every size can run
+ * every listed interval (see frame timing in section 7).
+ */
+enum { EMU_NODE_DISCRETE, EMU_NODE_STEPWISE, EMU_NODE_CONTINUOUS, EMU_NODE_KINDS };
+#define EMU_NUM_FORMATS 4
+
+static const struct emu_fract yuyv_ivals[] = { { 1, 60 }, { 1, 30 }, { 1, 15 } };
 static const struct emu_fract yuyv_720p_ivals[] = { { 1, 30 }, { 1, 15 } };
 static const struct emu_fract yuyv_1080p_ivals[] = { { 1, 30 }, { 1, 15 }, { 1, 5 } };
 static const struct emu_fract bayer_ivals[] = { { 1, 90 } };
 
 static const struct emu_size yuyv_sizes[] = {
-	{ 640, 480, yuyv_480p_ivals, ARRAY_SIZE(yuyv_480p_ivals) },
+	{ 640, 480, yuyv_ivals, ARRAY_SIZE(yuyv_ivals) },
 	{ 1280, 720, yuyv_720p_ivals, ARRAY_SIZE(yuyv_720p_ivals) },
 	{ 1920, 1080, yuyv_1080p_ivals, ARRAY_SIZE(yuyv_1080p_ivals) },
 };
-
+static const struct emu_size rgb_sizes[] = {
+	{ 320, 240, NULL, 0 }, { 800, 600, NULL, 0 }, { 1920, 1080, NULL, 0 },
+};
+static const struct emu_size grey_sizes[] = {
+	{ 640, 480, NULL, 0 }, { 1280, 1024, NULL, 0 },
+};
 static const struct emu_size bayer_sizes[] = {
-	{ 640, 480, bayer_ivals, ARRAY_SIZE(bayer_ivals) },
+	{ 640, 480, NULL, 0 },
 };
 
-static const struct emu_format emu_formats[] = {
-	{
-		.fourcc = V4L2_PIX_FMT_YUYV,
-		.description = "YUYV 4:2:2",
-		.bytes_per_pixel = 2,
-		.size_kind = EMU_DISCRETE,
-		.sizes = yuyv_sizes,
-		.n_sizes = ARRAY_SIZE(yuyv_sizes),
+#define YUYV_FORMAT	.fourcc = V4L2_PIX_FMT_YUYV, .description = "YUYV 4:2:2",		\
+			.bytes_per_pixel = 2, .ival_kind = EMU_DISCRETE,			\
+			.intervals = yuyv_ivals, .n_intervals = ARRAY_SIZE(yuyv_ivals)
+#define RGB3_FORMAT	.fourcc = V4L2_PIX_FMT_RGB24, .description = "24-bit RGB 8-8-8",	\
+			.bytes_per_pixel = 3, .ival_kind = EMU_STEPWISE,			\
+			.ival_min = { 1, 60 }, .ival_max = { 1, 1 }, .ival_step = { 1, 60 }
+#define GREY_FORMAT	.fourcc = V4L2_PIX_FMT_GREY, .description = "8-bit Greyscale",	\
+			.bytes_per_pixel = 1, .ival_kind = EMU_CONTINUOUS,			\
+			.ival_min = { 1, 120 }, .ival_max = { 1, 1 }, .ival_step = { 1, 1 }
+#define RGGB_FORMAT	.fourcc = V4L2_PIX_FMT_SRGGB8, .description = "8-bit Bayer RGRG/GBGB",	\
+			.bytes_per_pixel = 1, .ival_kind = EMU_DISCRETE,			\
+			.intervals = bayer_ivals, .n_intervals = ARRAY_SIZE(bayer_ivals)
+#define DISCRETE(list)	.size_kind = EMU_DISCRETE, .sizes = list, .n_sizes = ARRAY_SIZE(list)
+/* Stepwise nodes: one grid for every format. */
+#define STEPWISE	.size_kind = EMU_STEPWISE,						\
+			.min_w = 64, .max_w = 1280, .step_w = 16, .min_h = 48, .max_h = 1024, .step_h = 8
+/* Continuous nodes: one range for every format (32x32 can still run 1 s frames). */
+#define CONTINUOUS	.size_kind = EMU_CONTINUOUS,						\
+			.min_w = 32, .max_w = 1280, .step_w = 1, .min_h = 32, .max_h = 1024, .step_h = 1
+
+static const struct emu_format emu_formats[EMU_NODE_KINDS][EMU_NUM_FORMATS] = {
+	[EMU_NODE_DISCRETE] = {
+		{ YUYV_FORMAT, DISCRETE(yuyv_sizes) },
+		{ RGB3_FORMAT, DISCRETE(rgb_sizes) },
+		{ GREY_FORMAT, DISCRETE(grey_sizes) },
+		{ RGGB_FORMAT, DISCRETE(bayer_sizes) },
 	},
-	{
-		.fourcc = V4L2_PIX_FMT_RGB24,
-		.description = "24-bit RGB 8-8-8",
-		.bytes_per_pixel = 3,
-		.size_kind = EMU_STEPWISE,
-		.min_w = 64, .max_w = 1920, .step_w = 16,
-		.min_h = 48, .max_h = 1080, .step_h = 8,
-		.ival_kind = EMU_STEPWISE,
-		.ival_min = { 1, 60 }, .ival_max = { 1, 1 }, .ival_step = { 1, 60 },
+	[EMU_NODE_STEPWISE] = {
+		{ YUYV_FORMAT, STEPWISE }, { RGB3_FORMAT, STEPWISE },
+		{ GREY_FORMAT, STEPWISE }, { RGGB_FORMAT, STEPWISE },
 	},
-	{
-		.fourcc = V4L2_PIX_FMT_GREY,
-		.description = "8-bit Greyscale",
-		.bytes_per_pixel = 1,
-		.size_kind = EMU_CONTINUOUS,
-		.min_w = 16, .max_w = 1280, .step_w = 1,
-		.min_h = 16, .max_h = 1024, .step_h = 1,
-		.ival_kind = EMU_CONTINUOUS,
-		.ival_min = { 1, 120 }, .ival_max = { 1, 1 }, .ival_step = { 1, 1 },
-	},
-	{
-		.fourcc = V4L2_PIX_FMT_SRGGB8,
-		.description = "8-bit Bayer RGRG/GBGB",
-		.bytes_per_pixel = 1,
-		.size_kind = EMU_DISCRETE,
-		.sizes = bayer_sizes,
-		.n_sizes = ARRAY_SIZE(bayer_sizes),
+	[EMU_NODE_CONTINUOUS] = {
+		{ YUYV_FORMAT, CONTINUOUS }, { RGB3_FORMAT, CONTINUOUS },
+		{ GREY_FORMAT, CONTINUOUS }, { RGGB_FORMAT, CONTINUOUS },
 	},
 };
 
@@ -265,11 +297,17 @@ static const struct emu_format emu_formats[] = {
 #define EMU_DEFAULT_HEIGHT  480
 static const struct emu_fract emu_default_interval = { 1, 30 };
 
-static const struct emu_format *find_format(uint32_t fourcc)
+/* The format table of device N. */
+static const struct emu_format *node_formats(unsigned index)
 {
-	for (unsigned i = 0; i < ARRAY_SIZE(emu_formats); i++)
-		if (emu_formats[i].fourcc == fourcc)
-			return &emu_formats[i];
+	return emu_formats[index % EMU_NODE_KINDS];
+}
+
+static const struct emu_format *find_format(const struct emu_format *table, uint32_t fourcc)
+{
+	for (unsigned i = 0; i < EMU_NUM_FORMATS; i++)
+		if (table[i].fourcc == fourcc)
+			return &table[i];
 	return NULL;
 }
 
@@ -282,6 +320,26 @@ static const struct emu_size *find_discrete_size(const struct emu_format *f,
 		if (f->sizes[i].width == w && f->sizes[i].height == h)
 			return &f->sizes[i];
 	return NULL;
+}
+
+/* The discrete intervals of size w x h (NULL if they are stepwise/continuous). */
+static const struct emu_fract *discrete_intervals(const struct emu_format *f, uint32_t w,
+						  uint32_t h, unsigned *n)
+{
+	if (f->size_kind == EMU_DISCRETE) {
+		const struct emu_size *s = find_discrete_size(f, w, h);
+
+		if (!s)
+			s = &f->sizes[0];
+		if (s->n_intervals) {
+			*n = s->n_intervals;
+			return s->intervals;
+		}
+	}
+	if (f->ival_kind != EMU_DISCRETE)
+		return NULL;
+	*n = f->n_intervals;
+	return f->intervals;
 }
 
 static uint32_t clamp_step(uint32_t v, uint32_t min, uint32_t max, uint32_t step)
@@ -361,27 +419,26 @@ static struct emu_fract fract_reduce(struct emu_fract f)
 static struct emu_fract nearest_interval(const struct emu_format *f, uint32_t w,
 					 uint32_t h, struct emu_fract want)
 {
+	unsigned n = 0;
+	const struct emu_fract *list;
+
 	if (want.num == 0 || want.den == 0)
 		want = emu_default_interval;
 	want = fract_reduce(want);
 
-	if (f->size_kind == EMU_DISCRETE) {
-		const struct emu_size *s = find_discrete_size(f, w, h);
+	if ((list = discrete_intervals(f, w, h, &n))) {
 		double t = fract_to_double(want), best_err = 1e300;
-		struct emu_fract best;
+		struct emu_fract best = list[0];
 
-		if (!s)
-			s = &f->sizes[0];
-		best = s->intervals[0];
-		for (unsigned i = 0; i < s->n_intervals; i++) {
-			double err = fract_to_double(s->intervals[i]) - t;
+		for (unsigned i = 0; i < n; i++) {
+			double err = fract_to_double(list[i]) - t;
 
 			if (err < 0)
 				err = -err;
 
 			if (err < best_err) {
 				best_err = err;
-				best = s->intervals[i];
+				best = list[i];
 			}
 		}
 		return best;
@@ -453,6 +510,8 @@ struct emu_ctrl {
 	 * auto_id has a value other than manual_value. */
 	uint32_t auto_id;
 	int32_t manual_value;
+	/* Present only on nodes with frame_duration_control=vblank. */
+	bool vblank_only;
 };
 
 static const char *const power_line_menu[] = {
@@ -473,43 +532,54 @@ static const int64_t link_freq_menu[] = {
 /* Sorted by id: enumeration with V4L2_CTRL_FLAG_NEXT_CTRL relies on it. */
 static const struct emu_ctrl emu_ctrls[] = {
 	{ V4L2_CID_USER_CLASS, V4L2_CTRL_TYPE_CTRL_CLASS, "User Controls",
-	  0, 0, 0, 0, CLASS_FLAGS, 0, NULL, NULL, 0, 0 },
+	  0, 0, 0, 0, CLASS_FLAGS, 0, NULL, NULL, 0, 0, false },
 	{ V4L2_CID_BRIGHTNESS, V4L2_CTRL_TYPE_INTEGER, "Brightness",
-	  0, 255, 1, 128, V4L2_CTRL_FLAG_SLIDER, 0, NULL, NULL, 0, 0 },
+	  0, 255, 1, 128, V4L2_CTRL_FLAG_SLIDER, 0, NULL, NULL, 0, 0, false },
 	{ V4L2_CID_CONTRAST, V4L2_CTRL_TYPE_INTEGER, "Contrast",
-	  0, 255, 1, 128, V4L2_CTRL_FLAG_SLIDER, 0, NULL, NULL, 0, 0 },
+	  0, 255, 1, 128, V4L2_CTRL_FLAG_SLIDER, 0, NULL, NULL, 0, 0, false },
 	{ V4L2_CID_SATURATION, V4L2_CTRL_TYPE_INTEGER, "Saturation",
-	  0, 255, 1, 128, V4L2_CTRL_FLAG_SLIDER, 0, NULL, NULL, 0, 0 },
+	  0, 255, 1, 128, V4L2_CTRL_FLAG_SLIDER, 0, NULL, NULL, 0, 0, false },
 	{ V4L2_CID_HUE, V4L2_CTRL_TYPE_INTEGER, "Hue",
-	  -180, 180, 1, 0, V4L2_CTRL_FLAG_SLIDER, 0, NULL, NULL, 0, 0 },
+	  -180, 180, 1, 0, V4L2_CTRL_FLAG_SLIDER, 0, NULL, NULL, 0, 0, false },
 	{ V4L2_CID_AUTO_WHITE_BALANCE, V4L2_CTRL_TYPE_BOOLEAN, "White Balance, Automatic",
-	  0, 1, 1, 1, V4L2_CTRL_FLAG_UPDATE, 0, NULL, NULL, 0, 0 },
+	  0, 1, 1, 1, V4L2_CTRL_FLAG_UPDATE, 0, NULL, NULL, 0, 0, false },
 	{ V4L2_CID_GAIN, V4L2_CTRL_TYPE_INTEGER, "Gain",
-	  0, 255, 1, 0, 0, 0, NULL, NULL, 0, 0 },
+	  0, 255, 1, 0, 0, 0, NULL, NULL, 0, 0, false },
 	{ V4L2_CID_POWER_LINE_FREQUENCY, V4L2_CTRL_TYPE_MENU, "Power Line Frequency",
-	  0, 3, 1, 1, 0, 0, power_line_menu, NULL, 0, 0 },
+	  0, 3, 1, 1, 0, 0, power_line_menu, NULL, 0, 0, false },
 	{ V4L2_CID_WHITE_BALANCE_TEMPERATURE, V4L2_CTRL_TYPE_INTEGER, "White Balance Temperature",
-	  2800, 6500, 10, 4600, 0, 0, NULL, NULL, V4L2_CID_AUTO_WHITE_BALANCE, 0 },
+	  2800, 6500, 10, 4600, 0, 0, NULL, NULL, V4L2_CID_AUTO_WHITE_BALANCE, 0, false },
 	{ V4L2_CID_CAMERA_CLASS, V4L2_CTRL_TYPE_CTRL_CLASS, "Camera Controls",
-	  0, 0, 0, 0, CLASS_FLAGS, 0, NULL, NULL, 0, 0 },
+	  0, 0, 0, 0, CLASS_FLAGS, 0, NULL, NULL, 0, 0, false },
 	{ V4L2_CID_EXPOSURE_AUTO, V4L2_CTRL_TYPE_MENU, "Auto Exposure",
 	  0, 3, 1, V4L2_EXPOSURE_APERTURE_PRIORITY, V4L2_CTRL_FLAG_UPDATE,
 	  (1u << V4L2_EXPOSURE_AUTO) | (1u << V4L2_EXPOSURE_SHUTTER_PRIORITY),
-	  exposure_auto_menu, NULL, 0, 0 },
+	  exposure_auto_menu, NULL, 0, 0, false },
 	{ V4L2_CID_EXPOSURE_ABSOLUTE, V4L2_CTRL_TYPE_INTEGER, "Exposure Time, Absolute",
-	  1, 10000, 1, 156, 0, 0, NULL, NULL, V4L2_CID_EXPOSURE_AUTO, V4L2_EXPOSURE_MANUAL },
+	  1, 10000, 1, 156, 0, 0, NULL, NULL, V4L2_CID_EXPOSURE_AUTO, V4L2_EXPOSURE_MANUAL, false },
 	{ V4L2_CID_FOCUS_ABSOLUTE, V4L2_CTRL_TYPE_INTEGER, "Focus, Absolute",
-	  0, 1023, 1, 0, 0, 0, NULL, NULL, V4L2_CID_FOCUS_AUTO, 0 },
+	  0, 1023, 1, 0, 0, 0, NULL, NULL, V4L2_CID_FOCUS_AUTO, 0, false },
 	{ V4L2_CID_FOCUS_AUTO, V4L2_CTRL_TYPE_BOOLEAN, "Focus, Automatic Continuous",
-	  0, 1, 1, 1, V4L2_CTRL_FLAG_UPDATE, 0, NULL, NULL, 0, 0 },
+	  0, 1, 1, 1, V4L2_CTRL_FLAG_UPDATE, 0, NULL, NULL, 0, 0, false },
 	{ V4L2_CID_ZOOM_ABSOLUTE, V4L2_CTRL_TYPE_INTEGER, "Zoom, Absolute",
-	  100, 500, 1, 100, 0, 0, NULL, NULL, 0, 0 },
+	  100, 500, 1, 100, 0, 0, NULL, NULL, 0, 0, false },
+	{ V4L2_CID_IMAGE_SOURCE_CLASS, V4L2_CTRL_TYPE_CTRL_CLASS, "Image Source Controls",
+	  0, 0, 0, 0, CLASS_FLAGS, 0, NULL, NULL, 0, 0, true },
+	/* The vblank in effect when a frame starts exposing sets its duration. */
+	{ V4L2_CID_VBLANK, V4L2_CTRL_TYPE_INTEGER, "Vertical Blanking",
+	  EMU_VBLANK_MIN, EMU_VBLANK_MAX, 1, EMU_VBLANK_DEFAULT, 0, 0, NULL, NULL, 0, 0, true },
+	{ V4L2_CID_HBLANK, V4L2_CTRL_TYPE_INTEGER, "Horizontal Blanking",
+	  EMU_HBLANK, EMU_HBLANK, 1, EMU_HBLANK, V4L2_CTRL_FLAG_READ_ONLY, 0, NULL, NULL, 0, 0, true },
 	{ V4L2_CID_IMAGE_PROC_CLASS, V4L2_CTRL_TYPE_CTRL_CLASS, "Image Processing Controls",
-	  0, 0, 0, 0, CLASS_FLAGS, 0, NULL, NULL, 0, 0 },
+	  0, 0, 0, 0, CLASS_FLAGS, 0, NULL, NULL, 0, 0, false },
 	{ V4L2_CID_LINK_FREQ, V4L2_CTRL_TYPE_INTEGER_MENU, "Link Frequency",
-	  0, 2, 1, 0, V4L2_CTRL_FLAG_READ_ONLY, 0, NULL, link_freq_menu, 0, 0 },
+	  0, 2, 1, 0, V4L2_CTRL_FLAG_READ_ONLY, 0, NULL, link_freq_menu, 0, 0, false },
+	/* 64-bit: G/S_CTRL refuse it (EINVAL), G_EXT_CTRLS reads value64. */
+	{ V4L2_CID_PIXEL_RATE, V4L2_CTRL_TYPE_INTEGER64, "Pixel Rate",
+	  EMU_PIXEL_RATE, EMU_PIXEL_RATE, 1, EMU_PIXEL_RATE, V4L2_CTRL_FLAG_READ_ONLY, 0, NULL, NULL,
+	  0, 0, true },
 	{ V4L2_CID_TEST_PATTERN, V4L2_CTRL_TYPE_MENU, "Test Pattern",
-	  0, 3, 1, 0, 0, 0, test_pattern_menu, NULL, 0, 0 },
+	  0, 3, 1, 0, 0, 0, test_pattern_menu, NULL, 0, 0, false },
 };
 
 #define EMU_NUM_CTRLS ARRAY_SIZE(emu_ctrls)
@@ -520,6 +590,11 @@ static int ctrl_index(uint32_t id)
 		if (emu_ctrls[i].id == id)
 			return (int)i;
 	return -1;
+}
+
+static bool ctrl_is_int64(const struct emu_ctrl *c)
+{
+	return c->type == V4L2_CTRL_TYPE_INTEGER64;
 }
 
 static bool ctrl_is_class(const struct emu_ctrl *c)
@@ -546,6 +621,7 @@ static int ctrl_validate(const struct emu_ctrl *c, int32_t *value, bool clamp)
 
 	switch (c->type) {
 	case V4L2_CTRL_TYPE_INTEGER:
+	case V4L2_CTRL_TYPE_INTEGER64:   /* values of our 64-bit control fit 32 bits */
 		if (v < c->min || v > c->max) {
 			if (!clamp)
 				return ERANGE;
@@ -576,7 +652,7 @@ static int ctrl_validate(const struct emu_ctrl *c, int32_t *value, bool clamp)
 /* ======================================================================== */
 
 #define EMU_STATE_MAGIC    0x54534D43u   /* "CMST" */
-#define EMU_STATE_VERSION  1
+#define EMU_STATE_VERSION  2
 
 struct emu_state {
 	uint32_t magic;
@@ -585,7 +661,9 @@ struct emu_state {
 	uint32_t pixelformat, width, height;
 	uint32_t tpf_num, tpf_den;    /* time per frame */
 	uint32_t streaming;           /* owner is streaming (valid while videoN.lock is held) */
-	int32_t ctrl[EMU_NUM_CTRLS];  /* indexed like emu_ctrls[] */
+	uint32_t streams;             /* STREAMONs so far (the truth log's STREAM column) */
+	uint64_t vblank_set_ns;       /* CLOCK_MONOTONIC of the last change of the vblank */
+	int32_t ctrl[EMU_NUM_CTRLS];  /* indexed like emu_ctrls[] (vblank even when hidden) */
 };
 
 static void state_defaults(struct emu_state *st)
@@ -604,17 +682,17 @@ static void state_defaults(struct emu_state *st)
 }
 
 /* Repair anything in a loaded state that is not valid (e.g. a foreign file). */
-static void state_sanitize(struct emu_state *st)
+static void state_sanitize(struct emu_state *st, const struct emu_format *table)
 {
 	if (st->magic != EMU_STATE_MAGIC || st->version != EMU_STATE_VERSION ||
 	    st->size != sizeof(*st)) {
 		state_defaults(st);
 		return;
 	}
-	const struct emu_format *f = find_format(st->pixelformat);
+	const struct emu_format *f = find_format(table, st->pixelformat);
 
 	if (!f) {
-		f = find_format(EMU_DEFAULT_FOURCC);
+		f = find_format(table, EMU_DEFAULT_FOURCC);
 		st->pixelformat = f->fourcc;
 		st->width = EMU_DEFAULT_WIDTH;
 		st->height = EMU_DEFAULT_HEIGHT;
@@ -648,8 +726,28 @@ struct emu_buffer {
 	enum emu_buf_state state;
 	uint64_t queued_ns;             /* when it was queued (QBUF) */
 	uint32_t sequence;
-	uint64_t timestamp_ns;
+	uint64_t timestamp_ns;          /* as reported (jitter, SOE or EOF) */
+	uint64_t true_start_ns;         /* true start of exposure */
 	uint32_t bytesused;
+};
+
+/* videoN.timing: the sensor's timing errors (see section 7). */
+struct emu_timing {
+	uint64_t seed;                  /* seeds every random draw (default N) */
+	double rate_ppm;                /* oscillator rate error */
+	double startup_delay_us, startup_jitter_us;
+	double timestamp_jitter_us;     /* Gaussian sigma, truncated at 4 sigma */
+	bool eof;                       /* timestamp_source=eof (else soe) */
+	bool vblank_ctrl;               /* frame_duration_control=vblank */
+};
+
+/* A frame that has started exposing and is not yet logged/finished. */
+struct emu_frame {
+	uint64_t seq;
+	uint64_t start_ns;              /* true start of exposure */
+	uint64_t ts_ns;                 /* buffer timestamp */
+	uint64_t ready_ns;              /* end of frame: start + exposure + readout */
+	int buf;                        /* buffer index, or -1 if dropped */
 };
 
 struct emu_sub {                    /* control event subscription */
@@ -668,6 +766,10 @@ struct emu_handle {
 	char unplug_path[PATH_MAX];
 	char lock_path[PATH_MAX];
 	char state_path[PATH_MAX];
+	char timing_path[PATH_MAX];
+	char truth_path[PATH_MAX];
+	const struct emu_format *formats;   /* this node kind's format table */
+	struct emu_timing timing;       /* read at open and at every STREAMON */
 
 	pthread_mutex_t lock;           /* protects everything below */
 	pthread_cond_t idle;            /* signalled when active_calls drops to 0 */
@@ -675,6 +777,7 @@ struct emu_handle {
 	bool closing;
 
 	uint32_t prio;                  /* V4L2 priority; read/written under g_lock */
+	unsigned pollers;               /* camrig_v4l2_emulator_poll() calls; under g_lock */
 	int state_fd;                   /* videoN.state, or -1 (then g_mem_state) */
 	int lock_fd;                    /* videoN.lock, >= 0 while we own the buffers */
 	int data_fd;                    /* read-write fd on the device file */
@@ -695,11 +798,20 @@ struct emu_handle {
 	int fileio_cur;                 /* buffer being read, or -1 */
 	size_t fileio_pos;              /* bytes of it already returned */
 
-	/* Streaming. */
+	/* Streaming: the sensor's free-running frame clock (section 7). */
 	bool streaming;
-	uint64_t start_ns;              /* STREAMON time: frame k is due at start + k * tpf */
-	uint64_t next_seq;              /* next frame number to be due */
-	uint32_t tpf_num, tpf_den;
+	bool ts_eof;                    /* this stream stamps end of frame */
+	uint32_t stream_no;             /* STREAM column of the truth log */
+	uint64_t rng;                   /* splitmix64 state */
+	uint64_t start_ns;              /* STREAMON time */
+	uint64_t next_seq;              /* sequence of the next frame to start */
+	uint64_t next_start_ns;         /* its true start of exposure ... */
+	double next_start_frac;         /* ... plus this fraction of a ns */
+	uint32_t vblank;                /* in effect for frames starting now */
+	uint64_t vblank_seen_ns;        /* vblank_set_ns of the value in effect */
+	uint64_t clock_ns;              /* frames are simulated up to this time */
+	struct emu_frame inflight[EMU_MAX_INFLIGHT];
+	unsigned f_head, f_count;       /* started frames, in sequence order */
 
 	/* Control events. */
 	struct emu_sub subs[EMU_NUM_CTRLS];
@@ -740,6 +852,21 @@ static int check_prio(const struct emu_handle *h)
 	return err;
 }
 
+/* Is control i offered by this node (the timing controls only with
+ * frame_duration_control=vblank)? */
+static bool ctrl_visible(const struct emu_handle *h, int i)
+{
+	return i >= 0 && (!emu_ctrls[i].vblank_only || h->timing.vblank_ctrl);
+}
+
+/* Index of a control this node offers, or -1. */
+static int ctrl_find(const struct emu_handle *h, uint32_t id)
+{
+	int i = ctrl_index(id);
+
+	return ctrl_visible(h, i) ? i : -1;
+}
+
 static bool is_unplugged(const struct emu_handle *h)
 {
 	return file_exists(h->unplug_path);
@@ -754,7 +881,7 @@ static void state_read(struct emu_handle *h, struct emu_state *st)
 		flock(h->state_fd, LOCK_UN);
 		if (n != (ssize_t)sizeof(*st))
 			state_defaults(st);
-		state_sanitize(st);
+		state_sanitize(st, h->formats);
 		return;
 	}
 	pthread_mutex_lock(&g_lock);
@@ -773,7 +900,7 @@ static void state_begin(struct emu_handle *h, struct emu_state *st)
 		flock(h->state_fd, LOCK_EX);
 		if (pread(h->state_fd, st, sizeof(*st), 0) != (ssize_t)sizeof(*st))
 			state_defaults(st);
-		state_sanitize(st);
+		state_sanitize(st, h->formats);
 		return;
 	}
 	pthread_mutex_lock(&g_lock);
@@ -971,6 +1098,12 @@ static void convert_row(uint32_t fourcc, const struct rgb *src, uint32_t width,
 			dst[2 * x + 2] = clamp_u8(((66 * b->r + 129 * b->g + 25 * b->b + 128) >> 8) + 16);
 			dst[2 * x + 3] = clamp_u8(((112 * r - 94 * g - 18 * bl + 128) >> 8) + 128);
 		}
+		if (width & 1) {   /* continuous sizes: a last unpaired pixel (Y, U) */
+			const struct rgb *a = &src[width - 1];
+
+			dst[2 * (width - 1) + 0] = clamp_u8(((66 * a->r + 129 * a->g + 25 * a->b + 128) >> 8) + 16);
+			dst[2 * (width - 1) + 1] = clamp_u8(((-38 * a->r - 74 * a->g + 112 * a->b + 128) >> 8) + 128);
+		}
 		break;
 	case V4L2_PIX_FMT_RGB24:
 		for (uint32_t x = 0; x < width; x++) {
@@ -998,10 +1131,11 @@ static void convert_row(uint32_t fourcc, const struct rgb *src, uint32_t width,
 /*
  * Render frame @seq into h->frame: the selected test pattern, a white band
  * moving down 4 rows per frame (so consecutive frames differ), and the
- * 16-byte header { u32 magic, u32 sequence, u64 timestamp_ns } (LE).
- * Rows repeat, so a few distinct rows are rendered and copied.
+ * 24-byte header { u32 magic, u32 sequence, u64 timestamp_ns,
+ * u64 true_start_ns } (LE).  Rows repeat, so a few distinct rows are
+ * rendered and copied.
  */
-static void render_frame(struct emu_handle *h, uint64_t seq, uint64_t ts_ns)
+static void render_frame(struct emu_handle *h, uint64_t seq, uint64_t ts_ns, uint64_t true_ns)
 {
 	struct emu_state st;
 	struct picture_params p;
@@ -1048,6 +1182,7 @@ static void render_frame(struct emu_handle *h, uint64_t seq, uint64_t ts_ns)
 		put_le32(h->frame + 0, EMU_FRAME_MAGIC);
 		put_le32(h->frame + 4, (uint32_t)seq);
 		put_le64(h->frame + 8, ts_ns);
+		put_le64(h->frame + 16, true_ns);
 	}
 }
 
@@ -1055,21 +1190,218 @@ static void render_frame(struct emu_handle *h, uint64_t seq, uint64_t ts_ns)
 /* 7. Buffer queue and frame pacing                                         */
 /* ======================================================================== */
 
-static uint64_t frame_due_ns(const struct emu_handle *h, uint64_t seq)
-{
-	unsigned __int128 off = (unsigned __int128)seq * h->tpf_num * NSEC_PER_SEC / h->tpf_den;
+/*
+ * Sensor timing
+ * -------------
+ * Every node behaves like a free-running image sensor: a 200 MHz pixel
+ * clock, lines of width + 160 (hblank) pixels, frames of height + vblank
+ * lines.  S_FMT and S_PARM pick vblank so that the frame duration is the
+ * nearest achievable to the nominal interval; with
+ * frame_duration_control=vblank the V4L2_CID_VBLANK control changes it
+ * while streaming.  The oscillator runs rate_ppm fast (every true frame
+ * duration is nominal * (1 + rate_ppm * 1e-6)), the first frame starts
+ * exposing startup_delay_us + uniform[0, startup_jitter_us) after
+ * STREAMON, and each frame starts where the previous one ended.  A frame
+ * is ready (DQBUF returns it) at its end of frame: true start + exposure +
+ * readout (height lines).  Its timestamp is the true start of exposure
+ * (SOE) or that end of frame (EOF), plus Gaussian noise.
+ */
 
-	return h->start_ns + (uint64_t)off;
+/* ---- videoN.timing ---- */
+
+static locale_t c_locale(void)
+{
+	static locale_t loc;
+
+	if (!loc)
+		loc = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+	return loc;
 }
 
-/* The last frame number due at or before time t (t >= start). */
-static uint64_t frame_at(const struct emu_handle *h, uint64_t t)
+static char *trim(char *p)
 {
-	if (t <= h->start_ns)
-		return 0;
-	unsigned __int128 d = (unsigned __int128)(t - h->start_ns) * h->tpf_den;
+	while (*p == ' ' || *p == '\t')
+		p++;
+	char *e = p + strlen(p);
 
-	return (uint64_t)(d / ((unsigned __int128)h->tpf_num * NSEC_PER_SEC));
+	while (e > p && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
+		*--e = '\0';
+	return p;
+}
+
+static double parse_double(const char *v, double fallback)
+{
+	char *end;
+	locale_t loc = c_locale();
+	double d = loc ? strtod_l(v, &end, loc) : strtod(v, &end);
+
+	return end != v && isfinite(d) ? d : fallback;
+}
+
+/* (Re)read videoN.timing: key=value lines, '#' comments, unknown keys ignored. */
+static void load_timing(struct emu_handle *h)
+{
+	struct emu_timing *t = &h->timing;
+	char line[512];
+
+	memset(t, 0, sizeof(*t));
+	t->seed = h->index;
+	FILE *f = fopen(h->timing_path, "re");
+
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		char *hash = strchr(line, '#'), *eq;
+
+		if (hash)
+			*hash = '\0';
+		if (!(eq = strchr(line, '=')))
+			continue;
+		*eq = '\0';
+		const char *key = trim(line), *val = trim(eq + 1);
+
+		if (!strcmp(key, "seed")) {
+			char *end;
+			unsigned long long v = strtoull(val, &end, 0);
+
+			if (end != val)
+				t->seed = v;
+		} else if (!strcmp(key, "rate_ppm")) {
+			t->rate_ppm = parse_double(val, 0);
+		} else if (!strcmp(key, "startup_delay_us")) {
+			t->startup_delay_us = fmax(0, parse_double(val, 0));
+		} else if (!strcmp(key, "startup_jitter_us")) {
+			t->startup_jitter_us = fmax(0, parse_double(val, 0));
+		} else if (!strcmp(key, "timestamp_jitter_us")) {
+			t->timestamp_jitter_us = fmax(0, parse_double(val, 0));
+		} else if (!strcmp(key, "timestamp_source")) {
+			t->eof = !strcmp(val, "eof");
+		} else if (!strcmp(key, "frame_duration_control")) {
+			t->vblank_ctrl = !strcmp(val, "vblank");
+		}
+	}
+	fclose(f);
+}
+
+/* ---- random draws (splitmix64) ---- */
+
+static uint64_t rng_next(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1). */
+static double rng_uniform(uint64_t *s)
+{
+	return (double)(rng_next(s) >> 11) * 0x1.0p-53;
+}
+
+/* Standard normal (Box-Muller), truncated at +-4 sigma by redrawing. */
+static double rng_gauss(uint64_t *s)
+{
+	for (;;) {
+		double u1 = rng_uniform(s), u2 = rng_uniform(s);
+
+		if (u1 <= 0)
+			continue;
+		double g = sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+
+		if (fabs(g) <= 4.0)
+			return g;
+	}
+}
+
+/* ---- the sensor model ---- */
+
+/* Nominal line time in ns at width w. */
+static uint64_t line_ns(uint32_t w)
+{
+	return (uint64_t)(w + EMU_HBLANK) * EMU_NS_PER_PIXEL;
+}
+
+/* The vblank whose frame duration is nearest to @iv at size w x h. */
+static int32_t vblank_for(uint32_t w, uint32_t h, struct emu_fract iv)
+{
+	double lines = (double)iv.num * 1e9 / (double)iv.den / (double)line_ns(w);
+	double vb = floor(lines + 0.5) - (double)h;
+
+	if (vb < EMU_VBLANK_MIN)
+		vb = EMU_VBLANK_MIN;
+	if (vb > EMU_VBLANK_MAX)
+		vb = EMU_VBLANK_MAX;
+	return (int32_t)vb;
+}
+
+/* Set the vblank in a state being modified; stamps the time of a change. */
+static void state_set_vblank(struct emu_state *st, int32_t vblank)
+{
+	int i = ctrl_index(V4L2_CID_VBLANK);
+
+	if (st->ctrl[i] != vblank) {
+		st->ctrl[i] = vblank;
+		st->vblank_set_ns = now_ns();
+	}
+}
+
+/* Exposure time in ns: exposure_time_absolute when manual, else the default. */
+static uint64_t exposure_ns(const struct emu_state *st)
+{
+	int32_t v = EMU_EXPOSURE_DEFAULT;
+
+	if (st->ctrl[ctrl_index(V4L2_CID_EXPOSURE_AUTO)] == V4L2_EXPOSURE_MANUAL)
+		v = st->ctrl[ctrl_index(V4L2_CID_EXPOSURE_ABSOLUTE)];
+	return (uint64_t)v * 100000ull;
+}
+
+/* ---- videoN.truth ---- */
+
+/* STREAM of the last line in videoN.truth, if there is one. */
+static bool truth_last_stream(const struct emu_handle *h, uint32_t *stream)
+{
+	char buf[512];
+	struct stat sb;
+	bool found = false;
+	int fd = open(h->truth_path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return false;
+	if (fstat(fd, &sb) == 0 && sb.st_size > 0) {
+		off_t off = sb.st_size > (off_t)sizeof(buf) - 1 ? sb.st_size - (off_t)sizeof(buf) + 1 : 0;
+		ssize_t n = pread(fd, buf, sizeof(buf) - 1, off);
+
+		if (n > 0) {
+			buf[n] = '\0';
+			while (n > 0 && buf[n - 1] == '\n')
+				buf[--n] = '\0';
+			char *last = strrchr(buf, '\n');
+
+			found = sscanf(last ? last + 1 : buf, "%" SCNu32, stream) == 1;
+		}
+	}
+	close(fd);
+	return found;
+}
+
+/* Append "STREAM SEQUENCE TRUE_START_NS TIMESTAMP_NS DELIVERED" if
+ * videoN.truth exists: one write() per line, O_APPEND. */
+static void truth_log(const struct emu_handle *h, const struct emu_frame *fr, bool delivered)
+{
+	char line[128];
+	int fd = open(h->truth_path, O_WRONLY | O_APPEND | O_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	int n = snprintf(line, sizeof(line), "%" PRIu32 " %" PRIu32 " %" PRIu64 " %" PRIu64 " %d\n",
+			 h->stream_no, (uint32_t)fr->seq, fr->start_ns, fr->ts_ns, delivered ? 1 : 0);
+
+	if (write(fd, line, (size_t)n) != n) {
+		/* A full disk loses truth lines, not frames. */
+	}
+	close(fd);
 }
 
 /* Bitmask of buffers that this process has mmap()ed (from /proc/self/maps). */
@@ -1111,59 +1443,142 @@ static uint32_t mapped_mask(const struct emu_handle *h)
 	return mask;
 }
 
-/* Fill a buffer with frame @seq and move it to the done list. */
-static void complete_buffer(struct emu_handle *h, unsigned idx, uint64_t seq, uint64_t due)
+/* Fill a buffer with the frame @fr and move it to the done list. */
+static void complete_buffer(struct emu_handle *h, unsigned idx, const struct emu_frame *fr)
 {
 	struct emu_buffer *b = &h->bufs[idx];
 
 	if (!h->fileio) {
-		render_frame(h, seq, due);
+		render_frame(h, fr->seq, fr->ts_ns, fr->start_ns);
 		if (pwrite(h->data_fd, h->frame, h->sizeimage, (off_t)(idx * h->stride)) !=
 		    (ssize_t)h->sizeimage) {
 			/* The device file vanished or the disk is full: deliver anyway. */
 		}
 	}
 	b->state = BUF_DONE;
-	b->sequence = (uint32_t)seq;
-	b->timestamp_ns = due;
+	b->sequence = (uint32_t)fr->seq;
+	b->timestamp_ns = fr->ts_ns;
+	b->true_start_ns = fr->start_ns;
 	b->bytesused = h->sizeimage;
 	h->done[(h->d_head + h->d_count) % EMU_MAX_BUFFERS] = idx;
 	h->d_count++;
 }
 
+/* The oldest started frame is over: deliver it (if it has a buffer and
+ * @deliver) and log it. */
+static void finish_frame(struct emu_handle *h, bool deliver)
+{
+	struct emu_frame *fr = &h->inflight[h->f_head];
+	bool delivered = deliver && fr->buf >= 0;
+
+	if (delivered)
+		complete_buffer(h, (unsigned)fr->buf, fr);
+	truth_log(h, fr, delivered);
+	h->f_head = (h->f_head + 1) % EMU_MAX_INFLIGHT;
+	h->f_count--;
+}
+
 /*
- * Catch up with the clock: every frame due by @now either goes into the
- * oldest queued buffer (if it was queued by the frame's due time) or is
- * dropped.  The sequence counts dropped frames, as real drivers do.
+ * Frame next_seq starts exposing at next_start: it takes the oldest buffer
+ * queued by then (or is dropped), gets its timestamp, and sets when the
+ * next frame starts from the vblank in effect now.
+ */
+static void start_frame(struct emu_handle *h, const struct emu_state *st)
+{
+	struct emu_frame *fr = &h->inflight[(h->f_head + h->f_count) % EMU_MAX_INFLIGHT];
+	uint64_t line = line_ns(h->width);
+	double duration = (double)(h->height + h->vblank) * (double)line *
+			  (1.0 + h->timing.rate_ppm * 1e-6);
+	uint64_t exposure = exposure_ns(st);
+
+	if (duration > (double)line && (double)exposure > duration - (double)line)
+		exposure = (uint64_t)(duration - (double)line);
+	h->f_count++;
+	fr->seq = h->next_seq;
+	fr->start_ns = h->next_start_ns;
+	fr->ready_ns = fr->start_ns + exposure + (uint64_t)h->height * line;
+	double ts = (double)(h->ts_eof ? fr->ready_ns : fr->start_ns);
+
+	if (h->timing.timestamp_jitter_us > 0)
+		ts += rng_gauss(&h->rng) * h->timing.timestamp_jitter_us * 1000.0;
+	fr->ts_ns = ts > 0 ? (uint64_t)llround(ts) : 0;
+	fr->buf = -1;
+	if (h->q_count && h->bufs[h->queue[h->q_head]].queued_ns <= fr->start_ns) {
+		fr->buf = (int)h->queue[h->q_head];
+		h->q_head = (h->q_head + 1) % EMU_MAX_BUFFERS;
+		h->q_count--;
+	}
+	double next = h->next_start_frac + duration;
+	uint64_t whole = (uint64_t)next;
+
+	h->next_start_ns += whole;
+	h->next_start_frac = next - (double)whole;
+	h->next_seq++;
+}
+
+/* When the next frame starts or ends (0: now). */
+static uint64_t next_event_ns(const struct emu_handle *h)
+{
+	uint64_t t = h->next_start_ns;
+
+	if (h->f_count) {
+		const struct emu_frame *fr = &h->inflight[h->f_head];
+
+		if (fr->buf < 0)
+			return 0;
+		if (fr->ready_ns < t)
+			t = fr->ready_ns;
+	}
+	return t;
+}
+
+/*
+ * Catch up with the clock: start every frame due by @now, finish every
+ * frame whose end of frame has passed, in time order.  The sequence counts
+ * dropped frames, as real drivers do.  A vblank written since the last look
+ * applies to frames starting after its write (or after the last look, if
+ * that was later).
  */
 static void advance_stream(struct emu_handle *h, uint64_t now)
 {
-	while (h->streaming) {
-		uint64_t due = frame_due_ns(h, h->next_seq);
+	struct emu_state st;
 
-		if (due > now)
-			break;
-		if (h->q_count == 0) {
-			/* Nothing queued: every frame up to now is dropped. */
-			h->next_seq = frame_at(h, now) + 1;
-			break;
+	if (!h->streaming)
+		return;
+	state_read(h, &st);
+	int32_t vblank = st.ctrl[ctrl_index(V4L2_CID_VBLANK)];
+	bool pending = st.vblank_set_ns != h->vblank_seen_ns;
+	uint64_t pending_at = st.vblank_set_ns > h->clock_ns ? st.vblank_set_ns : h->clock_ns;
+
+	for (;;) {
+		uint64_t fin = UINT64_MAX;
+
+		if (h->f_count) {
+			const struct emu_frame *fr = &h->inflight[h->f_head];
+
+			fin = fr->buf < 0 ? 0 : fr->ready_ns;
 		}
-		unsigned idx = h->queue[h->q_head];
-
-		if (h->bufs[idx].queued_ns > due) {
-			/* Frames due before the buffer was queued are dropped. */
-			uint64_t s = frame_at(h, h->bufs[idx].queued_ns);
-
-			if (frame_due_ns(h, s) < h->bufs[idx].queued_ns)
-				s++;
-			h->next_seq = s > h->next_seq ? s : h->next_seq + 1;
+		if (fin <= now && fin <= h->next_start_ns) {
+			finish_frame(h, true);
 			continue;
 		}
-		h->q_head = (h->q_head + 1) % EMU_MAX_BUFFERS;
-		h->q_count--;
-		complete_buffer(h, idx, h->next_seq, due);
-		h->next_seq++;
+		if (h->next_start_ns > now)
+			break;
+		if (pending && pending_at <= h->next_start_ns) {
+			h->vblank = (uint32_t)vblank;
+			h->vblank_seen_ns = st.vblank_set_ns;
+			pending = false;
+		}
+		if (h->f_count == EMU_MAX_INFLIGHT)   /* not reached: frames overlap by < 2 */
+			finish_frame(h, true);
+		start_frame(h, &st);
 	}
+	if (pending && pending_at <= now) {
+		h->vblank = (uint32_t)vblank;
+		h->vblank_seen_ns = st.vblank_set_ns;
+	}
+	if (now > h->clock_ns)
+		h->clock_ns = now;
 }
 
 /* Return every buffer to the dequeued state (STREAMOFF, REQBUFS). */
@@ -1173,6 +1588,7 @@ static void cancel_buffers(struct emu_handle *h)
 		h->bufs[i].state = BUF_DEQUEUED;
 	h->q_head = h->q_count = 0;
 	h->d_head = h->d_count = 0;
+	h->f_head = h->f_count = 0;
 }
 
 static void set_streaming_flag(struct emu_handle *h, bool on)
@@ -1184,9 +1600,14 @@ static void set_streaming_flag(struct emu_handle *h, bool on)
 	state_end(h, &st, true);
 }
 
+/* Frames still exposing or being read out when the stream stops are not
+ * delivered (the truth log says so). */
 static void stop_streaming(struct emu_handle *h)
 {
 	if (h->streaming) {
+		advance_stream(h, now_ns());
+		while (h->f_count)
+			finish_frame(h, false);
 		h->streaming = false;
 		set_streaming_flag(h, false);
 	}
@@ -1228,7 +1649,8 @@ static void fill_v4l2_buffer(const struct emu_handle *h, unsigned idx, uint32_t 
 	b->memory = V4L2_MEMORY_MMAP;
 	b->bytesused = eb->bytesused;
 	b->field = V4L2_FIELD_NONE;
-	b->flags = V4L2_BUF_FLAG_TIMESTAMP_MONOTONIC | V4L2_BUF_FLAG_TSTAMP_SRC_SOE;
+	b->flags = V4L2_BUF_FLAG_TIMESTAMP_MONOTONIC |
+		   (h->ts_eof ? V4L2_BUF_FLAG_TSTAMP_SRC_EOF : V4L2_BUF_FLAG_TSTAMP_SRC_SOE);
 	if (eb->state == BUF_QUEUED)
 		b->flags |= V4L2_BUF_FLAG_QUEUED;
 	else if (eb->state == BUF_DONE)
@@ -1335,24 +1757,24 @@ static int vidioc_g_priority(struct emu_handle *h, uint32_t *p)
 
 /* ---- formats, sizes, intervals ---- */
 
-static int vidioc_enum_fmt(struct v4l2_fmtdesc *d)
+static int vidioc_enum_fmt(struct emu_handle *h, struct v4l2_fmtdesc *d)
 {
 	uint32_t index = d->index, type = d->type;
 
-	if (type != V4L2_BUF_TYPE_VIDEO_CAPTURE || index >= ARRAY_SIZE(emu_formats))
+	if (type != V4L2_BUF_TYPE_VIDEO_CAPTURE || index >= EMU_NUM_FORMATS)
 		return EINVAL;
 	memset(d, 0, sizeof(*d));
 	d->index = index;
 	d->type = type;
-	copy_str(d->description, sizeof(d->description), emu_formats[index].description);
-	d->pixelformat = emu_formats[index].fourcc;
+	copy_str(d->description, sizeof(d->description), h->formats[index].description);
+	d->pixelformat = h->formats[index].fourcc;
 	return 0;
 }
 
-static int vidioc_enum_framesizes(struct v4l2_frmsizeenum *fs)
+static int vidioc_enum_framesizes(struct emu_handle *h, struct v4l2_frmsizeenum *fs)
 {
 	uint32_t index = fs->index, fourcc = fs->pixel_format;
-	const struct emu_format *f = find_format(fourcc);
+	const struct emu_format *f = find_format(h->formats, fourcc);
 
 	if (!f)
 		return EINVAL;
@@ -1380,10 +1802,12 @@ static int vidioc_enum_framesizes(struct v4l2_frmsizeenum *fs)
 	return 0;
 }
 
-static int vidioc_enum_frameintervals(struct v4l2_frmivalenum *fi)
+static int vidioc_enum_frameintervals(struct emu_handle *hd, struct v4l2_frmivalenum *fi)
 {
 	uint32_t index = fi->index, fourcc = fi->pixel_format, w = fi->width, h = fi->height;
-	const struct emu_format *f = find_format(fourcc);
+	const struct emu_format *f = find_format(hd->formats, fourcc);
+	const struct emu_fract *list;
+	unsigned n = 0;
 
 	if (!f || !size_is_valid(f, w, h))
 		return EINVAL;
@@ -1392,14 +1816,12 @@ static int vidioc_enum_frameintervals(struct v4l2_frmivalenum *fi)
 	fi->pixel_format = fourcc;
 	fi->width = w;
 	fi->height = h;
-	if (f->size_kind == EMU_DISCRETE) {
-		const struct emu_size *s = find_discrete_size(f, w, h);
-
-		if (!s || index >= s->n_intervals)
+	if ((list = discrete_intervals(f, w, h, &n))) {
+		if (index >= n)
 			return EINVAL;
 		fi->type = V4L2_FRMIVAL_TYPE_DISCRETE;
-		fi->discrete.numerator = s->intervals[index].num;
-		fi->discrete.denominator = s->intervals[index].den;
+		fi->discrete.numerator = list[index].num;
+		fi->discrete.denominator = list[index].den;
 		return 0;
 	}
 	if (index != 0)
@@ -1416,13 +1838,13 @@ static int vidioc_enum_frameintervals(struct v4l2_frmivalenum *fi)
 }
 
 /* TRY_FMT logic: unsupported formats fall back to the default format. */
-static const struct emu_format *try_format(struct v4l2_format *fmt)
+static const struct emu_format *try_format(const struct emu_format *table, struct v4l2_format *fmt)
 {
-	const struct emu_format *f = find_format(fmt->fmt.pix.pixelformat);
+	const struct emu_format *f = find_format(table, fmt->fmt.pix.pixelformat);
 	uint32_t w = fmt->fmt.pix.width, h = fmt->fmt.pix.height;
 
 	if (!f)
-		f = find_format(EMU_DEFAULT_FOURCC);
+		f = find_format(table, EMU_DEFAULT_FOURCC);
 	adjust_size(f, &w, &h);
 	fill_pix_format(&fmt->fmt.pix, f, w, h);
 	return f;
@@ -1435,15 +1857,15 @@ static int vidioc_g_fmt(struct emu_handle *h, struct v4l2_format *fmt)
 	if (fmt->type != V4L2_BUF_TYPE_VIDEO_CAPTURE)
 		return EINVAL;
 	state_read(h, &st);
-	fill_pix_format(&fmt->fmt.pix, find_format(st.pixelformat), st.width, st.height);
+	fill_pix_format(&fmt->fmt.pix, find_format(h->formats, st.pixelformat), st.width, st.height);
 	return 0;
 }
 
-static int vidioc_try_fmt(struct v4l2_format *fmt)
+static int vidioc_try_fmt(struct emu_handle *h, struct v4l2_format *fmt)
 {
 	if (fmt->type != V4L2_BUF_TYPE_VIDEO_CAPTURE)
 		return EINVAL;
-	try_format(fmt);
+	try_format(h->formats, fmt);
 	return 0;
 }
 
@@ -1456,7 +1878,7 @@ static int vidioc_s_fmt(struct emu_handle *h, struct v4l2_format *fmt)
 		return EINVAL;
 	if ((err = check_prio(h)))
 		return err;
-	const struct emu_format *f = try_format(fmt);
+	const struct emu_format *f = try_format(h->formats, fmt);
 
 	/* Like vb2_is_busy(): no format change while buffers exist anywhere. */
 	if (h->nbufs || other_owner(h))
@@ -1472,6 +1894,7 @@ static int vidioc_s_fmt(struct emu_handle *h, struct v4l2_format *fmt)
 		st.tpf_num = iv.num;
 		st.tpf_den = iv.den;
 	}
+	state_set_vblank(&st, vblank_for(st.width, st.height, iv));
 	state_end(h, &st, true);
 	return 0;
 }
@@ -1518,11 +1941,13 @@ static int vidioc_s_parm(struct emu_handle *h, struct v4l2_streamparm *parm)
 		state_end(h, &st, false);
 		return EBUSY;
 	}
-	struct emu_fract iv = nearest_interval(find_format(st.pixelformat), st.width,
+	struct emu_fract iv = nearest_interval(find_format(h->formats, st.pixelformat), st.width,
 					       st.height, want);
 
 	st.tpf_num = iv.num;
 	st.tpf_den = iv.den;
+	/* The sensor runs the nominal interval as nearly as whole lines allow. */
+	state_set_vblank(&st, vblank_for(st.width, st.height, iv));
 	state_end(h, &st, true);
 	fill_parm(parm, &st);
 	return 0;
@@ -1530,25 +1955,25 @@ static int vidioc_s_parm(struct emu_handle *h, struct v4l2_streamparm *parm)
 
 /* ---- controls ---- */
 
-static int find_next_ctrl(uint32_t id)
+static int find_next_ctrl(const struct emu_handle *h, uint32_t id)
 {
 	const uint32_t next_mask = V4L2_CTRL_FLAG_NEXT_CTRL | V4L2_CTRL_FLAG_NEXT_COMPOUND;
 	uint32_t next = id & next_mask, base = id & ~next_mask;
 
 	if (!next)
-		return ctrl_index(base);
+		return ctrl_find(h, base);
 	/* All our controls are simple (non-compound) ones. */
 	if (!(next & V4L2_CTRL_FLAG_NEXT_CTRL))
 		return -1;
 	for (unsigned i = 0; i < EMU_NUM_CTRLS; i++)
-		if (emu_ctrls[i].id > base)
+		if (emu_ctrls[i].id > base && ctrl_visible(h, (int)i))
 			return (int)i;
 	return -1;
 }
 
 static int vidioc_query_ext_ctrl(struct emu_handle *h, struct v4l2_query_ext_ctrl *q)
 {
-	int i = find_next_ctrl(q->id);
+	int i = find_next_ctrl(h, q->id);
 	struct emu_state st;
 
 	if (i < 0)
@@ -1565,7 +1990,7 @@ static int vidioc_query_ext_ctrl(struct emu_handle *h, struct v4l2_query_ext_ctr
 	q->step = (uint64_t)c->step;
 	q->default_value = c->def;
 	q->flags = ctrl_cur_flags(c, &st);
-	q->elem_size = sizeof(int32_t);
+	q->elem_size = ctrl_is_int64(c) ? sizeof(int64_t) : sizeof(int32_t);
 	q->elems = 1;
 	q->nr_of_dims = 0;
 	return 0;
@@ -1590,10 +2015,10 @@ static int vidioc_queryctrl(struct emu_handle *h, struct v4l2_queryctrl *qc)
 	return 0;
 }
 
-static int vidioc_querymenu(struct v4l2_querymenu *m)
+static int vidioc_querymenu(struct emu_handle *h, struct v4l2_querymenu *m)
 {
 	uint32_t id = m->id, index = m->index;
-	int i = ctrl_index(id);
+	int i = ctrl_find(h, id);
 
 	if (i < 0)
 		return EINVAL;
@@ -1621,13 +2046,31 @@ static void note_own_change(struct emu_handle *h, int i, int32_t value)
 		h->subs[i].seen_value = value;
 }
 
+/* Store control values in a state being modified; a new vblank is stamped
+ * with the time of the write (see advance_stream()). */
+static void state_set_ctrl(struct emu_state *st, int i, int32_t value)
+{
+	if (emu_ctrls[i].id == V4L2_CID_VBLANK)
+		state_set_vblank(st, value);
+	else
+		st->ctrl[i] = value;
+}
+
+/* Before the streaming fd changes the vblank, frames that started before
+ * now keep the old one. */
+static void settle_stream(struct emu_handle *h)
+{
+	if (h->streaming)
+		advance_stream(h, now_ns());
+}
+
 static int vidioc_g_ctrl(struct emu_handle *h, struct v4l2_control *ctrl)
 {
-	int i = ctrl_index(ctrl->id);
+	int i = ctrl_find(h, ctrl->id);
 	struct emu_state st;
 
-	if (i < 0)
-		return EINVAL;
+	if (i < 0 || ctrl_is_int64(&emu_ctrls[i]))
+		return EINVAL;   /* 64-bit controls only through the EXT_CTRLS ioctls */
 	if (emu_ctrls[i].flags & V4L2_CTRL_FLAG_WRITE_ONLY)
 		return EACCES;
 	state_read(h, &st);
@@ -1637,10 +2080,10 @@ static int vidioc_g_ctrl(struct emu_handle *h, struct v4l2_control *ctrl)
 
 static int vidioc_s_ctrl(struct emu_handle *h, struct v4l2_control *ctrl)
 {
-	int i = ctrl_index(ctrl->id), err;
+	int i = ctrl_find(h, ctrl->id), err;
 	struct emu_state st;
 
-	if (i < 0)
+	if (i < 0 || ctrl_is_int64(&emu_ctrls[i]))
 		return EINVAL;
 	const struct emu_ctrl *c = &emu_ctrls[i];
 
@@ -1651,8 +2094,9 @@ static int vidioc_s_ctrl(struct emu_handle *h, struct v4l2_control *ctrl)
 	/* VIDIOC_S_CTRL clamps integers (menus still get ERANGE/EINVAL). */
 	if ((err = ctrl_validate(c, &ctrl->value, true)))
 		return err;
+	settle_stream(h);
 	state_begin(h, &st);
-	st.ctrl[i] = ctrl->value;
+	state_set_ctrl(&st, i, ctrl->value);
 	state_end(h, &st, true);
 	note_own_change(h, i, ctrl->value);
 	return 0;
@@ -1666,9 +2110,9 @@ static bool which_is_class(uint32_t which)
 	       which != V4L2_CTRL_WHICH_REQUEST_VAL;
 }
 
-static bool class_exists(uint32_t which)
+static bool class_exists(const struct emu_handle *h, uint32_t which)
 {
-	return ctrl_index(which | 1) >= 0;
+	return ctrl_find(h, which | 1) >= 0;
 }
 
 /*
@@ -1687,7 +2131,7 @@ static int vidioc_ext_ctrls(struct emu_handle *h, struct v4l2_ext_controls *cs, 
 		return EINVAL;   /* no request API */
 	if (op != EXT_GET && which == V4L2_CTRL_WHICH_DEF_VAL)
 		return EINVAL;   /* defaults cannot be changed */
-	if (which_is_class(which) && !class_exists(V4L2_CTRL_ID2WHICH(which)))
+	if (which_is_class(which) && !class_exists(h, V4L2_CTRL_ID2WHICH(which)))
 		return EINVAL;
 	if (cs->count == 0)
 		return 0;
@@ -1699,7 +2143,7 @@ static int vidioc_ext_ctrls(struct emu_handle *h, struct v4l2_ext_controls *cs, 
 	/* Validation pass: every id known, of the requested class, accessible. */
 	for (uint32_t k = 0; k < cs->count; k++) {
 		struct v4l2_ext_control *x = &cs->controls[k];
-		int i = ctrl_index(x->id);
+		int i = ctrl_find(h, x->id);
 
 		if (i < 0 || (which_is_class(which) && V4L2_CTRL_ID2WHICH(x->id) != V4L2_CTRL_ID2WHICH(which)))
 			err = EINVAL;
@@ -1718,8 +2162,14 @@ static int vidioc_ext_ctrls(struct emu_handle *h, struct v4l2_ext_controls *cs, 
 			state_defaults(&st);
 		else
 			state_read(h, &st);
-		for (uint32_t k = 0; k < cs->count; k++)
-			cs->controls[k].value = st.ctrl[ctrl_index(cs->controls[k].id)];
+		for (uint32_t k = 0; k < cs->count; k++) {
+			int i = ctrl_index(cs->controls[k].id);
+
+			if (ctrl_is_int64(&emu_ctrls[i]))
+				cs->controls[k].value64 = st.ctrl[i];
+			else
+				cs->controls[k].value = st.ctrl[i];
+		}
 		return 0;
 	}
 	if (op == EXT_SET && (err = check_prio(h)))
@@ -1739,9 +2189,10 @@ static int vidioc_ext_ctrls(struct emu_handle *h, struct v4l2_ext_controls *cs, 
 	if (op == EXT_TRY)
 		return 0;
 
+	settle_stream(h);
 	state_begin(h, &st);
 	for (uint32_t k = 0; k < cs->count; k++)
-		st.ctrl[ctrl_index(cs->controls[k].id)] = cs->controls[k].value;
+		state_set_ctrl(&st, ctrl_index(cs->controls[k].id), cs->controls[k].value);
 	state_end(h, &st, true);
 	for (uint32_t k = 0; k < cs->count; k++)
 		note_own_change(h, ctrl_index(cs->controls[k].id), cs->controls[k].value);
@@ -1785,7 +2236,10 @@ static void queue_ctrl_event(struct emu_handle *h, int i, uint32_t changes,
 	}
 	ev->u.ctrl.changes = changes;
 	ev->u.ctrl.type = c->type;
-	ev->u.ctrl.value = value;
+	if (ctrl_is_int64(c))
+		ev->u.ctrl.value64 = value;
+	else
+		ev->u.ctrl.value = value;
 	ev->u.ctrl.flags = flags;
 	ev->u.ctrl.minimum = c->min;
 	ev->u.ctrl.maximum = c->max;
@@ -1807,7 +2261,7 @@ static void refresh_events(struct emu_handle *h)
 	for (unsigned i = 0; i < EMU_NUM_CTRLS; i++) {
 		struct emu_sub *s = &h->subs[i];
 
-		if (!s->active || ctrl_is_class(&emu_ctrls[i]))
+		if (!s->active || ctrl_is_class(&emu_ctrls[i]) || !ctrl_visible(h, (int)i))
 			continue;
 		uint32_t flags = ctrl_cur_flags(&emu_ctrls[i], &st), changes = 0;
 
@@ -1826,7 +2280,7 @@ static int vidioc_subscribe_event(struct emu_handle *h, const struct v4l2_event_
 {
 	if (sub->type != V4L2_EVENT_CTRL)
 		return EINVAL;
-	int i = ctrl_index(sub->id);
+	int i = ctrl_find(h, sub->id);
 	struct emu_state st;
 
 	if (i < 0)
@@ -1915,7 +2369,7 @@ static int setup_buffer_format(struct emu_handle *h)
 	struct emu_state st;
 
 	state_read(h, &st);
-	const struct emu_format *f = find_format(st.pixelformat);
+	const struct emu_format *f = find_format(h->formats, st.pixelformat);
 	long page = sysconf(_SC_PAGESIZE);
 	size_t psz = page > 0 ? (size_t)page : 4096;
 
@@ -2082,22 +2536,41 @@ static int vidioc_dqbuf(struct emu_handle *h, struct v4l2_buffer *b)
 		}
 		if (fd_nonblocking(h))
 			return EAGAIN;
-		wait_step(h, h->q_count ? frame_due_ns(h, h->next_seq) : 0);
+		wait_step(h, next_event_ns(h));
 	}
 }
 
-/* Frame k is due at now + k * interval; the interval is fixed until STREAMOFF. */
+/*
+ * STREAMON: re-read videoN.timing, number the stream, seed its random draws
+ * with seed + stream number, and start the sensor's frame clock.
+ */
 static void start_streaming(struct emu_handle *h)
 {
 	struct emu_state st;
+	uint32_t last;
 
+	load_timing(h);
 	state_begin(h, &st);
 	st.streaming = 1;
+	h->stream_no = st.streams;
+	if (truth_last_stream(h, &last) && last >= h->stream_no)
+		h->stream_no = last + 1;
+	st.streams = h->stream_no + 1;
 	state_end(h, &st, true);
-	h->tpf_num = st.tpf_num;
-	h->tpf_den = st.tpf_den;
+	h->rng = h->timing.seed + h->stream_no;
+	h->ts_eof = h->timing.eof;
+	h->vblank = (uint32_t)st.ctrl[ctrl_index(V4L2_CID_VBLANK)];
+	h->vblank_seen_ns = st.vblank_set_ns;
 	h->start_ns = now_ns();
+	double delay = h->timing.startup_delay_us * 1000.0;
+
+	if (h->timing.startup_jitter_us > 0)
+		delay += rng_uniform(&h->rng) * h->timing.startup_jitter_us * 1000.0;
+	h->next_start_ns = h->start_ns + (uint64_t)delay;
+	h->next_start_frac = delay - floor(delay);
+	h->clock_ns = h->start_ns;
 	h->next_seq = 0;
+	h->f_head = h->f_count = 0;
 	h->streaming = true;
 }
 
@@ -2194,15 +2667,15 @@ static int dispatch(struct emu_handle *h, unsigned int request, void *arg)
 		return vidioc_s_priority(h, arg);
 
 	case VIDIOC_ENUM_FMT:
-		return vidioc_enum_fmt(arg);
+		return vidioc_enum_fmt(h, arg);
 	case VIDIOC_ENUM_FRAMESIZES:
-		return vidioc_enum_framesizes(arg);
+		return vidioc_enum_framesizes(h, arg);
 	case VIDIOC_ENUM_FRAMEINTERVALS:
-		return vidioc_enum_frameintervals(arg);
+		return vidioc_enum_frameintervals(h, arg);
 	case VIDIOC_G_FMT:
 		return vidioc_g_fmt(h, arg);
 	case VIDIOC_TRY_FMT:
-		return vidioc_try_fmt(arg);
+		return vidioc_try_fmt(h, arg);
 	case VIDIOC_S_FMT:
 		return vidioc_s_fmt(h, arg);
 	case VIDIOC_G_PARM:
@@ -2215,7 +2688,7 @@ static int dispatch(struct emu_handle *h, unsigned int request, void *arg)
 	case VIDIOC_QUERY_EXT_CTRL:
 		return vidioc_query_ext_ctrl(h, arg);
 	case VIDIOC_QUERYMENU:
-		return vidioc_querymenu(arg);
+		return vidioc_querymenu(h, arg);
 	case VIDIOC_G_CTRL:
 		return vidioc_g_ctrl(h, arg);
 	case VIDIOC_S_CTRL:
@@ -2323,7 +2796,11 @@ static void *plugin_init(int fd)
 	    snprintf(h->lock_path, sizeof(h->lock_path), "%s/video%u.lock",
 		     dir_real, index) >= (int)sizeof(h->lock_path) ||
 	    snprintf(h->state_path, sizeof(h->state_path), "%s/video%u.state",
-		     dir_real, index) >= (int)sizeof(h->state_path)) {
+		     dir_real, index) >= (int)sizeof(h->state_path) ||
+	    snprintf(h->timing_path, sizeof(h->timing_path), "%s/video%u.timing",
+		     dir_real, index) >= (int)sizeof(h->timing_path) ||
+	    snprintf(h->truth_path, sizeof(h->truth_path), "%s/video%u.truth",
+		     dir_real, index) >= (int)sizeof(h->truth_path)) {
 		free(h);
 		return NULL;
 	}
@@ -2333,6 +2810,8 @@ static void *plugin_init(int fd)
 	h->data_fd = -1;
 	h->fileio_cur = -1;
 	h->prio = V4L2_PRIORITY_DEFAULT;
+	h->formats = node_formats(index);
+	load_timing(h);
 	h->state_fd = open_sidecar(h->state_path);
 	if (h->state_fd < 0) {
 		/* Not writable for us: keep the state per process, seeded from
@@ -2345,7 +2824,7 @@ static void *plugin_init(int fd)
 
 			if (ro < 0 || pread(ro, st, sizeof(*st), 0) != (ssize_t)sizeof(*st))
 				state_defaults(st);
-			state_sanitize(st);
+			state_sanitize(st, h->formats);
 			g_mem_state_valid[index] = true;
 		}
 		pthread_mutex_unlock(&g_lock);
@@ -2380,6 +2859,11 @@ static void plugin_close(void *priv)
 			*pp = h->next;
 			break;
 		}
+	}
+	while (h->pollers) {   /* a camrig_v4l2_emulator_poll() still looks at it */
+		pthread_mutex_unlock(&g_lock);
+		sleep_until_ns(now_ns() + 100000);
+		pthread_mutex_lock(&g_lock);
 	}
 	pthread_mutex_unlock(&g_lock);
 
@@ -2499,12 +2983,12 @@ static int do_read(struct emu_handle *h, uint8_t *dst, size_t n, size_t *done)
 			h->fileio_pos = 0;
 			const struct emu_buffer *b = &h->bufs[h->fileio_cur];
 
-			render_frame(h, b->sequence, b->timestamp_ns);
+			render_frame(h, b->sequence, b->timestamp_ns, b->true_start_ns);
 			break;
 		}
 		if (fd_nonblocking(h))
 			return EAGAIN;
-		wait_step(h, frame_due_ns(h, h->next_seq));
+		wait_step(h, next_event_ns(h));
 	}
 	size_t left = h->sizeimage - h->fileio_pos;
 	size_t k = n < left ? n : left;
@@ -2561,6 +3045,58 @@ static ssize_t plugin_write(void *priv, int fd, const void *buffer, size_t n)
 	(void)priv; (void)fd; (void)buffer; (void)n;
 	errno = EINVAL;
 	return -1;
+}
+
+/*
+ * poll() for an emulated fd, without waiting: the revents a driver's poll
+ * would return for @events now (POLLPRI: a control event is pending;
+ * POLLIN/POLLRDNORM: a buffer is ready; POLLERR: not streaming; on
+ * unplug POLLERR | POLLHUP | POLLPRI), or -1 if @fd is not an emulated
+ * device of this process.  libv4l2 does not route poll()/select(), so the
+ * LD_PRELOAD shim (camrig_v4l2_sysfs_shim.c) calls this.
+ */
+__attribute__((visibility("default")))
+int camrig_v4l2_emulator_poll(int fd, short events)
+{
+	struct emu_handle *h;
+	int revents = 0;
+
+	pthread_mutex_lock(&g_lock);
+	for (h = g_handles; h && h->fd != fd; h = h->next)
+		;
+	if (h)
+		h->pollers++;
+	pthread_mutex_unlock(&g_lock);
+	if (!h)
+		return -1;
+
+	pthread_mutex_lock(&h->lock);
+	if (h->closing) {
+		revents = POLLNVAL;
+	} else if (is_unplugged(h)) {
+		revents = POLLERR | POLLHUP | POLLPRI;
+	} else {
+		if (events & POLLPRI) {
+			refresh_events(h);
+			if (h->ev_count)
+				revents |= POLLPRI;
+		}
+		if (events & (POLLIN | POLLRDNORM)) {
+			if (!h->streaming) {
+				revents |= POLLERR;   /* vb2: nothing to wait for */
+			} else {
+				advance_stream(h, now_ns());
+				if (h->d_count || (h->fileio && h->fileio_cur >= 0))
+					revents |= events & (POLLIN | POLLRDNORM);
+			}
+		}
+	}
+	pthread_mutex_unlock(&h->lock);
+
+	pthread_mutex_lock(&g_lock);
+	h->pollers--;
+	pthread_mutex_unlock(&g_lock);
+	return revents;
 }
 
 __attribute__((visibility("default")))

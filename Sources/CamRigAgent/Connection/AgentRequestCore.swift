@@ -49,6 +49,8 @@ public struct AgentRequestCore: Sendable {
         case fetchResults(session: String, limit: Int)
         /// Delete acknowledged results.
         case acknowledgeResults([String])
+        /// Start, re-aim or end a device's phase lock, or report phase status.
+        case phase(WireEnvelope.OneOf_Body)
     }
 
     /// Frames a stream queues for a client that asks for no particular depth.
@@ -107,6 +109,15 @@ public struct AgentRequestCore: Sendable {
         case .acknowledgeResults(let acknowledge):
             guard configuration.capture else { return unimplemented(request) }
             return .acknowledgeResults(acknowledge.resultIds)
+        case .lockPhase(let lock):
+            guard configuration.devices else { return unimplemented(request) }
+            guard lock.gridPeriodNs.isFinite, lock.gridPeriodNs > 0 else {
+                return .reply(.error(WireError(.invalidArgument, agent: agentID, device: lock.deviceID, "lock_phase needs a positive grid_period_ns")))
+            }
+            return .phase(request)
+        case .unlockPhase, .getPhaseStatus:
+            guard configuration.devices else { return unimplemented(request) }
+            return .phase(request)
         default:
             return unimplemented(request)
         }

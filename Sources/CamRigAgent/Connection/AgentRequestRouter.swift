@@ -12,6 +12,7 @@ struct AgentRequestRouter: Sendable {
     let capture: AgentCapture?
     let results: ResultService?
     let clockChannel: ClockChannelServer?
+    let phaseLocks: AgentPhaseLocks?
 
     init(
         agentID: String,
@@ -19,8 +20,10 @@ struct AgentRequestRouter: Sendable {
         streams: AgentStreams? = nil,
         capture: AgentCapture? = nil,
         results: ResultService? = nil,
-        clockChannel: ClockChannelServer? = nil
+        clockChannel: ClockChannelServer? = nil,
+        phaseLocks: AgentPhaseLocks? = nil
     ) {
+        self.phaseLocks = phaseLocks
         self.clockChannel = clockChannel
         self.agentID = agentID
         self.devices = devices
@@ -33,7 +36,7 @@ struct AgentRequestRouter: Sendable {
     var configuration: AgentRequestCore.Configuration {
         AgentRequestCore.Configuration(
             agentID: agentID,
-            devices: devices != nil && streams != nil,
+            devices: devices != nil && streams != nil && phaseLocks != nil,
             capture: capture != nil && results != nil,
             clockChannel: clockChannel != nil
         )
@@ -94,6 +97,36 @@ struct AgentRequestRouter: Sendable {
         case .acknowledgeResults(let ids):
             guard let results else { return }
             connection.spoolWork.enqueue { await results.acknowledge(ids, requestID: requestID, connection: connection) }
+        case .phase(let body):
+            guard let devices, let phaseLocks else { return }
+            devices.queue.async { reply(Self.phase(body, client: client, devices: devices, phaseLocks: phaseLocks)) }
+        }
+    }
+
+    /// A phase request, on the device queue: locking and unlocking take the device's lease.
+    private static func phase(
+        _ body: WireEnvelope.OneOf_Body,
+        client: ServerConnectionStateMachine.Client,
+        devices: AgentDevices,
+        phaseLocks: AgentPhaseLocks
+    ) -> WireEnvelope.OneOf_Body {
+        switch body {
+        case .lockPhase(let lock):
+            switch devices.authorize(deviceID: lock.deviceID, leaseID: lock.leaseID, client: client, now: devices.clock.now()) {
+            case .success(let (device, _)): return phaseLocks.lock(lock, device: device)
+            case .failure(let refusal): return refusal.body
+            }
+        case .unlockPhase(let unlock):
+            switch devices.authorize(deviceID: unlock.deviceID, leaseID: unlock.leaseID, client: client, now: devices.clock.now()) {
+            case .success:
+                phaseLocks.unlock(deviceID: unlock.deviceID)
+                return .ok(WireOk())
+            case .failure(let refusal): return refusal.body
+            }
+        case .getPhaseStatus(let query):
+            return .phaseStatusList(phaseLocks.status(deviceIDs: query.deviceIds))
+        default:
+            return .error(WireError(.unexpectedMessage, agent: devices.agentID, "\(body.messageName) is not a phase request"))
         }
     }
 

@@ -27,6 +27,8 @@ public final class AgentDevices: Service, Sendable {
     public let events: AgentEvents
     /// The host clock every agent time on the wire is read from.
     public let clock: HostClock
+    /// Told, on the queue, when a device's lease ends (what was done under it, a phase lock, ends too).
+    let leaseEnded = NIOLockedValueBox<(@Sendable (String) -> Void)?>(nil)
 
     /// - Parameter clock: the host's clock; `.system` except for simulated hosts, where it must be the
     ///   clock the synthetic cameras stamp frames with.
@@ -81,6 +83,7 @@ public final class AgentDevices: Service, Sendable {
 
     private func unlock(_ lease: LeaseTable.Lease) {
         dispatchPrecondition(condition: .onQueue(queue))
+        leaseEnded.withLockedValue { $0 }?(lease.deviceID)
         if let lock = locks.withLockedValue({ $0.removeValue(forKey: lease.id) }) {
             discovery.device(uniqueID: lease.deviceID)?.unlockForConfiguration(lock)
         }
@@ -116,6 +119,7 @@ public final class AgentDevices: Service, Sendable {
                     logger.warning("device disconnected", metadata: ["device": "\(identity.uniqueID)"])
                     queue.async {
                         if let lease = self.leases.withLockedValue({ $0.drop(deviceID: identity.uniqueID) }) {
+                            self.leaseEnded.withLockedValue { $0 }?(lease.deviceID)
                             _ = self.locks.withLockedValue { $0.removeValue(forKey: lease.id) }
                             self.events.publish(.leaseLost, device: identity.uniqueID, message: "\(identity.uniqueID) was disconnected") {
                                 $0.lease = WireLeaseInfo(lease)
@@ -198,21 +202,33 @@ public final class AgentDevices: Service, Sendable {
         }
     }
 
-    private func configure(_ configure: WireConfigure, client: ServerConnectionStateMachine.Client, now: Int64) -> WireEnvelope.OneOf_Body {
-        guard let device = discovery.device(uniqueID: configure.deviceID) else { return notFound(configure.deviceID) }
-        guard !configure.leaseID.isEmpty else {
+    /// The device named by a change request and its configuration lock, when `leaseID` is `client`'s
+    /// live lease on it; otherwise the error to answer with. Call on the queue.
+    func authorize(deviceID: String, leaseID: String, client: ServerConnectionStateMachine.Client, now: Int64) -> Result<(CaptureDevice, ConfigurationLock), WireErrorBody> {
+        guard let device = discovery.device(uniqueID: deviceID) else { return .failure(WireErrorBody(notFound(deviceID))) }
+        guard !leaseID.isEmpty else {
             if let held = leases.withLockedValue({ $0.lease(onDevice: device.uniqueID, now: now) }) {
-                return leaseError(.held(held), device: device.uniqueID, now: now)
+                return .failure(WireErrorBody(leaseError(.held(held), device: device.uniqueID, now: now)))
             }
-            return failure(.leaseRequired, device: device.uniqueID, "changing \(device.uniqueID) needs its lease: send lock first")
+            return .failure(WireErrorBody(failure(.leaseRequired, device: device.uniqueID, "changing \(device.uniqueID) needs its lease: send lock first")))
         }
         let lease: LeaseTable.Lease
-        switch leases.withLockedValue({ $0.check(leaseID: configure.leaseID, holder: client.name, now: now) }) {
+        switch leases.withLockedValue({ $0.check(leaseID: leaseID, holder: client.name, now: now) }) {
         case .success(let found): lease = found
-        case .failure(let failure): return leaseError(failure, device: device.uniqueID, now: now)
+        case .failure(let failure): return .failure(WireErrorBody(leaseError(failure, device: device.uniqueID, now: now)))
         }
         guard lease.deviceID == device.uniqueID, let lock = locks.withLockedValue({ $0[lease.id] }) else {
-            return failure(.leaseRequired, device: device.uniqueID, "lease \(lease.id) is for \(lease.deviceID), not \(device.uniqueID)")
+            return .failure(WireErrorBody(failure(.leaseRequired, device: device.uniqueID, "lease \(lease.id) is for \(lease.deviceID), not \(device.uniqueID)")))
+        }
+        return .success((device, lock))
+    }
+
+    private func configure(_ configure: WireConfigure, client: ServerConnectionStateMachine.Client, now: Int64) -> WireEnvelope.OneOf_Body {
+        let device: CaptureDevice
+        let lock: ConfigurationLock
+        switch authorize(deviceID: configure.deviceID, leaseID: configure.leaseID, client: client, now: now) {
+        case .success(let granted): (device, lock) = granted
+        case .failure(let refusal): return refusal.body
         }
         do {
             let change = try DeviceConfigurationChange(configure)
@@ -268,4 +284,10 @@ public final class AgentDevices: Service, Sendable {
     private func failure(_ code: WireErrorCode, device: String, _ message: String) -> WireEnvelope.OneOf_Body {
         .error(WireError(code, agent: agentID, device: device, message))
     }
+}
+
+/// An error reply, as a value a `Result` can carry.
+struct WireErrorBody: Error {
+    let body: WireEnvelope.OneOf_Body
+    init(_ body: WireEnvelope.OneOf_Body) { self.body = body }
 }

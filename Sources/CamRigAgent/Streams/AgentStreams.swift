@@ -127,6 +127,12 @@ public final class AgentStreams: Sendable {
         return subscriber
     }
 
+    /// How many watchers `deviceID`'s stream has (0 when it is not streaming).
+    func watcherCount(deviceID: String) -> Int {
+        guard let hub = hubs.withLockedValue({ $0[deviceID] }) else { return 0 }
+        return hub.subscribers.withLockedValue { $0.count }
+    }
+
     /// The connection that opened a stream, if it exists.
     func owner(of streamID: String) -> UInt64? {
         hubs.withLockedValue { hubs in
@@ -163,7 +169,7 @@ protocol FrameSink: AnyObject, Sendable {
 }
 
 extension AgentStreams {
-    /// The first frame of `deviceID` exposed at or after `notBefore` (agent clock), from the device's
+    /// The first frame of `deviceID` whose exposure started at or after `notBefore` (agent clock), from the device's
     /// stream (started for the purpose if nobody watches it).
     func nextFrame(deviceID: String, notBefore: Int64, timeout: Duration = .seconds(5)) async throws -> CapturedFrame {
         let sink = OneFrameSink(notBefore: notBefore)
@@ -195,7 +201,7 @@ final class OneFrameSink: FrameSink {
     init(notBefore: Int64) { self.notBefore = notBefore }
 
     func deliver(_ frame: CapturedFrame) {
-        guard frame.timestamp >= notBefore else { return }
+        guard frame.exposureStart >= notBefore else { return }
         continuation.withLockedValue { $0.take() }?.resume(returning: frame)
     }
 
@@ -276,7 +282,7 @@ final class StreamSubscriber: FrameSink {
     }
 
     private func send(_ frame: CapturedFrame) {
-        guard state.value.opened, !state.value.ended, frame.timestamp >= notBefore else { return }
+        guard state.value.opened, !state.value.ended, frame.exposureStart >= notBefore else { return }
         guard state.value.inFlight < maxQueued else {
             state.value.droppedSinceLastSent += 1
             state.value.dropped += 1

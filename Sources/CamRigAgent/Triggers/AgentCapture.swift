@@ -15,6 +15,7 @@ import NIOCore
 /// first frame exposed at or after T, stored in the spool before it is reported.
 public final class AgentCapture: Sendable {
     let streams: AgentStreams
+    let phaseLocks: AgentPhaseLocks
     public let spool: ResultSpool
     let agentID: String
     var clock: HostClock { streams.devices.clock }
@@ -48,8 +49,9 @@ public final class AgentCapture: Sendable {
         }
     }
 
-    init(streams: AgentStreams, spool: ResultSpool, agentID: String, maxPendingTriggers: Int = 64, logger: Logger) {
+    init(streams: AgentStreams, phaseLocks: AgentPhaseLocks, spool: ResultSpool, agentID: String, maxPendingTriggers: Int = 64, logger: Logger) {
         self.streams = streams
+        self.phaseLocks = phaseLocks
         self.spool = spool
         self.agentID = agentID
         self.logger = logger
@@ -84,7 +86,7 @@ public final class AgentCapture: Sendable {
     /// Answers a photo taken now.
     func capturePhoto(_ capture: WireCapturePhoto, requestID: UInt64, reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void) {
         let now = clock.now()
-        let frames = prepare([capture.deviceID], notBefore: now)
+        let frames = prepare([capture.deviceID], at: now)
         storeInTask(reply) {
             await self.store(triggerID: "photo-\(requestID)", frames: frames, session: capture.sessionID, settings: capture.settings, fireAt: now, firedAt: now)
         }
@@ -130,7 +132,7 @@ public final class AgentCapture: Sendable {
         for deviceID in pending.trigger.deviceIds {
             streams.devices.discovery.device(uniqueID: deviceID)?.alignNextStream(toMonotonic: anchor)
         }
-        let frames = prepare(pending.trigger.deviceIds, notBefore: pending.trigger.fireAtNs)
+        let frames = prepare(pending.trigger.deviceIds, at: pending.trigger.fireAtNs)
         pending.frames.withLockedValue { $0 = frames }
     }
 
@@ -154,11 +156,21 @@ public final class AgentCapture: Sendable {
         }
     }
 
-    /// Starts waiting for each device's first frame exposed at or after `notBefore` (starting its stream).
-    private func prepare(_ devices: [String], notBefore: Int64) -> [(String, Task<CapturedFrame, any Error>)] {
+    /// Starts waiting for each device's frame for instant `t` (starting its stream if needed): the first
+    /// exposed from `t` on, or, for a free-running camera held on a grid, the one exposed nearest `t`.
+    private func prepare(_ devices: [String], at t: Int64) -> [(String, Task<CapturedFrame, any Error>)] {
         devices.map { deviceID in
-            (deviceID, Task { try await self.streams.nextFrame(deviceID: deviceID, notBefore: notBefore) })
+            let notBefore = firstExposure(deviceID: deviceID, at: t)
+            return (deviceID, Task { try await self.streams.nextFrame(deviceID: deviceID, notBefore: notBefore) })
         }
+    }
+
+    /// The earliest exposure start a capture at `t` takes from `deviceID`: `t` itself, or half a grid
+    /// period before it when a phase lock holds the camera on a grid (its frame for `t` starts within
+    /// the lock's error of `t`, possibly just before it).
+    func firstExposure(deviceID: String, at t: Int64) -> Int64 {
+        guard let grid = phaseLocks.heldGrid(deviceID: deviceID) else { return t }
+        return t - Int64((grid.period / 2).rounded())
     }
 
     /// Stores the photo each device's frame task delivers, and reports the firing.
@@ -204,7 +216,8 @@ public final class AgentCapture: Sendable {
         reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void
     ) {
         reply(.triggerFired(WireTriggerFired(triggerID: trigger.triggerID, fireAt: fireAt, firedAt: firedAt)))
-        streams.open(deviceID: trigger.deviceIds[0], requestID: requestID, connection: connection, maxQueued: 8, notBefore: fireAt, reply: reply)
+        let deviceID = trigger.deviceIds[0]
+        streams.open(deviceID: deviceID, requestID: requestID, connection: connection, maxQueued: 8, notBefore: firstExposure(deviceID: deviceID, at: fireAt), reply: reply)
     }
 
     /// Waits (up to `timeout`) for captures already fired to be stored: a shutdown loses none of them.

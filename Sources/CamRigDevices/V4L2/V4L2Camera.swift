@@ -9,8 +9,11 @@ import NIOCore
 /// Formats come from ENUM_FMT × ENUM_FRAMESIZES × ENUM_FRAMEINTERVALS; typed controls map onto V4L2
 /// control ids (never names); streaming uses mmap buffers on a dedicated thread, and each frame keeps
 /// the driver's timestamp and says what it marks.
-public final class V4L2Camera: CameraBackend {
+public final class V4L2Camera: FreeRunningBackend {
     public let path: String
+    /// The host clock frames are stamped on: the driver's `CLOCK_MONOTONIC` stamps read through it
+    /// (the skewed clock of a simulated host, or the machine's own).
+    public let clock: HostClock
     public let identity: DeviceIdentity
     public let typedControlSupport: TypedControlSupport
     private let formatList: [DeviceFormat]
@@ -22,10 +25,41 @@ public final class V4L2Camera: CameraBackend {
 
     final class StreamState: Sendable {
         let running = NIOLockedValueBox(true)
+        /// A restart asked for: stop, then stream again at this `CLOCK_MONOTONIC` instant.
+        let restartAt = NIOLockedValueBox<Int64?>(nil)
+        /// How to turn this stream's stamps into exposure starts (refreshed when controls change).
+        let timing: NIOLockedValueBox<ExposureTiming>
+
+        init(timing: ExposureTiming) { self.timing = NIOLockedValueBox(timing) }
+    }
+
+    /// What an end-of-frame stamp needs to become an exposure start: exposure and readout times, where known.
+    struct ExposureTiming: Sendable {
+        /// Exposure time in nanoseconds, when set manually.
+        var exposure: Int64?
+        /// Readout time (active lines × line duration), when the sensor reports its pixel rate.
+        var readout: Int64?
+        /// The nominal frame duration: how uncertain an unknown exposure or readout leaves the start.
+        var frameDuration: Int64
+
+        /// The exposure start for a stamp marking `marks`, and its uncertainty.
+        func exposureStart(stamp: Int64, marks: TimestampMarks) -> (Int64, Int64) {
+            switch marks {
+            case .startOfExposure:
+                return (stamp, 0)
+            case .endOfFrame:
+                let known = (exposure ?? 0) + (readout ?? 0)
+                let unknown = exposure == nil || readout == nil
+                return (stamp - known, unknown ? frameDuration : 0)
+            case .dequeue:
+                // Dequeued some time after readout: at least the readout, at most a frame or two later.
+                return (stamp - (exposure ?? 0) - (readout ?? frameDuration), 2 * frameDuration)
+            }
+        }
     }
 
     /// Opens the device at `path` and reads its formats and controls. Fails for nodes that cannot capture.
-    public init(path: String, label: String = "") throws(DeviceError) {
+    public init(path: String, label: String = "", clock: HostClock = .system) throws(DeviceError) {
         let handle = try V4L2Handle(path: path)
         let caps = try handle.capabilities()
         guard caps.isVideoCapture, caps.canStream else {
@@ -45,6 +79,7 @@ public final class V4L2Camera: CameraBackend {
         handle.close()
         self.handle = deviceHandle
         self.path = path
+        self.clock = clock
         formatList = try deviceHandle.formats()
         controlList = try deviceHandle.controls()
         typedControlSupport = Self.support(from: controlList)
@@ -98,7 +133,12 @@ public final class V4L2Camera: CameraBackend {
 
     public func writeControls(_ values: [(id: UInt32, value: Int64)]) throws(DeviceError) {
         let types = Dictionary(uniqueKeysWithValues: controlList.map { ($0.id, $0.type) })
-        try locked { () throws(DeviceError) in try handle.writeControls(values, types: types) }
+        try locked { () throws(DeviceError) in
+            try handle.writeControls(values, types: types)
+            if let state = stream.withLockedValue({ $0 }), let timing = try? exposureTiming() {
+                state.timing.withLockedValue { $0 = timing }
+            }
+        }
     }
 
     public func activate(format: DeviceFormat, frameDuration: FrameDuration) throws(DeviceError) -> FrameDuration {
@@ -179,7 +219,7 @@ public final class V4L2Camera: CameraBackend {
     // MARK: Streaming
 
     public func startStreaming(bufferCount: Int, sink: @escaping @Sendable (FrameEvent) -> Void) throws(DeviceError) {
-        let state = StreamState()
+        let state = StreamState(timing: try locked { () throws(DeviceError) -> ExposureTiming in try exposureTiming() })
         let buffers: MappedBuffers = try locked { () throws(DeviceError) -> MappedBuffers in
             guard stream.withLockedValue({ $0 }) == nil else {
                 throw DeviceError(.busy, device: identity.uniqueID, "is already streaming")
@@ -192,6 +232,7 @@ public final class V4L2Camera: CameraBackend {
                 for index in 0..<buffers.count { try buffers.queue(index) }
                 var type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
                 try handle.ioctl(CAMRIG_VIDIOC_STREAMON, &type, "VIDIOC_STREAMON")
+                buffers.streamStart = clock.now()
             } catch {
                 buffers.release()
                 throw error
@@ -220,30 +261,50 @@ public final class V4L2Camera: CameraBackend {
     private func run(state: StreamState, buffers: MappedBuffers, format: DeviceFormat?, sink: @Sendable (FrameEvent) -> Void) {
         var ending: DeviceError?
         let fallbackFormat = format ?? formatList[0]
+        // Sequence numbers continue across restarts (the driver counts from 0 after each STREAMON).
+        var sequenceBase: UInt64 = 0
+        var nextSequence: UInt64 = 0
         while state.running.withLockedValue({ $0 }) {
             let frame: MappedBuffers.Dequeued
             do throws(DeviceError) {
                 frame = try buffers.dequeue()
             } catch {
-                if state.running.withLockedValue({ $0 }) { ending = error }
+                guard state.running.withLockedValue({ $0 }) else { break }
+                if let instant = state.restartAt.withLockedValue({ $0.take() }) {
+                    do throws(DeviceError) {
+                        try restart(buffers, atMonotonic: instant)
+                        sequenceBase = nextSequence
+                        continue
+                    } catch let failure {
+                        ending = failure
+                        break
+                    }
+                }
+                ending = error
                 break
             }
-            sink(
-                .frame(
-                    CapturedFrame(
-                        deviceID: identity.uniqueID,
-                        sequence: UInt64(frame.sequence),
-                        timestamp: frame.timestamp,
-                        timestampMarks: frame.marks,
-                        format: fallbackFormat,
-                        bytes: frame.bytes,
-                        metadata: CaptureMetadata(settings: CameraSettings())
-                    )
-                )
+            let sequence = sequenceBase + UInt64(frame.sequence)
+            nextSequence = sequence + 1
+            let stamp = frame.marks == .dequeue ? frame.timestamp : clock.reading(atMonotonic: frame.timestamp)
+            let (exposureStart, uncertainty) = state.timing.withLockedValue { $0 }.exposureStart(stamp: stamp, marks: frame.marks)
+            var captured = CapturedFrame(
+                deviceID: identity.uniqueID,
+                sequence: sequence,
+                timestamp: stamp,
+                timestampMarks: frame.marks,
+                format: fallbackFormat,
+                bytes: frame.bytes,
+                metadata: CaptureMetadata(settings: CameraSettings()),
+                exposureStart: exposureStart,
+                exposureStartUncertainty: uncertainty
             )
+            captured.streamStart = buffers.streamStart
+            sink(.frame(captured))
             do throws(DeviceError) {
                 try buffers.queue(frame.index)
             } catch {
+                // A restart's STREAMOFF may come between the dequeue and the queue.
+                if state.restartAt.withLockedValue({ $0 }) != nil { continue }
                 if state.running.withLockedValue({ $0 }) { ending = error }
                 break
             }
@@ -255,6 +316,95 @@ public final class V4L2Camera: CameraBackend {
             stream.withLockedValue { $0 = nil }
         }
         sink(.ended(ending))
+    }
+
+    /// On the streaming thread: every buffer back in the queue, then STREAMON as close to `instant` as
+    /// the host allows (a sleep, then a short spin).
+    private func restart(_ buffers: MappedBuffers, atMonotonic instant: Int64) throws(DeviceError) {
+        try locked { () throws(DeviceError) in
+            var type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
+            try handle.ioctl(CAMRIG_VIDIOC_STREAMOFF, &type, "VIDIOC_STREAMOFF")
+            for index in 0..<buffers.count { try buffers.queue(index) }
+        }
+        let spin: Int64 = 300_000
+        if instant - spin > HostClock.monotonicNow() { HostClock.sleep(untilMonotonic: instant - spin) }
+        while HostClock.monotonicNow() < instant {}
+        try locked { () throws(DeviceError) in
+            var type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
+            try handle.ioctl(CAMRIG_VIDIOC_STREAMON, &type, "VIDIOC_STREAMON")
+            buffers.streamStart = clock.now()
+        }
+    }
+
+    // MARK: FreeRunningBackend
+
+    public func frameDurationControl() throws(DeviceError) -> FrameDurationControl? {
+        guard let vblank = controlList.first(where: { $0.id == V4L2ControlID.verticalBlanking }),
+            controlList.contains(where: { $0.id == V4L2ControlID.pixelRate })
+        else { return nil }
+        return try locked { () throws(DeviceError) -> FrameDurationControl? in
+            guard let geometry = try lineGeometry() else { return nil }
+            return FrameDurationControl(
+                lineDuration: geometry.lineDuration,
+                lines: Int64(geometry.height) + geometry.vblank,
+                minimumLines: Int64(geometry.height) + vblank.minimum,
+                maximumLines: Int64(geometry.height) + vblank.maximum
+            )
+        }
+    }
+
+    public func setFrameLines(_ lines: Int64) throws(DeviceError) {
+        try locked { () throws(DeviceError) in
+            var format = v4l2_format()
+            format.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
+            try handle.ioctl(CAMRIG_VIDIOC_G_FMT, &format, "VIDIOC_G_FMT")
+            try handle.writeControls([(V4L2ControlID.verticalBlanking, lines - Int64(format.fmt.pix.height))], types: [:])
+        }
+    }
+
+    public func restartStream(atMonotonic monotonic: Int64) throws(DeviceError) {
+        guard let state = stream.withLockedValue({ $0 }) else {
+            throw DeviceError(.invalidArgument, device: identity.uniqueID, "is not streaming, so there is no stream to restart")
+        }
+        state.restartAt.withLockedValue { $0 = monotonic }
+        // Wakes the streaming thread's DQBUF; it restarts the stream at the instant.
+        var type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
+        try locked { () throws(DeviceError) in try handle.ioctl(CAMRIG_VIDIOC_STREAMOFF, &type, "VIDIOC_STREAMOFF") }
+    }
+
+    /// Height, vertical blanking and line duration of the active format, when the sensor reports its
+    /// pixel rate. Call with `lock` held.
+    private func lineGeometry() throws(DeviceError) -> (height: UInt32, vblank: Int64, lineDuration: Double)? {
+        guard controlList.contains(where: { $0.id == V4L2ControlID.pixelRate }) else { return nil }
+        var format = v4l2_format()
+        format.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
+        try handle.ioctl(CAMRIG_VIDIOC_G_FMT, &format, "VIDIOC_G_FMT")
+        let hasBlanking = controlList.contains { $0.id == V4L2ControlID.horizontalBlanking }
+        let hasVBlank = controlList.contains { $0.id == V4L2ControlID.verticalBlanking }
+        let ids = [V4L2ControlID.pixelRate] + (hasBlanking ? [V4L2ControlID.horizontalBlanking] : []) + (hasVBlank ? [V4L2ControlID.verticalBlanking] : [])
+        let values = try handle.readControls(ids)
+        guard let pixelRate = values[V4L2ControlID.pixelRate], pixelRate > 0 else { return nil }
+        let lineLength = Double(format.fmt.pix.width) + Double(values[V4L2ControlID.horizontalBlanking] ?? 0)
+        return (format.fmt.pix.height, values[V4L2ControlID.verticalBlanking] ?? 0, lineLength * 1e9 / Double(pixelRate))
+    }
+
+    /// Exposure and readout times of the active configuration. Call with `lock` held.
+    private func exposureTiming() throws(DeviceError) -> ExposureTiming {
+        var parameters = v4l2_streamparm()
+        parameters.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
+        let interval = (try? handle.ioctl(CAMRIG_VIDIOC_G_PARM, &parameters, "VIDIOC_G_PARM")) != nil
+            ? parameters.parm.capture.timeperframe : v4l2_fract(numerator: 1, denominator: 30)
+        let frameDuration = Int64(interval.numerator) * 1_000_000_000 / Int64(max(interval.denominator, 1))
+        var exposure: Int64?
+        let ids = controlList.map(\.id)
+        if ids.contains(V4L2ControlID.exposureAuto), ids.contains(V4L2ControlID.exposureAbsolute) {
+            let values = try handle.readControls([V4L2ControlID.exposureAuto, V4L2ControlID.exposureAbsolute])
+            if values[V4L2ControlID.exposureAuto] == V4L2ControlID.ExposureAutoValue.manual, let units = values[V4L2ControlID.exposureAbsolute] {
+                exposure = units * 100_000  // V4L2_CID_EXPOSURE_ABSOLUTE counts 100 µs
+            }
+        }
+        let readout = try lineGeometry().map { Int64((Double($0.height) * $0.lineDuration).rounded()) }
+        return ExposureTiming(exposure: exposure, readout: readout, frameDuration: frameDuration)
     }
 }
 
@@ -269,6 +419,8 @@ final class MappedBuffers: @unchecked Sendable {
     }
 
     let handle: V4L2Handle
+    /// When the current run of frames began streaming (host clock).
+    var streamStart: Int64 = 0
     let pixelFormat: UInt32
     let width: UInt32
     let height: UInt32
@@ -359,11 +511,13 @@ final class MappedBuffers: @unchecked Sendable {
 /// V4L2 capture devices matching glob patterns (by default `/dev/video*`).
 public final class V4L2DeviceProvider: DeviceProvider {
     public let patterns: [String]
+    public let clock: HostClock
     private let cache = NIOLockedValueBox<[String: V4L2Camera]>([:])
     private let failures = NIOLockedValueBox<[String: String]>([:])
 
-    public init(patterns: [String] = ["/dev/video*"]) {
+    public init(patterns: [String] = ["/dev/video*"], clock: HostClock = .system) {
         self.patterns = patterns
+        self.clock = clock
     }
 
     /// Why nodes that match could not be used, by path (e.g. metadata nodes, permission problems).
@@ -380,7 +534,7 @@ public final class V4L2DeviceProvider: DeviceProvider {
                 continue
             }
             do throws(DeviceError) {
-                found.append(try V4L2Camera(path: path))
+                found.append(try V4L2Camera(path: path, clock: clock))
             } catch {
                 skipped[path] = error.message
             }

@@ -931,6 +931,108 @@ public nonisolated enum WireEventKind: SwiftProtobuf.Enum, Swift.CaseIterable {
 
 }
 
+public nonisolated enum WirePhaseLockState: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case unspecified // = 0
+
+  /// no phase lock asked for
+  case unlocked // = 1
+
+  /// pulling onto the grid, or measuring
+  case locking // = 2
+
+  /// on the grid: |phase error| within tolerance
+  case locked // = 3
+
+  /// `reason` says why; `phase_error_ns` says what remains
+  case cannotLock // = 4
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .unspecified
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .unspecified
+    case 1: self = .unlocked
+    case 2: self = .locking
+    case 3: self = .locked
+    case 4: self = .cannotLock
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .unspecified: return 0
+    case .unlocked: return 1
+    case .locking: return 2
+    case .locked: return 3
+    case .cannotLock: return 4
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [WirePhaseLockState] = [
+    .unspecified,
+    .unlocked,
+    .locking,
+    .locked,
+    .cannotLock,
+  ]
+
+}
+
+public nonisolated enum WirePhaseLockMethod: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case unspecified // = 0
+
+  /// the camera starts exposing on command at a trigger's time (no hold needed)
+  case triggered // = 1
+
+  /// single frames lengthened or shortened (V4L2_CID_VBLANK)
+  case frameDuration // = 2
+
+  /// streaming restarted at a computed instant
+  case restart // = 3
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .unspecified
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .unspecified
+    case 1: self = .triggered
+    case 2: self = .frameDuration
+    case 3: self = .restart
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .unspecified: return 0
+    case .triggered: return 1
+    case .frameDuration: return 2
+    case .restart: return 3
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [WirePhaseLockMethod] = [
+    .unspecified,
+    .triggered,
+    .frameDuration,
+    .restart,
+  ]
+
+}
+
 /// The single top-level message of every wire frame.
 public nonisolated struct WireEnvelope: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
@@ -1247,6 +1349,47 @@ public nonisolated struct WireEnvelope: Sendable {
     set {body = .event(newValue)}
   }
 
+  /// Phase lock of free-running cameras
+  public var lockPhase: WireLockPhase {
+    get {
+      if case .lockPhase(let v)? = body {return v}
+      return WireLockPhase()
+    }
+    set {body = .lockPhase(newValue)}
+  }
+
+  public var unlockPhase: WireUnlockPhase {
+    get {
+      if case .unlockPhase(let v)? = body {return v}
+      return WireUnlockPhase()
+    }
+    set {body = .unlockPhase(newValue)}
+  }
+
+  public var getPhaseStatus: WireGetPhaseStatus {
+    get {
+      if case .getPhaseStatus(let v)? = body {return v}
+      return WireGetPhaseStatus()
+    }
+    set {body = .getPhaseStatus(newValue)}
+  }
+
+  public var phaseStatus: WirePhaseStatus {
+    get {
+      if case .phaseStatus(let v)? = body {return v}
+      return WirePhaseStatus()
+    }
+    set {body = .phaseStatus(newValue)}
+  }
+
+  public var phaseStatusList: WirePhaseStatusList {
+    get {
+      if case .phaseStatusList(let v)? = body {return v}
+      return WirePhaseStatusList()
+    }
+    set {body = .phaseStatusList(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -1293,6 +1436,12 @@ public nonisolated struct WireEnvelope: Sendable {
     /// Events
     case subscribe(WireSubscribe)
     case event(WireEvent)
+    /// Phase lock of free-running cameras
+    case lockPhase(WireLockPhase)
+    case unlockPhase(WireUnlockPhase)
+    case getPhaseStatus(WireGetPhaseStatus)
+    case phaseStatus(WirePhaseStatus)
+    case phaseStatusList(WirePhaseStatusList)
 
   }
 
@@ -2576,6 +2725,26 @@ public nonisolated struct WireVideoFrame: @unchecked Sendable {
   /// Clears the value of `metadata`. Subsequent reads from it will return its default value.
   public mutating func clearMetadata() {_uniqueStorage()._metadata = nil}
 
+  /// When the frame's first line started exposing (START_OF_EXPOSURE, agent clock), derived from
+  /// `timestamp`: equal to it for start-of-exposure stamps; for end-of-frame stamps, the stamp minus the
+  /// exposure and readout times. Its uncertainty covers timestamp jitter and any unknown exposure or
+  /// readout time.
+  public var exposureStart: WireTimestamp {
+    get {_storage._exposureStart ?? WireTimestamp()}
+    set {_uniqueStorage()._exposureStart = newValue}
+  }
+  /// Returns true if `exposureStart` has been explicitly set.
+  public var hasExposureStart: Bool {_storage._exposureStart != nil}
+  /// Clears the value of `exposureStart`. Subsequent reads from it will return its default value.
+  public mutating func clearExposureStart() {_uniqueStorage()._exposureStart = nil}
+
+  /// The camera's frame period as measured from its recent exposure starts, in agent-clock nanoseconds
+  /// (0 until a few frames have been seen).
+  public var measuredFramePeriodNs: Double {
+    get {_storage._measuredFramePeriodNs}
+    set {_uniqueStorage()._measuredFramePeriodNs = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -2811,6 +2980,16 @@ public nonisolated struct WirePhotoResult: @unchecked Sendable {
     set {_uniqueStorage()._sequence = newValue}
   }
 
+  /// As VideoFrame.exposure_start.
+  public var exposureStart: WireTimestamp {
+    get {_storage._exposureStart ?? WireTimestamp()}
+    set {_uniqueStorage()._exposureStart = newValue}
+  }
+  /// Returns true if `exposureStart` has been explicitly set.
+  public var hasExposureStart: Bool {_storage._exposureStart != nil}
+  /// Clears the value of `exposureStart`. Subsequent reads from it will return its default value.
+  public mutating func clearExposureStart() {_uniqueStorage()._exposureStart = nil}
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -2953,6 +3132,123 @@ public nonisolated struct WireSpoolStatus: Sendable {
   public init() {}
 }
 
+/// Hold a camera's exposures on the grid `grid_anchor_ns + k × grid_period_ns` (agent clock, any
+/// integer k). The agent keeps the camera streaming and, frame by frame, lengthens or shortens single
+/// frames through the sensor's frame-duration control; a camera without one is restarted at computed
+/// instants until its first exposure lands on the grid (a bounded number of attempts). Sending it again
+/// for a locked device replaces the grid (the coordinator refreshes it as its clock estimate improves)
+/// without disturbing the camera. Requires the device's lease (as Configure). Replied to with
+/// PhaseStatus.
+public nonisolated struct WireLockPhase: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var deviceID: String = String()
+
+  public var leaseID: String = String()
+
+  /// agent CLOCK_MONOTONIC; any instant on the grid
+  public var gridAnchorNs: Int64 = 0
+
+  /// in agent-clock nanoseconds; within 1% of the device's frame duration
+  public var gridPeriodNs: Double = 0
+
+  /// LOCKED while |phase error| stays within it; 0: 100 µs
+  public var toleranceNs: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Stop holding a device's phase: its frame duration goes back to nominal and the camera stops
+/// streaming unless a client streams it. Requires the lease. Replied to with Ok.
+public nonisolated struct WireUnlockPhase: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var deviceID: String = String()
+
+  public var leaseID: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Phase status of devices (all devices with a phase lock when empty). Any role. Replied to with
+/// PhaseStatusList.
+public nonisolated struct WireGetPhaseStatus: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var deviceIds: [String] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct WirePhaseStatus: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var deviceID: String = String()
+
+  public var state: WirePhaseLockState = .unspecified
+
+  public var method: WirePhaseLockMethod = .unspecified
+
+  /// The newest frame's exposure start minus the nearest grid instant (agent clock).
+  public var phaseErrorNs: Int64 = 0
+
+  /// Largest |phase error| over the recent frames plus the exposure-start uncertainty: the bound a
+  /// capture from this camera can promise against the grid.
+  public var errorBoundNs: UInt64 = 0
+
+  /// agent clock
+  public var measuredFramePeriodNs: Double = 0
+
+  /// The camera's rate against the grid period, in parts per million (sensor crystal and host clock together).
+  public var rateErrorPpm: Double = 0
+
+  /// CANNOT_LOCK, or what the last attempt found
+  public var reason: String = String()
+
+  /// RESTART: streaming restarts so far
+  public var restarts: UInt32 = 0
+
+  /// agent clock; 0 when not LOCKED
+  public var lockedSinceNs: Int64 = 0
+
+  /// frames observed under this lock
+  public var frames: UInt64 = 0
+
+  public var gridAnchorNs: Int64 = 0
+
+  public var gridPeriodNs: Double = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct WirePhaseStatusList: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var devices: [WirePhaseStatus] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 // MARK: - Code below here is support for the SwiftProtobuf runtime.
 
 fileprivate nonisolated let _protobuf_package = "camrig.v1"
@@ -3021,9 +3317,17 @@ nonisolated extension WireEventKind: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0EVENT_KIND_UNSPECIFIED\0\u{1}EVENT_KIND_DEVICE_CONNECTED\0\u{1}EVENT_KIND_DEVICE_DISCONNECTED\0\u{1}EVENT_KIND_LEASE_LOST\0\u{1}EVENT_KIND_SPOOL_NEAR_FULL\0\u{1}EVENT_KIND_TRIGGER_LATE\0")
 }
 
+nonisolated extension WirePhaseLockState: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0PHASE_LOCK_STATE_UNSPECIFIED\0\u{1}PHASE_LOCK_STATE_UNLOCKED\0\u{1}PHASE_LOCK_STATE_LOCKING\0\u{1}PHASE_LOCK_STATE_LOCKED\0\u{1}PHASE_LOCK_STATE_CANNOT_LOCK\0")
+}
+
+nonisolated extension WirePhaseLockMethod: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0PHASE_LOCK_METHOD_UNSPECIFIED\0\u{1}PHASE_LOCK_METHOD_TRIGGERED\0\u{1}PHASE_LOCK_METHOD_FRAME_DURATION\0\u{1}PHASE_LOCK_METHOD_RESTART\0")
+}
+
 nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Envelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{2}\u{9}hello\0\u{1}welcome\0\u{1}error\0\u{1}goodbye\0\u{1}ping\0\u{1}pong\0\u{3}clock_probe\0\u{3}clock_probe_reply\0\u{1}ok\0\u{3}open_clock_channel\0\u{3}list_devices\0\u{3}discovery_query\0\u{3}device_list\0\u{3}describe_device\0\u{3}device_description\0\u{2}\u{6}lock\0\u{1}lease\0\u{3}renew_lease\0\u{1}unlock\0\u{1}configure\0\u{3}device_state\0\u{4}\u{5}start_stream\0\u{3}stream_started\0\u{3}stop_stream\0\u{3}stream_ended\0\u{3}video_frame\0\u{4}\u{6}capture_photo\0\u{3}schedule_trigger\0\u{3}trigger_scheduled\0\u{3}trigger_fired\0\u{3}fetch_results\0\u{3}photo_result\0\u{3}results_end\0\u{3}acknowledge_results\0\u{2}\u{3}subscribe\0\u{1}event\0\u{3}clock_channel\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{2}\u{9}hello\0\u{1}welcome\0\u{1}error\0\u{1}goodbye\0\u{1}ping\0\u{1}pong\0\u{3}clock_probe\0\u{3}clock_probe_reply\0\u{1}ok\0\u{3}open_clock_channel\0\u{3}list_devices\0\u{3}discovery_query\0\u{3}device_list\0\u{3}describe_device\0\u{3}device_description\0\u{2}\u{6}lock\0\u{1}lease\0\u{3}renew_lease\0\u{1}unlock\0\u{1}configure\0\u{3}device_state\0\u{4}\u{5}start_stream\0\u{3}stream_started\0\u{3}stop_stream\0\u{3}stream_ended\0\u{3}video_frame\0\u{4}\u{6}capture_photo\0\u{3}schedule_trigger\0\u{3}trigger_scheduled\0\u{3}trigger_fired\0\u{3}fetch_results\0\u{3}photo_result\0\u{3}results_end\0\u{3}acknowledge_results\0\u{2}\u{3}subscribe\0\u{1}event\0\u{3}clock_channel\0\u{4}\u{8}lock_phase\0\u{3}unlock_phase\0\u{3}get_phase_status\0\u{3}phase_status\0\u{3}phase_status_list\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3513,6 +3817,71 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
           self.body = .clockChannel(v)
         }
       }()
+      case 70: try {
+        var v: WireLockPhase?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .lockPhase(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .lockPhase(v)
+        }
+      }()
+      case 71: try {
+        var v: WireUnlockPhase?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .unlockPhase(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .unlockPhase(v)
+        }
+      }()
+      case 72: try {
+        var v: WireGetPhaseStatus?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .getPhaseStatus(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .getPhaseStatus(v)
+        }
+      }()
+      case 73: try {
+        var v: WirePhaseStatus?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .phaseStatus(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .phaseStatus(v)
+        }
+      }()
+      case 74: try {
+        var v: WirePhaseStatusList?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .phaseStatusList(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .phaseStatusList(v)
+        }
+      }()
       default: break
       }
     }
@@ -3674,6 +4043,26 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
     case .clockChannel?: try {
       guard case .clockChannel(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 62)
+    }()
+    case .lockPhase?: try {
+      guard case .lockPhase(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 70)
+    }()
+    case .unlockPhase?: try {
+      guard case .unlockPhase(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 71)
+    }()
+    case .getPhaseStatus?: try {
+      guard case .getPhaseStatus(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 72)
+    }()
+    case .phaseStatus?: try {
+      guard case .phaseStatus(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 73)
+    }()
+    case .phaseStatusList?: try {
+      guard case .phaseStatusList(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 74)
     }()
     case nil: break
     }
@@ -5780,7 +6169,7 @@ nonisolated extension WireCaptureMetadata: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension WireVideoFrame: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".VideoFrame"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}stream_id\0\u{3}device_id\0\u{1}sequence\0\u{1}timestamp\0\u{3}pixel_format\0\u{1}dimensions\0\u{3}bytes_per_line\0\u{3}dropped_before\0\u{1}metadata\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}stream_id\0\u{3}device_id\0\u{1}sequence\0\u{1}timestamp\0\u{3}pixel_format\0\u{1}dimensions\0\u{3}bytes_per_line\0\u{3}dropped_before\0\u{1}metadata\0\u{3}exposure_start\0\u{3}measured_frame_period_ns\0")
 
   fileprivate class _StorageClass {
     var _streamID: String = String()
@@ -5792,6 +6181,8 @@ nonisolated extension WireVideoFrame: SwiftProtobuf.Message, SwiftProtobuf._Mess
     var _bytesPerLine: UInt32 = 0
     var _droppedBefore: UInt64 = 0
     var _metadata: WireCaptureMetadata? = nil
+    var _exposureStart: WireTimestamp? = nil
+    var _measuredFramePeriodNs: Double = 0
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -5811,6 +6202,8 @@ nonisolated extension WireVideoFrame: SwiftProtobuf.Message, SwiftProtobuf._Mess
       _bytesPerLine = source._bytesPerLine
       _droppedBefore = source._droppedBefore
       _metadata = source._metadata
+      _exposureStart = source._exposureStart
+      _measuredFramePeriodNs = source._measuredFramePeriodNs
     }
   }
 
@@ -5838,6 +6231,8 @@ nonisolated extension WireVideoFrame: SwiftProtobuf.Message, SwiftProtobuf._Mess
         case 7: try { try decoder.decodeSingularUInt32Field(value: &_storage._bytesPerLine) }()
         case 8: try { try decoder.decodeSingularUInt64Field(value: &_storage._droppedBefore) }()
         case 9: try { try decoder.decodeSingularMessageField(value: &_storage._metadata) }()
+        case 10: try { try decoder.decodeSingularMessageField(value: &_storage._exposureStart) }()
+        case 11: try { try decoder.decodeSingularDoubleField(value: &_storage._measuredFramePeriodNs) }()
         default: break
         }
       }
@@ -5877,6 +6272,12 @@ nonisolated extension WireVideoFrame: SwiftProtobuf.Message, SwiftProtobuf._Mess
       try { if let v = _storage._metadata {
         try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
       } }()
+      try { if let v = _storage._exposureStart {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
+      } }()
+      if _storage._measuredFramePeriodNs.bitPattern != 0 {
+        try visitor.visitSingularDoubleField(value: _storage._measuredFramePeriodNs, fieldNumber: 11)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -5895,6 +6296,8 @@ nonisolated extension WireVideoFrame: SwiftProtobuf.Message, SwiftProtobuf._Mess
         if _storage._bytesPerLine != rhs_storage._bytesPerLine {return false}
         if _storage._droppedBefore != rhs_storage._droppedBefore {return false}
         if _storage._metadata != rhs_storage._metadata {return false}
+        if _storage._exposureStart != rhs_storage._exposureStart {return false}
+        if _storage._measuredFramePeriodNs != rhs_storage._measuredFramePeriodNs {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -6182,7 +6585,7 @@ nonisolated extension WireFetchResults: SwiftProtobuf.Message, SwiftProtobuf._Me
 
 nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PhotoResult"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}result_id\0\u{3}session_id\0\u{3}trigger_id\0\u{3}device_id\0\u{3}capture_time\0\u{3}pixel_format\0\u{1}dimensions\0\u{3}bytes_per_line\0\u{3}photo_settings_id\0\u{1}metadata\0\u{1}sequence\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}result_id\0\u{3}session_id\0\u{3}trigger_id\0\u{3}device_id\0\u{3}capture_time\0\u{3}pixel_format\0\u{1}dimensions\0\u{3}bytes_per_line\0\u{3}photo_settings_id\0\u{1}metadata\0\u{1}sequence\0\u{3}exposure_start\0")
 
   fileprivate class _StorageClass {
     var _resultID: String = String()
@@ -6196,6 +6599,7 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
     var _photoSettingsID: UInt64 = 0
     var _metadata: WireCaptureMetadata? = nil
     var _sequence: UInt64 = 0
+    var _exposureStart: WireTimestamp? = nil
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -6217,6 +6621,7 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
       _photoSettingsID = source._photoSettingsID
       _metadata = source._metadata
       _sequence = source._sequence
+      _exposureStart = source._exposureStart
     }
   }
 
@@ -6246,6 +6651,7 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
         case 9: try { try decoder.decodeSingularUInt64Field(value: &_storage._photoSettingsID) }()
         case 10: try { try decoder.decodeSingularMessageField(value: &_storage._metadata) }()
         case 11: try { try decoder.decodeSingularUInt64Field(value: &_storage._sequence) }()
+        case 12: try { try decoder.decodeSingularMessageField(value: &_storage._exposureStart) }()
         default: break
         }
       }
@@ -6291,6 +6697,9 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
       if _storage._sequence != 0 {
         try visitor.visitSingularUInt64Field(value: _storage._sequence, fieldNumber: 11)
       }
+      try { if let v = _storage._exposureStart {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
+      } }()
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -6311,6 +6720,7 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
         if _storage._photoSettingsID != rhs_storage._photoSettingsID {return false}
         if _storage._metadata != rhs_storage._metadata {return false}
         if _storage._sequence != rhs_storage._sequence {return false}
+        if _storage._exposureStart != rhs_storage._exposureStart {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -6566,6 +6976,241 @@ nonisolated extension WireSpoolStatus: SwiftProtobuf.Message, SwiftProtobuf._Mes
     if lhs.usedBytes != rhs.usedBytes {return false}
     if lhs.capacityBytes != rhs.capacityBytes {return false}
     if lhs.results != rhs.results {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireLockPhase: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".LockPhase"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}device_id\0\u{3}lease_id\0\u{3}grid_anchor_ns\0\u{3}grid_period_ns\0\u{3}tolerance_ns\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.deviceID) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.leaseID) }()
+      case 3: try { try decoder.decodeSingularInt64Field(value: &self.gridAnchorNs) }()
+      case 4: try { try decoder.decodeSingularDoubleField(value: &self.gridPeriodNs) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.toleranceNs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.deviceID.isEmpty {
+      try visitor.visitSingularStringField(value: self.deviceID, fieldNumber: 1)
+    }
+    if !self.leaseID.isEmpty {
+      try visitor.visitSingularStringField(value: self.leaseID, fieldNumber: 2)
+    }
+    if self.gridAnchorNs != 0 {
+      try visitor.visitSingularInt64Field(value: self.gridAnchorNs, fieldNumber: 3)
+    }
+    if self.gridPeriodNs.bitPattern != 0 {
+      try visitor.visitSingularDoubleField(value: self.gridPeriodNs, fieldNumber: 4)
+    }
+    if self.toleranceNs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.toleranceNs, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireLockPhase, rhs: WireLockPhase) -> Bool {
+    if lhs.deviceID != rhs.deviceID {return false}
+    if lhs.leaseID != rhs.leaseID {return false}
+    if lhs.gridAnchorNs != rhs.gridAnchorNs {return false}
+    if lhs.gridPeriodNs != rhs.gridPeriodNs {return false}
+    if lhs.toleranceNs != rhs.toleranceNs {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireUnlockPhase: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".UnlockPhase"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}device_id\0\u{3}lease_id\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.deviceID) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.leaseID) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.deviceID.isEmpty {
+      try visitor.visitSingularStringField(value: self.deviceID, fieldNumber: 1)
+    }
+    if !self.leaseID.isEmpty {
+      try visitor.visitSingularStringField(value: self.leaseID, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireUnlockPhase, rhs: WireUnlockPhase) -> Bool {
+    if lhs.deviceID != rhs.deviceID {return false}
+    if lhs.leaseID != rhs.leaseID {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireGetPhaseStatus: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GetPhaseStatus"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}device_ids\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedStringField(value: &self.deviceIds) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.deviceIds.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.deviceIds, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireGetPhaseStatus, rhs: WireGetPhaseStatus) -> Bool {
+    if lhs.deviceIds != rhs.deviceIds {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WirePhaseStatus: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PhaseStatus"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}device_id\0\u{1}state\0\u{1}method\0\u{3}phase_error_ns\0\u{3}error_bound_ns\0\u{3}measured_frame_period_ns\0\u{3}rate_error_ppm\0\u{1}reason\0\u{1}restarts\0\u{3}locked_since_ns\0\u{1}frames\0\u{3}grid_anchor_ns\0\u{3}grid_period_ns\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.deviceID) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.state) }()
+      case 3: try { try decoder.decodeSingularEnumField(value: &self.method) }()
+      case 4: try { try decoder.decodeSingularInt64Field(value: &self.phaseErrorNs) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.errorBoundNs) }()
+      case 6: try { try decoder.decodeSingularDoubleField(value: &self.measuredFramePeriodNs) }()
+      case 7: try { try decoder.decodeSingularDoubleField(value: &self.rateErrorPpm) }()
+      case 8: try { try decoder.decodeSingularStringField(value: &self.reason) }()
+      case 9: try { try decoder.decodeSingularUInt32Field(value: &self.restarts) }()
+      case 10: try { try decoder.decodeSingularInt64Field(value: &self.lockedSinceNs) }()
+      case 11: try { try decoder.decodeSingularUInt64Field(value: &self.frames) }()
+      case 12: try { try decoder.decodeSingularInt64Field(value: &self.gridAnchorNs) }()
+      case 13: try { try decoder.decodeSingularDoubleField(value: &self.gridPeriodNs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.deviceID.isEmpty {
+      try visitor.visitSingularStringField(value: self.deviceID, fieldNumber: 1)
+    }
+    if self.state != .unspecified {
+      try visitor.visitSingularEnumField(value: self.state, fieldNumber: 2)
+    }
+    if self.method != .unspecified {
+      try visitor.visitSingularEnumField(value: self.method, fieldNumber: 3)
+    }
+    if self.phaseErrorNs != 0 {
+      try visitor.visitSingularInt64Field(value: self.phaseErrorNs, fieldNumber: 4)
+    }
+    if self.errorBoundNs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.errorBoundNs, fieldNumber: 5)
+    }
+    if self.measuredFramePeriodNs.bitPattern != 0 {
+      try visitor.visitSingularDoubleField(value: self.measuredFramePeriodNs, fieldNumber: 6)
+    }
+    if self.rateErrorPpm.bitPattern != 0 {
+      try visitor.visitSingularDoubleField(value: self.rateErrorPpm, fieldNumber: 7)
+    }
+    if !self.reason.isEmpty {
+      try visitor.visitSingularStringField(value: self.reason, fieldNumber: 8)
+    }
+    if self.restarts != 0 {
+      try visitor.visitSingularUInt32Field(value: self.restarts, fieldNumber: 9)
+    }
+    if self.lockedSinceNs != 0 {
+      try visitor.visitSingularInt64Field(value: self.lockedSinceNs, fieldNumber: 10)
+    }
+    if self.frames != 0 {
+      try visitor.visitSingularUInt64Field(value: self.frames, fieldNumber: 11)
+    }
+    if self.gridAnchorNs != 0 {
+      try visitor.visitSingularInt64Field(value: self.gridAnchorNs, fieldNumber: 12)
+    }
+    if self.gridPeriodNs.bitPattern != 0 {
+      try visitor.visitSingularDoubleField(value: self.gridPeriodNs, fieldNumber: 13)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WirePhaseStatus, rhs: WirePhaseStatus) -> Bool {
+    if lhs.deviceID != rhs.deviceID {return false}
+    if lhs.state != rhs.state {return false}
+    if lhs.method != rhs.method {return false}
+    if lhs.phaseErrorNs != rhs.phaseErrorNs {return false}
+    if lhs.errorBoundNs != rhs.errorBoundNs {return false}
+    if lhs.measuredFramePeriodNs != rhs.measuredFramePeriodNs {return false}
+    if lhs.rateErrorPpm != rhs.rateErrorPpm {return false}
+    if lhs.reason != rhs.reason {return false}
+    if lhs.restarts != rhs.restarts {return false}
+    if lhs.lockedSinceNs != rhs.lockedSinceNs {return false}
+    if lhs.frames != rhs.frames {return false}
+    if lhs.gridAnchorNs != rhs.gridAnchorNs {return false}
+    if lhs.gridPeriodNs != rhs.gridPeriodNs {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WirePhaseStatusList: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PhaseStatusList"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}devices\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.devices) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.devices.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.devices, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WirePhaseStatusList, rhs: WirePhaseStatusList) -> Bool {
+    if lhs.devices != rhs.devices {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

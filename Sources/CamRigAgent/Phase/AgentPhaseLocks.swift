@@ -1,0 +1,300 @@
+import CamRigClock
+import CamRigDevices
+import CamRigWire
+import CamRigWireModel
+import Logging
+import NIOConcurrencyHelpers
+
+/// Phase locks: free-running cameras held on the frame grids coordinators ask for (`LockPhase`).
+///
+/// A locked free-running camera keeps streaming (the lock is one of its stream's watchers); every frame's
+/// exposure start goes through the camera's pure controller — `FrameDurationLoop` where the sensor has a
+/// frame-duration control, `RestartAligner` where it has none — and the controller's answer is carried
+/// out on the device at once. Cameras that start exposing on command (the synthetic camera) need no
+/// hold: a trigger at a grid instant puts them on it. Requests arrive on the device service's queue.
+public final class AgentPhaseLocks: Sendable {
+    let streams: AgentStreams
+    private let locks = NIOLockedValueBox<[String: DevicePhaseLock]>([:])
+    private let logger: Logger
+
+    /// Tolerance when a request names none.
+    public static let defaultTolerance: UInt64 = 100_000
+
+    init(streams: AgentStreams, logger: Logger) {
+        self.streams = streams
+        self.logger = logger
+    }
+
+    var clock: HostClock { streams.devices.clock }
+    var agentID: String { streams.devices.agentID }
+
+    /// Starts (or re-aims) `device`'s lock on the request's grid; answers with its status.
+    func lock(_ request: WireLockPhase, device: CaptureDevice) -> WireEnvelope.OneOf_Body {
+        let period = request.gridPeriodNs
+        let nominal = Double(device.activeMinFrameDuration.nanoseconds)
+        guard period.isFinite, period > 0, abs(period / nominal - 1) <= 0.01 else {
+            return .error(WireError(
+                .invalidArgument, agent: agentID, device: device.uniqueID,
+                "grid period \(period) ns is not within 1% of \(device.uniqueID)'s frame duration \(Int64(nominal)) ns; commit the rig's frame rate first"
+            ))
+        }
+        let grid = PhaseGrid(anchor: request.gridAnchorNs, period: period)
+        let tolerance = Double(request.toleranceNs == 0 ? Self.defaultTolerance : request.toleranceNs)
+        if let existing = locks.withLockedValue({ $0[device.uniqueID] }), !existing.hasEnded {
+            existing.aim(grid: grid, tolerance: tolerance)
+            return .phaseStatus(existing.status())
+        }
+        let steering: PhaseSteering
+        do {
+            steering = try device.phaseSteering
+        } catch {
+            return .error(error.wire(agentID: agentID))
+        }
+        let lock = DevicePhaseLock(device: device, grid: grid, tolerance: tolerance, steering: steering, owner: self, logger: logger)
+        locks.withLockedValue { $0[device.uniqueID] = lock }
+        if steering != .triggered {
+            if case .failed(let error) = streams.start(deviceID: device.uniqueID, subscriber: lock) {
+                _ = locks.withLockedValue { $0.removeValue(forKey: device.uniqueID) }
+                return .error(error)
+            }
+        }
+        logger.info("phase lock started", metadata: ["device": "\(device.uniqueID)", "method": "\(lock.status().method)", "period_ns": "\(period)"])
+        return .phaseStatus(lock.status())
+    }
+
+    /// Ends `deviceID`'s lock (its frame duration back to nominal, its hold on the stream released).
+    func unlock(deviceID: String) {
+        guard let lock = locks.withLockedValue({ $0.removeValue(forKey: deviceID) }) else { return }
+        lock.release()
+        streams.stop(streamID: lock.streamID, reason: .stopped, message: "phase lock released")
+    }
+
+    /// Status of the named devices (every locked device when empty); devices without a lock read UNLOCKED.
+    func status(deviceIDs: [String]) -> WirePhaseStatusList {
+        let current = locks.withLockedValue { $0 }
+        var list = WirePhaseStatusList()
+        let ids = deviceIDs.isEmpty ? current.keys.sorted() : deviceIDs
+        list.devices = ids.map { id in
+            if let lock = current[id] { return lock.status() }
+            var status = WirePhaseStatus()
+            status.deviceID = id
+            status.state = .unlocked
+            return status
+        }
+        return list
+    }
+
+    /// The grid `deviceID` is held on, when it is a free-running camera under a lock: a capture at T then
+    /// takes the frame exposed nearest T rather than the first one after it.
+    func heldGrid(deviceID: String) -> PhaseGrid? {
+        guard let lock = locks.withLockedValue({ $0[deviceID] }), lock.isHolding else { return nil }
+        return lock.currentGrid
+    }
+
+    /// Whether `deviceID` may be restarted to move its phase: nobody but the lock watches it.
+    func mayRestart(deviceID: String) -> Bool {
+        streams.watcherCount(deviceID: deviceID) <= 1
+    }
+
+    /// Ends every lock (agent shutdown).
+    func stopAll() {
+        for deviceID in locks.withLockedValue({ Array($0.keys) }) { unlock(deviceID: deviceID) }
+    }
+}
+
+/// One device's phase lock: a stream watcher that steers the camera frame by frame.
+final class DevicePhaseLock: FrameSink {
+    let device: CaptureDevice
+    let connection: UInt64 = 0
+    private let id = NIOLockedValueBox("")
+    var streamID: String { id.withLockedValue { $0 } }
+    func assign(streamID: String) { id.withLockedValue { $0 = streamID } }
+    private weak let owner: AgentPhaseLocks?
+    private let logger: Logger
+
+    enum Controller {
+        case triggered
+        case frameDuration(FrameDurationLoop)
+        case restart(RestartAligner)
+    }
+
+    struct State {
+        var grid: PhaseGrid
+        var tolerance: Double
+        var controller: Controller
+        var tracker: PhaseErrorTracker
+        var period: Double = 0
+        var uncertainty: Int64 = 0
+        var lockedSince: Int64 = 0
+        var restarts: UInt32 = 0
+        var reason = ""
+        var ended = false
+    }
+
+    private let state: NIOLockedValueBox<State>
+
+    init(device: CaptureDevice, grid: PhaseGrid, tolerance: Double, steering: PhaseSteering, owner: AgentPhaseLocks, logger: Logger) {
+        self.device = device
+        self.owner = owner
+        self.logger = logger
+        let controller: Controller
+        switch steering {
+        case .triggered: controller = .triggered
+        case .frameDuration(let control): controller = .frameDuration(FrameDurationLoop(grid: grid, control: control))
+        case .restart: controller = .restart(RestartAligner(grid: grid, tolerance: tolerance))
+        }
+        var initial = State(grid: grid, tolerance: tolerance, controller: controller, tracker: PhaseErrorTracker(tolerance: tolerance))
+        if case .triggered = controller {
+            initial.reason = "exposures start on command at each trigger's instant, which is on the grid"
+        }
+        state = NIOLockedValueBox(initial)
+    }
+
+    var hasEnded: Bool { state.withLockedValue { $0.ended } }
+    var currentGrid: PhaseGrid { state.withLockedValue { $0.grid } }
+    var isHolding: Bool {
+        state.withLockedValue { state in
+            if state.ended { return false }
+            if case .triggered = state.controller { return false }
+            return true
+        }
+    }
+
+    /// A refreshed grid (the coordinator's clock estimate moved) or tolerance.
+    func aim(grid: PhaseGrid, tolerance: Double) {
+        state.withLockedValue { state in
+            state.grid = grid
+            state.tolerance = tolerance
+            state.tracker.tolerance = tolerance
+            switch state.controller {
+            case .frameDuration(var loop):
+                loop.setGrid(grid)
+                state.controller = .frameDuration(loop)
+            case .restart(var aligner):
+                aligner.setGrid(grid)
+                aligner.tolerance = tolerance
+                state.controller = .restart(aligner)
+            case .triggered:
+                break
+            }
+        }
+    }
+
+    func deliver(_ frame: CapturedFrame) {
+        guard let owner else { return }
+        let now = owner.clock.now()
+        let mayRestart = owner.mayRestart(deviceID: device.uniqueID)
+        enum Step { case none, lines(Int64), restart(Int64) }
+        let step: Step = state.withLockedValue { state in
+            guard !state.ended else { return .none }
+            let error = state.grid.error(of: frame.exposureStart)
+            state.period = frame.measuredFramePeriod
+            state.uncertainty = frame.exposureStartUncertainty
+            switch state.controller {
+            case .triggered:
+                return .none
+            case .frameDuration(var loop):
+                state.tracker.observe(error)
+                let lines = loop.observe(sequence: frame.sequence, exposureStart: frame.exposureStart, now: now, locked: state.tracker.isLocked)
+                state.controller = .frameDuration(loop)
+                if let lines { return .lines(lines) }
+            case .restart(var aligner):
+                let action = aligner.observe(exposureStart: frame.exposureStart, streamStart: frame.streamStart, now: now, mayRestart: mayRestart)
+                state.controller = .restart(aligner)
+                switch aligner.outcome {
+                case .aligned: state.tracker.observe(error)
+                case .measuring: state.tracker.reset()
+                case .gaveUp(let remaining):
+                    state.tracker.observe(error)
+                    state.reason = "no frame-duration control; \(aligner.attempts) restarts left \(Int64(remaining / 1000)) µs of phase error (tolerance \(Int64(state.tolerance / 1000)) µs)"
+                }
+                if case .restart(let at)? = action {
+                    state.restarts += 1
+                    return .restart(at)
+                }
+            }
+            return .none
+        }
+        state.withLockedValue { state in
+            if state.tracker.isLocked {
+                if state.lockedSince == 0 { state.lockedSince = now }
+            } else {
+                state.lockedSince = 0
+            }
+        }
+        do throws(DeviceError) {
+            switch step {
+            case .none: break
+            case .lines(let lines):
+                try device.setFrameLines(lines)
+                state.withLockedValue { state in
+                    if case .frameDuration(var loop) = state.controller {
+                        loop.didSet(lines: lines, at: owner.clock.now())
+                        state.controller = .frameDuration(loop)
+                    }
+                }
+            case .restart(let at):
+                try device.restartStream(atMonotonic: owner.clock.monotonic(atReading: at))
+            }
+        } catch {
+            logger.warning("phase lock could not steer the camera", metadata: ["device": "\(device.uniqueID)", "error": "\(error)"])
+            state.withLockedValue { $0.reason = "steering failed: \(error.message)" }
+        }
+    }
+
+    func end(reason: WireStreamEndReason, message: String) {
+        state.withLockedValue { state in
+            guard !state.ended else { return }
+            state.ended = true
+            state.tracker.reset()
+            state.lockedSince = 0
+            state.reason = reason == .deviceDisconnected
+                ? "\(device.uniqueID) was disconnected: \(message)" : "its stream ended (\(message.isEmpty ? "\(reason)" : message))"
+        }
+    }
+
+    /// Lock released: the frame duration goes back to nominal.
+    func release() {
+        let nominal: Int64? = state.withLockedValue { state in
+            state.ended = true
+            if case .frameDuration(let loop) = state.controller { return loop.control.lines }
+            return nil
+        }
+        if let nominal { try? device.setFrameLines(nominal) }
+    }
+
+    func status() -> WirePhaseStatus {
+        state.withLockedValue { state in
+            var status = WirePhaseStatus()
+            status.deviceID = device.uniqueID
+            status.gridAnchorNs = state.grid.anchor
+            status.gridPeriodNs = state.grid.period
+            status.phaseErrorNs = Int64(state.tracker.lastError.rounded())
+            status.errorBoundNs = UInt64(state.tracker.bound.rounded()) + UInt64(max(state.uncertainty, 0))
+            status.measuredFramePeriodNs = state.period
+            status.frames = state.tracker.frames
+            status.restarts = state.restarts
+            status.lockedSinceNs = state.lockedSince
+            status.reason = state.reason
+            switch state.controller {
+            case .triggered:
+                status.method = .triggered
+                status.state = state.ended ? .cannotLock : .locked
+            case .frameDuration(let loop):
+                status.method = .frameDuration
+                status.rateErrorPpm = loop.rateErrorPPM
+                status.state = state.ended ? .cannotLock : state.tracker.isLocked ? .locked : .locking
+            case .restart(let aligner):
+                status.method = .restart
+                if state.ended {
+                    status.state = .cannotLock
+                } else if case .gaveUp = aligner.outcome, !state.tracker.isLocked {
+                    status.state = .cannotLock
+                } else {
+                    status.state = state.tracker.isLocked ? .locked : .locking
+                }
+            }
+            return status
+        }
+    }
+}

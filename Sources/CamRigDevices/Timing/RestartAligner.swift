@@ -1,0 +1,93 @@
+/// Aligns a free-running camera without a frame-duration control by restarting its stream at chosen
+/// instants: a pure state machine. Each restart measures the camera's start-up delay (first exposure
+/// start minus the STREAMON instant); the next restart is timed with the mean delay so that the first
+/// exposure lands on a grid instant. After `maximumAttempts` restarts it reports what remains.
+public struct RestartAligner: Sendable {
+    public enum Action: Sendable, Equatable {
+        /// Restart the stream at this host instant.
+        case restart(at: Int64)
+    }
+
+    public enum Outcome: Sendable, Equatable {
+        /// Waiting for the first frame of a restart.
+        case measuring
+        /// The first exposure landed within tolerance.
+        case aligned(error: Double)
+        /// Attempts used up; this much phase error remains.
+        case gaveUp(error: Double)
+    }
+
+    public var grid: PhaseGrid
+    public var tolerance: Double
+    public var maximumAttempts: Int
+    /// How far ahead of now a restart is scheduled, beyond the expected start-up delay.
+    public var lead: Int64
+
+    public private(set) var attempts = 0
+    public private(set) var outcome = Outcome.measuring
+    /// Start-up delays measured so far, in nanoseconds.
+    public private(set) var delays: [Double] = []
+    private var pending: (restartAt: Int64, previousStreamStart: Int64)?
+
+    public init(grid: PhaseGrid, tolerance: Double, maximumAttempts: Int = 8, lead: Int64 = 50_000_000) {
+        self.grid = grid
+        self.tolerance = tolerance
+        self.maximumAttempts = maximumAttempts
+        self.lead = lead
+    }
+
+    /// The delay the next restart is timed with: the mean of those measured.
+    public var expectedDelay: Double { delays.isEmpty ? 0 : delays.reduce(0, +) / Double(delays.count) }
+
+    /// Takes a frame: its exposure start and the start of the run it belongs to (host clock), seen at
+    /// `now`. `mayRestart` is false while a restart would interrupt someone (a recording).
+    public mutating func observe(exposureStart: Int64, streamStart: Int64, now: Int64, mayRestart: Bool) -> Action? {
+        if let pending {
+            // Frames of the run before the restart are still arriving.
+            guard streamStart != pending.previousStreamStart else { return nil }
+            self.pending = nil
+            delays.append(Double(exposureStart - pending.restartAt))
+            let error = grid.error(of: exposureStart)
+            if abs(error) <= tolerance {
+                outcome = .aligned(error: error)
+                return nil
+            }
+            outcome = attempts >= maximumAttempts ? .gaveUp(error: error) : .measuring
+        } else {
+            let error = grid.error(of: exposureStart)
+            switch outcome {
+            case .measuring where abs(error) <= tolerance:
+                outcome = .aligned(error: error)
+                return nil
+            case .aligned where abs(error) > tolerance:
+                // Drifted off (the camera's rate differs from the grid's): align again.
+                attempts = 0
+                outcome = .measuring
+            case .gaveUp:
+                outcome = .gaveUp(error: error)
+                return nil
+            case .aligned:
+                outcome = .aligned(error: error)
+                return nil
+            default:
+                break
+            }
+        }
+        guard mayRestart, attempts < maximumAttempts else {
+            if attempts >= maximumAttempts { outcome = .gaveUp(error: grid.error(of: exposureStart)) }
+            return nil
+        }
+        attempts += 1
+        let delay = Int64(expectedDelay.rounded())
+        let target = grid.next(atOrAfter: now + lead + max(delay, 0))
+        let restartAt = target - delay
+        pending = (restartAt, streamStart)
+        return .restart(at: restartAt)
+    }
+
+    /// A new grid: alignment starts over (keeping the delays measured).
+    public mutating func setGrid(_ grid: PhaseGrid) {
+        guard grid != self.grid else { return }
+        self.grid = grid
+    }
+}
