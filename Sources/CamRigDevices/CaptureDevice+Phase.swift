@@ -1,4 +1,8 @@
 extension CaptureDevice {
+    /// Whether the camera starts exposing on command (its exposures go on a grid by being triggered at
+    /// a grid instant), rather than free-running.
+    public var startsExposuresOnCommand: Bool { backend is any FrameAlignableBackend }
+
     /// How this camera's exposures can be put on a time grid.
     public var phaseSteering: PhaseSteering {
         get throws(DeviceError) {

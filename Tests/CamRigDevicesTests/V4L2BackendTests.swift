@@ -38,6 +38,7 @@ enum Emulator {
 struct V4L2BackendTests {
     @Test("formats with discrete, stepwise and continuous intervals, and controls with menus, as the device reports them")
     func describe() throws {
+        // video40: stepwise frame sizes (N % 3 == 1); the interval kinds are the same on every node.
         let path = try Emulator.makeDevice(40)
         defer { Emulator.remove(path) }
         let device = try CaptureDevice(backend: try V4L2Camera(path: path))
@@ -64,6 +65,46 @@ struct V4L2BackendTests {
         #expect(device.highestFrameRateFormat()?.range.maxFrameRate == 120)
     }
 
+    @Test(
+        "frame sizes of each kind: discrete (video39), stepwise (video40), continuous (video38)",
+        arguments: [39, 40, 38])
+    func frameSizeKinds(node: Int) throws {
+        // The emulator gives every format of videoN the same kind of frame sizes: N % 3 == 0 discrete,
+        // 1 stepwise (64x48 - 1280x1024, step 16x8), 2 continuous (32x32 - 1280x1024).
+        let path = try Emulator.makeDevice(node)
+        defer { Emulator.remove(path) }
+        let device = try CaptureDevice(backend: try V4L2Camera(path: path))
+        func ids(_ fourCC: String) -> [String] {
+            device.formats.filter { $0.pixelFormat == PixelFormat(fourCC: fourCC) }.map(\.id)
+        }
+        if node % 3 == 0 {
+            #expect(ids("YUYV") == ["YUYV-640x480", "YUYV-1280x720", "YUYV-1920x1080"])
+            #expect(ids("RGB3") == ["RGB3-320x240", "RGB3-800x600", "RGB3-1920x1080"])
+            #expect(ids("GREY") == ["GREY-640x480", "GREY-1280x1024"])
+            #expect(ids("RGGB") == ["RGGB-640x480"])
+            let hd = try #require(device.formats.first { $0.id == "YUYV-1920x1080" })
+            #expect(hd.frameRateRanges.map(\.minFrameDuration) == [30, 15, 5].map { FrameDuration(framesPerSecond: $0)! })
+        } else {
+            // A range: the common sizes in it (on the step grid), the largest being the range's maximum.
+            let common = [
+                "640x480", "800x600", "1024x768", "1280x720", "1280x960", "1280x1024",
+            ]
+            for fourCC in ["YUYV", "RGB3", "GREY", "RGGB"] {
+                let sizes = ids(fourCC)
+                #expect(common.allSatisfy { sizes.contains("\(fourCC)-\($0)") }, "\(fourCC): \(sizes)")
+                #expect(sizes.last == "\(fourCC)-1280x1024")
+                #expect(!sizes.contains("\(fourCC)-1920x1080"), "beyond the range")
+            }
+        }
+        // Every node offers all three kinds of frame intervals.
+        let yuyv = try #require(device.formats.first { $0.id == "YUYV-640x480" })
+        #expect(yuyv.frameRateRanges.map(\.minFrameDuration) == [60, 30, 15].map { FrameDuration(framesPerSecond: $0)! })
+        let rgb = try #require(device.formats.first { $0.id == "RGB3-800x600" })
+        #expect(rgb.frameRateRanges.first?.kind == .stepwise(step: FrameDuration(framesPerSecond: 60)!))
+        let grey = try #require(device.formats.first { $0.id == "GREY-1280x1024" })
+        #expect(grey.frameRateRanges.first?.kind == .continuous)
+    }
+
     @Test("100 frames: sequence and driver timestamps monotonic, spaced by the frame duration, marked start of exposure")
     func capture() async throws {
         let path = try Emulator.makeDevice(41)
@@ -80,10 +121,11 @@ struct V4L2BackendTests {
         #expect(zip(sequences.dropFirst(), sequences).allSatisfy { $0 > $1 })
         #expect(frames.allSatisfy { $0.timestampMarks == .startOfExposure })
         #expect(frames.allSatisfy { $0.bytes.readableBytes == 640 * 480 * 2 })
-        let period = FrameDuration(framesPerSecond: 60)!.nanoseconds
+        // The emulated sensor runs 1/60 s in whole lines: 4167 lines of (640 + 160) pixels at 200 MHz.
+        let period: Int64 = 4167 * 4_000
         for (next, previous) in zip(frames.dropFirst(), frames) {
             let expected = Int64(next.sequence - previous.sequence) * period
-            #expect(abs(next.timestamp - previous.timestamp - expected) <= 2_000, "timeval stamps are µs-exact")
+            #expect(abs(next.timestamp - previous.timestamp - expected) < 1_000, "timeval stamps are µs-exact")
         }
         // The emulator's pixels carry its sequence number and stamp.
         for frame in frames {

@@ -280,11 +280,15 @@ struct ListV4L2DevicesTests {
         return String(decoding: data, as: UTF8.self)
     }
 
-    @Test("formats, sizes and controls match what v4l2-ctl reads from the same device", .enabled(if: unavailable == nil, "\(unavailable ?? "")"))
-    func matchesV4L2Ctl() throws {
+    @Test(
+        "formats, sizes and controls match what v4l2-ctl reads from the same device: discrete (video51), stepwise (video52) and continuous (video53) frame sizes",
+        .enabled(if: unavailable == nil, "\(unavailable ?? "")"), arguments: [51, 52, 53])
+    func matchesV4L2Ctl(node: Int) throws {
+        // The emulator gives every format of videoN the same kind of frame sizes: N % 3 == 0 discrete,
+        // 1 stepwise, 2 continuous.
         let directory = ProcessInfo.processInfo.environment["CAMRIG_V4L2_EMULATOR_DIR"] ?? "/dev/shm/camrig-v4l2"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let path = directory + "/video50"
+        let path = directory + "/video\(node)"
         for suffix in ["", ".state", ".lock", ".unplugged"] { try? FileManager.default.removeItem(atPath: path + suffix) }
         _ = FileManager.default.createFile(atPath: path, contents: nil)
         defer { for suffix in ["", ".state", ".lock"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
@@ -307,10 +311,39 @@ struct ListV4L2DevicesTests {
         #expect(Set(formats.compactMap { $0["fourcc"] as? String }) == fourccs)
 
         let sizeText = try v4l2ctl(["-d", path, "--list-framesizes", "YUYV"])
-        let sizes = Set(sizeText.matches(of: /Discrete (\d+)x(\d+)/).map { "YUYV-\($0.1)x\($0.2)" })
-        #expect(Set(formats.compactMap { $0["id"] as? String }.filter { $0.hasPrefix("YUYV") }) == sizes)
+        let ourSizes = formats.compactMap { $0["id"] as? String }.filter { $0.hasPrefix("YUYV-") }
+        if node % 3 == 0 {
+            let sizes = Set(sizeText.matches(of: /Discrete (\d+)x(\d+)/).map { "YUYV-\($0.1)x\($0.2)" })
+            #expect(!sizes.isEmpty && Set(ourSizes) == sizes, "\(sizeText)")
+        } else {
+            // One range ("Stepwise 64x48 - 1280x1024 with step 16/8", "Continuous 32x32 - 1280x1024"): the
+            // agent offers sizes inside it, on its grid, the largest being the range's maximum.
+            let kind = node % 3 == 1 ? "Stepwise" : "Continuous"
+            let range = try #require(
+                sizeText.firstMatch(of: /Size: (Stepwise|Continuous) (\d+)x(\d+) - (\d+)x(\d+)(?: with step (\d+)\/(\d+))?/),
+                "\(sizeText)")
+            #expect(String(range.1) == kind)
+            let (minW, minH, maxW, maxH) = (Int(range.2)!, Int(range.3)!, Int(range.4)!, Int(range.5)!)
+            let (stepW, stepH) = (range.6.flatMap { Int($0) } ?? 1, range.7.flatMap { Int($0) } ?? 1)
+            let dimensions = ourSizes.compactMap { id -> (Int, Int)? in
+                let parts = id.dropFirst(5).split(separator: "x").compactMap { Int($0) }
+                return parts.count == 2 ? (parts[0], parts[1]) : nil
+            }
+            #expect(dimensions.count == ourSizes.count && dimensions.count > 1)
+            let onGrid = dimensions.allSatisfy { size in
+                let (w, h) = size
+                return w >= minW && w <= maxW && h >= minH && h <= maxH && (w - minW) % stepW == 0 && (h - minH) % stepH == 0
+            }
+            #expect(onGrid, "\(ourSizes)")
+            #expect(ourSizes.contains("YUYV-\(maxW)x\(maxH)"))
+        }
         let intervalText = try v4l2ctl(["-d", path, "--list-frameintervals", "width=640,height=480,pixelformat=YUYV"])
         let yuyv = try #require(formats.first { $0["id"] as? String == "YUYV-640x480" })
         #expect((yuyv["frame_rate_ranges"] as? [Any])?.count == intervalText.matches(of: /Interval: Discrete/).count)
+        // Stepwise and continuous intervals, on every kind of node.
+        let rgb = try #require(formats.first { $0["id"] as? String == "RGB3-800x600" })
+        #expect((rgb["frame_rate_ranges"] as? [[String: Any]])?.first?["kind"] as? String == "stepwise")
+        let grey = try #require(formats.first { $0["id"] as? String == "GREY-1280x1024" })
+        #expect((grey["frame_rate_ranges"] as? [[String: Any]])?.first?["kind"] as? String == "continuous")
     }
 }

@@ -1,7 +1,8 @@
 /*
  * emu_selftest.c - checks the emulator's interface through libv4l2, the way a
  * V4L2 camera backend uses it.  Run by check.sh with CAMRIG_V4L2_EMULATOR_DIR
- * set to a fresh directory containing video0 and video1.
+ * set to a fresh directory containing video0, video1 and video2 (one node of
+ * each kind); the timing checks create nodes of their own (video10..video13).
  *
  * Every check prints "ok" or "FAIL"; the exit status is the number of
  * failures (0 = all passed).
@@ -9,7 +10,9 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <libv4l2.h>
+#include <math.h>
 #include <linux/videodev2.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -25,6 +28,9 @@
 #include <unistd.h>
 
 #define MAGIC 0x43524D55u
+/* YUYV 640x480 at 1/60 s: 4167 lines of (640 + 160) pixels at 200 MHz. */
+#define LINE_640   4000
+#define FRAME_60   (4167 * LINE_640)
 
 static int failures;
 static char dir[4096];
@@ -314,10 +320,10 @@ static void test_formats(void)
 	r = set_interval(fd, 1, 60, &iv);
 	check(r == 0 && iv.numerator == 1 && iv.denominator == 30,
 	      "YUYV 1280x720: 1/60 -> %u/%u", iv.numerator, iv.denominator);
-	r = set_fmt(fd, V4L2_PIX_FMT_RGB24, 100, 100, &f);
-	check(r == 0 && f.fmt.pix.width == 96 &&
-	      f.fmt.pix.height == 104 && f.fmt.pix.bytesperline == 288,
-	      "RGB3 100x100 -> %ux%u (step 16x8 from 64x48)", f.fmt.pix.width, f.fmt.pix.height);
+	r = set_fmt(fd, V4L2_PIX_FMT_RGB24, 700, 500, &f);
+	check(r == 0 && f.fmt.pix.width == 800 &&
+	      f.fmt.pix.height == 600 && f.fmt.pix.bytesperline == 2400,
+	      "video0 (discrete sizes): RGB3 700x500 -> %ux%u", f.fmt.pix.width, f.fmt.pix.height);
 	r = set_interval(fd, 1, 25, &iv);
 	check(r == 0 && iv.numerator * 30 == iv.denominator,
 	      "RGB3: 1/25 -> %u/%u (nearest k/60)", iv.numerator, iv.denominator);
@@ -327,10 +333,6 @@ static void test_formats(void)
 	r = set_fmt(fd, V4L2_PIX_FMT_GREY, 5000, 5000, &f);
 	check(r == 0 && f.fmt.pix.width == 1280 &&
 	      f.fmt.pix.height == 1024, "GREY 5000x5000 -> %ux%u", f.fmt.pix.width, f.fmt.pix.height);
-	r = set_fmt(fd, V4L2_PIX_FMT_GREY, 321, 243, &f);
-	check(r == 0 && f.fmt.pix.width == 321 &&
-	      f.fmt.pix.height == 243 && f.fmt.pix.sizeimage == 321 * 243,
-	      "GREY 321x243 kept (continuous)");
 	r = set_interval(fd, 1, 500, &iv);
 	check(r == 0 && iv.numerator == 1 && iv.denominator == 120,
 	      "GREY: 1/500 -> %u/%u", iv.numerator, iv.denominator);
@@ -352,10 +354,49 @@ static void test_formats(void)
 	check(r == 0 &&
 	      iv.denominator == 30, "back to YUYV 640x480 @ 1/30");
 
-	struct v4l2_frmsizeenum fs = { .index = 0, .pixel_format = V4L2_PIX_FMT_RGB24 };
+	/* One kind of frame sizes per node, the same for every format. */
+	static const uint32_t fourccs[] = { V4L2_PIX_FMT_YUYV, V4L2_PIX_FMT_RGB24,
+					    V4L2_PIX_FMT_GREY, V4L2_PIX_FMT_SRGGB8 };
+	static const uint32_t kinds[] = { V4L2_FRMSIZE_TYPE_DISCRETE, V4L2_FRMSIZE_TYPE_STEPWISE,
+					  V4L2_FRMSIZE_TYPE_CONTINUOUS };
 
-	/* libv4l2 (conversion on) merges frame sizes for RGB3; see README. */
-	(void)fs;
+	for (unsigned node = 0; node < 3; node++) {
+		bool kind_ok = true;
+
+		snprintf(path, sizeof(path), "%s/video%u", dir, node);
+		int nfd = open_path(path, O_RDWR, true);
+
+		for (unsigned k = 0; k < 4; k++) {
+			struct v4l2_frmsizeenum fs = { .index = 0, .pixel_format = fourccs[k] };
+
+			if (xioctl(nfd, VIDIOC_ENUM_FRAMESIZES, &fs) || fs.type != kinds[node])
+				kind_ok = false;
+		}
+		check(kind_ok, "video%u: every format has %s frame sizes", node,
+		      node == 0 ? "discrete" : node == 1 ? "stepwise" : "continuous");
+		if (node == 1) {
+			r = set_fmt(nfd, V4L2_PIX_FMT_RGB24, 100, 100, &f);
+			check(r == 0 && f.fmt.pix.width == 96 && f.fmt.pix.height == 104 &&
+			      f.fmt.pix.bytesperline == 288,
+			      "video1: RGB3 100x100 -> %ux%u (step 16x8 from 64x48)",
+			      f.fmt.pix.width, f.fmt.pix.height);
+			r = set_interval(nfd, 1, 25, &iv);
+			check(r == 0 && iv.numerator * 30 == iv.denominator,
+			      "video1: RGB3 1/25 -> %u/%u (stepwise intervals there too)",
+			      iv.numerator, iv.denominator);
+		}
+		if (node == 2) {
+			r = set_fmt(nfd, V4L2_PIX_FMT_GREY, 321, 243, &f);
+			check(r == 0 && f.fmt.pix.width == 321 && f.fmt.pix.height == 243 &&
+			      f.fmt.pix.sizeimage == 321 * 243, "video2: GREY 321x243 kept (continuous)");
+			r = set_fmt(nfd, V4L2_PIX_FMT_YUYV, 10, 5000, &f);
+			check(r == 0 && f.fmt.pix.width == 32 && f.fmt.pix.height == 1024,
+			      "video2: YUYV 10x5000 -> %ux%u", f.fmt.pix.width, f.fmt.pix.height);
+			set_fmt(nfd, V4L2_PIX_FMT_YUYV, 640, 480, NULL);
+			set_interval(nfd, 1, 30, NULL);
+		}
+		v4l2_close(nfd);
+	}
 	struct v4l2_frmivalenum fi = { .index = 0, .pixel_format = V4L2_PIX_FMT_YUYV,
 				       .width = 1920, .height = 1080 };
 	unsigned n = 0;
@@ -423,11 +464,11 @@ static void test_capture(int fd)
 			seq_ok = false;
 		int64_t d = (int64_t)(rec[i].ts - rec[i - 1].ts);
 
-		if (d < 16666666 - 1 || d > 16666667 + 1)
+		if (d != FRAME_60)
 			ts_ok = false;
 	}
 	check(rec[0].seq == 0 && seq_ok, "sequence 0..29 without gaps");
-	check(ts_ok, "timestamps exactly 1/60 s apart (CLOCK_MONOTONIC)");
+	check(ts_ok, "timestamps exactly %d ns apart (1/60 s in whole lines; CLOCK_MONOTONIC)", FRAME_60);
 	check(rec[0].ts >= t0 && rec[0].ts <= now_ns(), "first timestamp is the STREAMON time");
 	check(hdr_ok, "16-byte header: magic, sequence, timestamp match the buffer");
 	check(flags_ok, "flags TIMESTAMP_MONOTONIC|TSTAMP_SRC_SOE, no DONE/QUEUED after DQBUF, bytesused, field");
@@ -700,11 +741,15 @@ static void test_controls(int fd)
 		qe.id |= V4L2_CTRL_FLAG_NEXT_CTRL;
 	}
 	check(n == 18 && classes == 3, "QUERY_EXT_CTRL enumeration: %u controls, %u classes", n, classes);
+	check(s_ctrl(fd, V4L2_CID_VBLANK, 100, NULL) == EINVAL && g_ctrl(fd, V4L2_CID_VBLANK, &v) == EINVAL,
+	      "no frame_duration_control: VBLANK -> EINVAL");
+	q.id = V4L2_CID_PIXEL_RATE;
+	check(xioctl(fd, VIDIOC_QUERYCTRL, &q) == EINVAL, "no frame_duration_control: no PIXEL_RATE");
 
 	/* Shared across processes. */
 	struct v4l2_format f;
 
-	set_fmt(fd, V4L2_PIX_FMT_GREY, 320, 240, &f);
+	set_fmt(fd, V4L2_PIX_FMT_GREY, 1280, 1024, &f);
 	s_ctrl(fd, V4L2_CID_BRIGHTNESS, 201, NULL);
 	pid_t pid = fork();
 
@@ -715,13 +760,13 @@ static void test_controls(int fd)
 
 		xioctl(cfd, VIDIOC_G_FMT, &cf);
 		g_ctrl(cfd, V4L2_CID_BRIGHTNESS, &cv);
-		_exit(cf.fmt.pix.pixelformat == V4L2_PIX_FMT_GREY && cf.fmt.pix.width == 320 && cv == 201 ? 0 : 1);
+		_exit(cf.fmt.pix.pixelformat == V4L2_PIX_FMT_GREY && cf.fmt.pix.width == 1280 && cv == 201 ? 0 : 1);
 	}
 	int status = 1;
 
 	waitpid(pid, &status, 0);
 	check(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-	      "another process sees format GREY 320x240 and brightness 201 (videoN.state)");
+	      "another process sees format GREY 1280x1024 and brightness 201 (videoN.state)");
 
 	/* Restore defaults. */
 	set_fmt(fd, V4L2_PIX_FMT_YUYV, 640, 480, NULL);
@@ -737,7 +782,7 @@ static void test_events(int fd)
 					       .flags = V4L2_EVENT_SUB_FL_SEND_INITIAL };
 	struct v4l2_event ev;
 
-	printf("control events (DQEVENT; poll() cannot signal them, see README)\n");
+	printf("control events (DQEVENT)\n");
 	int fl = fcntl(fd, F_GETFL);
 
 	fcntl(fd, F_SETFL, fl | O_NONBLOCK);
@@ -790,6 +835,289 @@ static void test_read(void)
 	v4l2_close(fd);
 }
 
+/* ---- sensor timing (videoN.timing, videoN.truth) ---- */
+
+/* A fresh node N: no state, the given timing file, an empty truth log. */
+static void make_node(unsigned n, const char *timing)
+{
+	static const char *const suffixes[] = { "", ".state", ".lock", ".truth", ".timing" };
+	char path[4200];
+
+	for (unsigned i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+		snprintf(path, sizeof(path), "%s/video%u%s", dir, n, suffixes[i]);
+		unlink(path);
+	}
+	snprintf(path, sizeof(path), "%s/video%u", dir, n);
+	close(open(path, O_CREAT | O_RDWR, 0644));
+	snprintf(path, sizeof(path), "%s/video%u.truth", dir, n);
+	close(open(path, O_CREAT | O_RDWR, 0644));
+	snprintf(path, sizeof(path), "%s/video%u.timing", dir, n);
+	FILE *f = fopen(path, "w");
+
+	if (f) {
+		fputs(timing, f);
+		fclose(f);
+	}
+}
+
+struct truth {
+	uint32_t stream, seq;
+	uint64_t start, ts;
+	int delivered;
+};
+
+/* Reads videoN.truth; *format_ok: every line has the five fields, DELIVERED 0/1. */
+static int read_truth(unsigned n, struct truth *out, int max, bool *format_ok)
+{
+	char path[4200], line[256];
+	int k = 0;
+
+	*format_ok = true;
+	snprintf(path, sizeof(path), "%s/video%u.truth", dir, n);
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return 0;
+	while (k < max && fgets(line, sizeof(line), f)) {
+		struct truth *t = &out[k];
+		char extra;
+
+		if (sscanf(line, "%" SCNu32 " %" SCNu32 " %" SCNu64 " %" SCNu64 " %d %c", &t->stream, &t->seq,
+			   &t->start, &t->ts, &t->delivered, &extra) != 5 ||
+		    (t->delivered != 0 && t->delivered != 1) || line[strlen(line) - 1] != '\n')
+			*format_ok = false;
+		k++;
+	}
+	fclose(f);
+	return k;
+}
+
+static uint64_t buf_ts_ns(const struct v4l2_buffer *b)
+{
+	return (uint64_t)b->timestamp.tv_sec * 1000000000ull + (uint64_t)b->timestamp.tv_usec * 1000;
+}
+
+#define MAX_TRUTH 8192
+
+/* EOF timestamps, the truth log, the 24-byte header, and VBLANK written by
+ * the streaming fd and by another process. */
+static void test_eof_vblank(void)
+{
+	const unsigned node = 10;
+	struct cap c;
+	struct v4l2_buffer b;
+	int32_t v = 0;
+	uint64_t hdr_true[64] = { 0 }, buf_ts[64] = { 0 };
+	bool eof_flags = true;
+
+	printf("sensor timing: EOF stamps, truth log, VBLANK (video%u)\n", node);
+	make_node(node, "# end-of-frame stamps and a vblank control\n"
+			"timestamp_source = eof\nframe_duration_control=vblank\nno_such_key=1\n");
+	int fd = open_dev(node, O_RDWR);
+
+	set_fmt(fd, V4L2_PIX_FMT_YUYV, 640, 480, NULL);
+	set_interval(fd, 1, 60, NULL);
+	s_ctrl(fd, V4L2_CID_EXPOSURE_AUTO, V4L2_EXPOSURE_MANUAL, NULL);
+	s_ctrl(fd, V4L2_CID_EXPOSURE_ABSOLUTE, 50, NULL);   /* 5 ms */
+
+	struct v4l2_ext_control xc = { .id = V4L2_CID_PIXEL_RATE };
+	struct v4l2_ext_controls xs = { .which = V4L2_CTRL_CLASS_IMAGE_PROC, .count = 1, .controls = &xc };
+
+	int r = xioctl(fd, VIDIOC_G_EXT_CTRLS, &xs);
+
+	check(r == 0 && xc.value64 == 200000000, "G_EXT_CTRLS PIXEL_RATE = %" PRId64, (int64_t)xc.value64);
+	check(g_ctrl(fd, V4L2_CID_PIXEL_RATE, &v) == EINVAL, "G_CTRL PIXEL_RATE (64-bit) -> EINVAL");
+	r = g_ctrl(fd, V4L2_CID_HBLANK, &v);
+	check(r == 0 && v == 160 && s_ctrl(fd, V4L2_CID_HBLANK, 100, NULL) == EACCES, "HBLANK 160, read-only");
+	r = g_ctrl(fd, V4L2_CID_VBLANK, &v);
+	check(r == 0 && v == 4167 - 480, "S_PARM 1/60 at 640x480 set VBLANK %d (4167 lines per frame)", v);
+
+	uint64_t t_on = now_ns();
+
+	r = cap_start(&c, fd, 4, true, true);
+
+	check(r == 0, "stream with 4 buffers");
+	uint64_t t_w0 = 0, t_w1 = 0, t_c0 = 0, t_c1 = 0;
+
+	for (unsigned i = 0; i < 18 && !r; i++) {
+		if ((r = dqbuf(fd, &b)))
+			break;
+		if ((b.flags & V4L2_BUF_FLAG_TSTAMP_SRC_MASK) != V4L2_BUF_FLAG_TSTAMP_SRC_EOF ||
+		    !(b.flags & V4L2_BUF_FLAG_TIMESTAMP_MONOTONIC))
+			eof_flags = false;
+		if (b.sequence < 64) {
+			hdr_true[b.sequence] = le64((const uint8_t *)c.mem[b.index] + 16);
+			buf_ts[b.sequence] = buf_ts_ns(&b);
+		}
+		qbuf(fd, b.index);
+		if (i == 5) {   /* this fd: 1000 more lines per frame */
+			t_w0 = now_ns();
+			s_ctrl(fd, V4L2_CID_VBLANK, 4167 - 480 + 1000, NULL);
+			t_w1 = now_ns();
+		}
+		if (i == 11) {   /* another process: back to 4167 lines */
+			t_c0 = now_ns();
+			pid_t pid = fork();
+
+			if (pid == 0) {
+				int cfd = open_dev(node, O_RDWR);
+
+				_exit(cfd >= 0 && s_ctrl(cfd, V4L2_CID_VBLANK, 4167 - 480, NULL) == 0 ? 0 : 1);
+			}
+			waitpid(pid, NULL, 0);
+			t_c1 = now_ns();
+		}
+	}
+	check(r == 0, "18 frames dequeued");
+	check(eof_flags, "buffer flags TIMESTAMP_MONOTONIC | TSTAMP_SRC_EOF");
+	struct v4l2_streamparm p = { .type = V4L2_BUF_TYPE_VIDEO_CAPTURE };
+
+	check(xioctl(fd, VIDIOC_G_PARM, &p) == 0 && p.parm.capture.timeperframe.denominator == 60,
+	      "G_PARM still returns the nominal 1/60 after VBLANK writes");
+	cap_stop(&c);
+	s_ctrl(fd, V4L2_CID_EXPOSURE_AUTO, V4L2_EXPOSURE_APERTURE_PRIORITY, NULL);
+	v4l2_close(fd);
+
+	static struct truth t[MAX_TRUTH];
+	bool format_ok;
+	int n = read_truth(node, t, MAX_TRUTH, &format_ok);
+	bool order_ok = n >= 18, eof_ok = true, hdr_ok = true, ts_ok = true;
+
+	for (int k = 0; k < n; k++) {
+		if (t[k].seq != (uint32_t)k || t[k].stream != t[0].stream)
+			order_ok = false;
+		/* EOF = true start + exposure (5 ms) + readout (480 lines) */
+		if (t[k].ts != t[k].start + 5000000 + 480 * LINE_640)
+			eof_ok = false;
+		if (t[k].delivered && k < 64 && buf_ts[k] &&
+		    (hdr_true[k] != t[k].start || buf_ts[k] / 1000 != t[k].ts / 1000))
+			hdr_ok = false;
+		if (t[k].delivered && k < 64 && !buf_ts[k] && k < 17)
+			ts_ok = false;
+	}
+	check(format_ok && order_ok, "truth log: %d lines 'STREAM SEQUENCE TRUE_START_NS TIMESTAMP_NS "
+	      "DELIVERED', one stream, sequence 0, 1, 2, ...", n);
+	check(eof_ok, "TIMESTAMP_NS = TRUE_START_NS + exposure 5 ms + readout 480 x 4 us");
+	check(hdr_ok && ts_ok, "header bytes 16..23 = true start; buffer timestamp = TIMESTAMP_NS");
+	check(n > 0 && t[0].start >= t_on && t[0].start < t_on + 5000000, "first frame starts at STREAMON");
+
+	/* Frame durations: start of the next frame minus start of this one. */
+	const uint64_t old_d = FRAME_60, new_d = (uint64_t)5167 * LINE_640;
+	bool own_ok = true, other_ok = true;
+	int first_new = -1, first_back = -1;
+
+	for (int k = 0; k + 1 < n; k++) {
+		uint64_t d = t[k + 1].start - t[k].start;
+
+		if (t[k].start < t_w0 && d != old_d)
+			own_ok = false;
+		if (t[k].start > t_w1 && t[k].start < t_c0 && d != new_d)
+			own_ok = false;
+		if (first_new < 0 && t[k].start > t_w1)
+			first_new = k;
+		if (t[k].start > t_c1 + 5000000 && d != old_d)
+			other_ok = false;
+		if (first_back < 0 && d == old_d && t[k].start > t_c0)
+			first_back = k;
+	}
+	check(own_ok && first_new > 0 && t[first_new - 1].start <= t_w1,
+	      "VBLANK from the streaming fd: frames starting before the write last 4167 lines, "
+	      "from the next one on 5167");
+	check(other_ok && first_back > 0 && t[first_back].start >= t_c0 &&
+	      t[first_back].start <= t_c1 + 5000000 + new_d,
+	      "VBLANK from another process: every frame starting 5 ms after the write has it "
+	      "(the first one started %.2f ms after the write)",
+	      first_back > 0 ? ((double)t[first_back].start - (double)t_c1) / 1e6 : -1.0);
+}
+
+/* rate_ppm, startup delay and jitter. */
+static void test_rate(void)
+{
+	const unsigned node = 11;
+	struct cap c;
+	struct v4l2_buffer b;
+	uint64_t ts0 = 0, ts60 = 0, first_true = 0;
+	bool gaps = false;
+
+	printf("sensor timing: rate_ppm=200, startup delay 30 ms + jitter 5 ms (video%u)\n", node);
+	make_node(node, "rate_ppm=200\nstartup_delay_us=30000\nstartup_jitter_us=5000\n");
+	int fd = open_dev(node, O_RDWR);
+
+	set_fmt(fd, V4L2_PIX_FMT_YUYV, 640, 480, NULL);
+	set_interval(fd, 1, 60, NULL);
+	uint64_t t0 = now_ns();
+	int r = cap_start(&c, fd, 4, true, true);
+	uint64_t t1 = now_ns();
+
+	for (unsigned i = 0; i <= 60 && !r; i++) {
+		if ((r = dqbuf(fd, &b)))
+			break;
+		if (b.sequence != i)
+			gaps = true;
+		if (i == 0) {
+			ts0 = buf_ts_ns(&b);
+			first_true = le64((const uint8_t *)c.mem[b.index] + 16);
+		}
+		if (i == 60)
+			ts60 = buf_ts_ns(&b);
+		qbuf(fd, b.index);
+	}
+	cap_stop(&c);
+	v4l2_close(fd);
+	check(r == 0 && !gaps, "61 frames, no drops");
+	double ppm = ((double)(ts60 - ts0) / 60.0 / (double)FRAME_60 - 1.0) * 1e6;
+
+	check(fabs(ppm - 200.0) <= 10.0, "mean period over 60 frames: %+.1f ppm (configured +200)", ppm);
+	double delay = ((double)first_true - (double)t0) / 1e6;
+
+	check(first_true >= t0 + 30000000 && first_true <= t1 + 35000000,
+	      "first frame starts %.3f ms after STREAMON (30 + [0, 5) ms)", delay);
+}
+
+/* timestamp_jitter_us: Gaussian, truncated at 4 sigma; dropped frames are logged. */
+static void test_jitter(void)
+{
+	const unsigned node = 14;   /* continuous sizes: 32x32 GREY frames of 48 lines */
+	struct cap c;
+	int type = V4L2_BUF_TYPE_VIDEO_CAPTURE;
+
+	printf("sensor timing: timestamp_jitter_us=200 (video%u, ~21700 frames/s, none queued)\n", node);
+	make_node(node, "timestamp_jitter_us=200\nframe_duration_control=vblank\nseed=7\n");
+	int fd = open_dev(node, O_RDWR);
+
+	set_fmt(fd, V4L2_PIX_FMT_GREY, 32, 32, NULL);
+	s_ctrl(fd, V4L2_CID_VBLANK, 16, NULL);
+	int r = cap_start(&c, fd, 2, false, true);
+
+	sleep_ms(100);
+	xioctl(fd, VIDIOC_STREAMOFF, &type);
+	cap_stop(&c);
+	v4l2_close(fd);
+
+	static struct truth t[MAX_TRUTH];
+	bool format_ok, dropped = true, period_ok = true;
+	int n = read_truth(node, t, MAX_TRUTH, &format_ok);
+	double sum = 0, sum2 = 0, worst = 0;
+
+	for (int k = 0; k < n; k++) {
+		double x = (double)t[k].ts - (double)t[k].start;
+
+		sum += x;
+		sum2 += x * x;
+		worst = fmax(worst, fabs(x) / 1000.0);
+		dropped &= t[k].delivered == 0;
+		if (k && t[k].start - t[k - 1].start != 48 * 960)
+			period_ok = false;
+	}
+	double mean = n ? sum / n / 1000.0 : 0, sd = n > 1 ? sqrt(sum2 / n - (sum / n) * (sum / n)) / 1000.0 : 0;
+
+	check(r == 0 && format_ok && n >= 1000 && dropped && period_ok,
+	      "%d dropped frames logged (DELIVERED 0), 48 lines x 960 ns apart", n);
+	check(fabs(mean) < 20.0 && sd > 180.0 && sd < 220.0 && worst <= 800.0 + 0.001,
+	      "TIMESTAMP_NS - TRUE_START_NS: mean %.1f us, sd %.1f us, max |x| %.1f us (sigma 200, cut at 4 sigma)",
+	      mean, sd, worst);
+}
+
 int main(int argc, char **argv)
 {
 	const char *d = getenv("CAMRIG_V4L2_EMULATOR_DIR");
@@ -822,6 +1150,9 @@ int main(int argc, char **argv)
 	test_events(fd);
 	v4l2_close(fd);
 	test_read();
+	test_eof_vblank();
+	test_rate();
+	test_jitter();
 	printf("%s: %d failure(s)\n", failures ? "FAILED" : "PASSED", failures);
 	return failures ? 1 : 0;
 }

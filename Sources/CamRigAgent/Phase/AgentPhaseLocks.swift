@@ -44,15 +44,10 @@ public final class AgentPhaseLocks: Sendable {
             existing.aim(grid: grid, tolerance: tolerance)
             return .phaseStatus(existing.status())
         }
-        let steering: PhaseSteering
-        do {
-            steering = try device.phaseSteering
-        } catch {
-            return .error(error.wire(agentID: agentID))
-        }
-        let lock = DevicePhaseLock(device: device, grid: grid, tolerance: tolerance, steering: steering, owner: self, logger: logger)
+        let triggered = device.startsExposuresOnCommand
+        let lock = DevicePhaseLock(device: device, grid: grid, tolerance: tolerance, triggered: triggered, owner: self, logger: logger)
         locks.withLockedValue { $0[device.uniqueID] = lock }
-        if steering != .triggered {
+        if !triggered {
             if case .failed(let error) = streams.start(deviceID: device.uniqueID, subscriber: lock) {
                 _ = locks.withLockedValue { $0.removeValue(forKey: device.uniqueID) }
                 return .error(error)
@@ -113,6 +108,9 @@ final class DevicePhaseLock: FrameSink {
     private let logger: Logger
 
     enum Controller {
+        /// Free-running, its controls not read yet: they are, with its first frame (the stream applies the
+        /// committed format and frame rate when it starts).
+        case pending
         case triggered
         case frameDuration(FrameDurationLoop)
         case restart(RestartAligner)
@@ -133,16 +131,11 @@ final class DevicePhaseLock: FrameSink {
 
     private let state: NIOLockedValueBox<State>
 
-    init(device: CaptureDevice, grid: PhaseGrid, tolerance: Double, steering: PhaseSteering, owner: AgentPhaseLocks, logger: Logger) {
+    init(device: CaptureDevice, grid: PhaseGrid, tolerance: Double, triggered: Bool, owner: AgentPhaseLocks, logger: Logger) {
         self.device = device
         self.owner = owner
         self.logger = logger
-        let controller: Controller
-        switch steering {
-        case .triggered: controller = .triggered
-        case .frameDuration(let control): controller = .frameDuration(FrameDurationLoop(grid: grid, control: control))
-        case .restart: controller = .restart(RestartAligner(grid: grid, tolerance: tolerance))
-        }
+        let controller: Controller = triggered ? .triggered : .pending
         var initial = State(grid: grid, tolerance: tolerance, controller: controller, tracker: PhaseErrorTracker(tolerance: tolerance))
         if case .triggered = controller {
             initial.reason = "exposures start on command at each trigger's instant, which is on the grid"
@@ -174,7 +167,7 @@ final class DevicePhaseLock: FrameSink {
                 aligner.setGrid(grid)
                 aligner.tolerance = tolerance
                 state.controller = .restart(aligner)
-            case .triggered:
+            case .triggered, .pending:
                 break
             }
         }
@@ -182,6 +175,22 @@ final class DevicePhaseLock: FrameSink {
 
     func deliver(_ frame: CapturedFrame) {
         guard let owner else { return }
+        if case .pending = state.withLockedValue({ $0.controller }) {
+            let steering: PhaseSteering
+            do {
+                steering = try device.phaseSteering
+            } catch {
+                state.withLockedValue { $0.reason = "could not read its frame-duration control: \(error.message)" }
+                return
+            }
+            state.withLockedValue { state in
+                switch steering {
+                case .frameDuration(let control): state.controller = .frameDuration(FrameDurationLoop(grid: state.grid, control: control))
+                case .restart: state.controller = .restart(RestartAligner(grid: state.grid, tolerance: state.tolerance))
+                case .triggered: state.controller = .triggered
+                }
+            }
+        }
         let now = owner.clock.now()
         let mayRestart = owner.mayRestart(deviceID: device.uniqueID)
         enum Step { case none, lines(Int64), restart(Int64) }
@@ -191,7 +200,7 @@ final class DevicePhaseLock: FrameSink {
             state.period = frame.measuredFramePeriod
             state.uncertainty = frame.exposureStartUncertainty
             switch state.controller {
-            case .triggered:
+            case .triggered, .pending:
                 return .none
             case .frameDuration(var loop):
                 state.tracker.observe(error)
@@ -277,6 +286,8 @@ final class DevicePhaseLock: FrameSink {
             status.lockedSinceNs = state.lockedSince
             status.reason = state.reason
             switch state.controller {
+            case .pending:
+                status.state = state.ended ? .cannotLock : .locking
             case .triggered:
                 status.method = .triggered
                 status.state = state.ended ? .cannotLock : .locked

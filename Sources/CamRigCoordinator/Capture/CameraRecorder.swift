@@ -61,7 +61,7 @@ struct CameraRecorder<Sink: CaptureSink>: Sendable {
                     }
                     droppedReported += video.droppedBefore
                     lastSequence = video.sequence
-                    let (timestamp, uncertainty) = CaptureRig.coordinatorTime(of: video.timestamp, estimate: estimate)
+                    let (timestamp, uncertainty) = CaptureRig.coordinatorTime(of: video.hasExposureStart ? video.exposureStart : video.timestamp, estimate: estimate)
                     if cutOffs.isAfterEnd(exposedAt: timestamp) {
                         // The stop takes a moment to reach the agent.
                         events.yield(.afterEnd(camera: camera))

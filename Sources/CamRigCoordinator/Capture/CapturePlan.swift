@@ -62,16 +62,25 @@ public struct CapturePlan: Sendable, Hashable {
         return .nanoseconds(max(minimumLead, 4 * worst + schedulingMargin))
     }
 
-    /// A photo: every camera fires once at T.
-    public static func photo(at now: Int64, roundTrips: [Int64]) -> CapturePlan {
-        CapturePlan(plannedAt: now, lead: lead(roundTrips: roundTrips))
+    /// A photo: every camera fires once at T (on `grid`'s next instant after the lead, when the rig is
+    /// phase-locked to one).
+    public static func photo(at now: Int64, roundTrips: [Int64], grid: PhaseGrid? = nil) -> CapturePlan {
+        CapturePlan(plannedAt: now, lead: lead(roundTrips: roundTrips)).snapped(to: grid)
+    }
+
+    /// The plan with T moved forward onto the grid's next instant.
+    func snapped(to grid: PhaseGrid?) -> CapturePlan {
+        guard let grid else { return self }
+        var plan = self
+        plan.lead = .nanoseconds(grid.next(atOrAfter: fireAt) - plannedAt)
+        return plan
     }
 
     /// A recording: every camera starts streaming at T and records for `duration`.
-    public static func recording(at now: Int64, roundTrips: [Int64], duration: Duration, frameDuration: FrameDuration)
+    public static func recording(at now: Int64, roundTrips: [Int64], duration: Duration, frameDuration: FrameDuration, grid: PhaseGrid? = nil)
         -> CapturePlan
     {
-        var plan = CapturePlan(plannedAt: now, lead: lead(roundTrips: roundTrips))
+        var plan = CapturePlan(plannedAt: now, lead: lead(roundTrips: roundTrips)).snapped(to: grid)
         let period = frameDuration.nanoseconds
         let stopAt = plan.fireAt + duration.nanoseconds
         plan.recording = Recording(

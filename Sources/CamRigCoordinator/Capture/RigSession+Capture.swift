@@ -11,6 +11,8 @@ struct CaptureRig: Sendable {
     var inputs: [RigDevice]
     /// Per input: its format for the manifest, when the session knows it better than the device.
     var formats: [WireFormat?]
+    /// The frame grid the inputs are phase-locked to (coordinator clock), when they are: T is put on it.
+    var grid: PhaseGrid?
 
     /// Per input: its agent's clock estimate, or an error naming the agent.
     func clockEstimates() throws -> [ClockEstimate] {
@@ -108,6 +110,6 @@ extension RigSession {
                 description: "the session has no cameras; add inputs first (see `camrig devices`)", failures: [],
                 rollbackFailures: [])
         }
-        return CaptureRig(sessionID: id, inputs: inputs, formats: formats ?? Array(repeating: nil, count: inputs.count))
+        return CaptureRig(sessionID: id, inputs: inputs, formats: formats ?? Array(repeating: nil, count: inputs.count), grid: phaseGrid)
     }
 }

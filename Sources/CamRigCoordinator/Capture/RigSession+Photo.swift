@@ -42,7 +42,7 @@ extension RigSession {
         async throws
         -> CaptureReport
     {
-        let plan = CapturePlan.photo(at: HostClock.monotonicNow(), roundTrips: rig.roundTrips)
+        let plan = CapturePlan.photo(at: HostClock.monotonicNow(), roundTrips: rig.roundTrips, grid: rig.grid)
         let triggerID = "photo-" + String(UInt64.random(in: 0...UInt64.max), radix: 36)
         async let begun = sink.begin(.photo)
         let firings = await fire(rig, plan: plan, triggerID: triggerID, settings: settings)
@@ -167,7 +167,7 @@ extension RigSession {
                         let estimate = estimates[camera]
                         group.addTask {
                             let (timestamp, uncertainty) = CaptureRig.coordinatorTime(
-                                of: result.captureTime, estimate: estimate)
+                                of: result.hasExposureStart ? result.exposureStart : result.captureTime, estimate: estimate)
                             do {
                                 let file = try await sink.write(
                                     PayloadBytes(payload),

@@ -35,7 +35,7 @@ extension RigSession {
         let estimates = try rig.clockEstimates()
         let capture = try await sink.begin(.recording)
         let plan = CapturePlan.recording(
-            at: HostClock.monotonicNow(), roundTrips: rig.roundTrips, duration: duration, frameDuration: frameDuration)
+            at: HostClock.monotonicNow(), roundTrips: rig.roundTrips, duration: duration, frameDuration: frameDuration, grid: rig.grid)
         guard let cutOffs = plan.recording else { preconditionFailure("a recording plan has cut-offs") }
 
         let (events, continuation) = AsyncStream.makeStream(of: RecordingEvent<PendingFrame>.self)

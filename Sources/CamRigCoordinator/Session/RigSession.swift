@@ -84,6 +84,10 @@ public actor RigSession {
     /// Lease id per input name, held from a successful commit until `stop()`.
     private var leases: [String: String] = [:]
     private var renewal: Task<Void, Never>?
+    /// The frame grid the inputs are phase-locked to (coordinator clock), from `lockPhase` on.
+    public internal(set) var phaseGrid: PhaseGrid?
+    /// Re-aims every agent's lock as its clock estimate moves.
+    var phaseRefresh: Task<Void, Never>?
 
     public init(pool: AgentPool, id: String = "s-" + String(UInt64.random(in: 0...UInt64.max), radix: 36), leaseDuration: Duration = .seconds(15), logger: Logger) {
         self.pool = pool
@@ -382,6 +386,7 @@ public actor RigSession {
 
     /// Releases every lease; the devices keep their configuration.
     public func stop() async {
+        await unlockPhase()
         renewal?.cancel()
         renewal = nil
         let held = leases

@@ -15,6 +15,15 @@ struct SessionOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("Pixel format for every camera, a FourCC such as YUYV or MJPG (default: uncompressed where offered).", valueName: "fourcc"))
     var pixelFormat: String?
 
+    @Option(name: .long, help: ArgumentHelp("Seconds to wait for every free-running camera to lock onto the rig's frame grid before capturing; cameras that did not lock are named and captured as they are.", valueName: "s"))
+    var lockTimeout = 10.0
+
+    @Option(name: .long, help: ArgumentHelp("Phase error a camera may have and count as locked, in microseconds.", valueName: "us"))
+    var lockTolerance = 100.0
+
+    @Flag(name: .long, help: "Do not phase-lock free-running cameras: a capture at T takes each camera's first frame exposed from T on (up to a frame apart).")
+    var noPhaseLock = false
+
     func dimensions() throws -> Dimensions? {
         guard let size else { return nil }
         let parts = size.lowercased().split(separator: "x")
@@ -54,6 +63,31 @@ struct SessionOptions: ParsableArguments {
         await session.setPreset(preset)
         await session.setFrameRate(.init(dimensions: try dimensions(), pixelFormat: try format(), frameDuration: fps))
         try await session.commitConfiguration()
+        if !noPhaseLock {
+            do {
+                try await lock(session, logger: logger)
+            } catch {
+                await session.stop()
+                throw error
+            }
+        }
         return session
+    }
+
+    /// Puts every camera on the rig's frame grid and waits for them (at most `--lock-timeout`); warns,
+    /// naming them, about cameras that did not lock.
+    func lock(_ session: RigSession, logger: Logger) async throws {
+        guard lockTimeout >= 0, lockTolerance > 0 else { throw ValidationError("--lock-timeout must be ≥ 0 and --lock-tolerance > 0") }
+        try await session.lockPhase(tolerance: .nanoseconds(Int64(lockTolerance * 1000)))
+        let phases = await session.waitForPhaseLock(timeout: .milliseconds(Int64(lockTimeout * 1000)))
+        for phase in phases where phase.status.state != .locked {
+            let reason = phase.failure ?? (phase.status.reason.isEmpty ? "still locking after \(lockTimeout) s (--lock-timeout)" : phase.status.reason)
+            logger.warning(
+                "camera is not phase-locked; its frames may be up to a frame period off the others'",
+                metadata: [
+                    "camera": "\(phase.camera)", "state": "\(PhaseOutput.stateName(phase.status.state))",
+                    "phase_error_us": "\(Double(phase.status.phaseErrorNs) / 1000)", "reason": "\(reason)",
+                ])
+        }
     }
 }
