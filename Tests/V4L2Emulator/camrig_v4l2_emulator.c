@@ -26,20 +26,32 @@
  *                     another fd's REQBUFS/STREAMON/QBUF/DQBUF gets EBUSY.
  *   videoN.state      format, frame interval and control values, shared by
  *                     every fd and process that opens the device.
+ *   videoN.timing     optional, written by the user: the sensor's timing
+ *                     errors (read at open and at every STREAMON; section 7).
+ *   videoN.truth      optional, created by the user: one line per frame
+ *                     with its true start of exposure (section 7).
  * The lock and state files are created on first use (mode 0666), so the
  * directory must be writable by the users of the emulator (e.g. 1777), or
  * they must exist already.  If videoN.state cannot be opened read-write, the
  * state is kept per process (seeded from the file when readable).
  *
+ * Node kinds
+ * ----------
+ * Every node has the same formats and kinds of intervals; the kind of frame
+ * sizes (discrete, stepwise, continuous) is N % 3 of videoN (section 2).
+ *
  * Frames
  * ------
- * Frame k of a stream is due at STREAMON time + k * interval
- * (CLOCK_MONOTONIC).  It goes into the oldest buffer that was queued by then,
- * or is dropped if there is none (the sequence still counts it).  Its
- * timestamp is the due time; it shows the selected test pattern with a white
- * band moving down 4 rows per frame, and starts with a 16-byte little-endian
- * header: u32 0x43524D55 ("UMRC"), u32 sequence, u64 timestamp in ns.
- * Frames are produced lazily, when DQBUF/QBUF/read() look at the clock;
+ * Each node is a free-running image sensor (section 7): frames follow each
+ * other by (height + vblank) lines of (width + 160) pixels at 200 MHz, with
+ * the oscillator error, startup delay and timestamp noise of videoN.timing.
+ * A frame takes the oldest buffer queued by the time it starts exposing,
+ * or is dropped if there is none (the sequence still counts it); the buffer
+ * is ready at the frame's end (start + exposure + readout).  It shows the
+ * selected test pattern with a white band moving down 4 rows per frame, and
+ * starts with a 24-byte little-endian header: u32 0x43524D55 ("UMRC"),
+ * u32 sequence, u64 timestamp in ns, u64 true start of exposure in ns.
+ * Frames are produced lazily, when DQBUF/QBUF/read()/poll look at the clock;
  * a DQBUF that has to wait sleeps in steps of at most 5 ms, checking for
  * STREAMOFF, close() and unplugging in between.
  *
@@ -53,23 +65,24 @@
  *   4. persistent device state (videoN.state)
  *   5. per-fd handle, process-wide registry (priorities)
  *   6. frame generation (test pattern + 16-byte header)
- *   7. buffer queue and frame pacing
+ *   7. buffer queue, sensor timing and frame pacing
  *   8. ioctl handlers, grouped by topic
- *   9. plugin entry points (init/close/ioctl/read/write) and the exported
- *      struct libv4l_dev_ops libv4l2_plugin
+ *   9. plugin entry points (init/close/ioctl/read/write), the exported
+ *      struct libv4l_dev_ops libv4l2_plugin and camrig_v4l2_emulator_poll()
  *
  * Limitations, by construction
  * ----------------------------
  *   - poll()/select()/epoll on the fd go straight to the kernel, which sees a
  *     regular file: it is always "readable" and never signals POLLPRI, and
  *     epoll_ctl() refuses it (EPERM).  Use blocking DQBUF/DQEVENT, or
- *     O_NONBLOCK + retry on EAGAIN/ENOENT.
+ *     O_NONBLOCK + retry on EAGAIN/ENOENT.  The LD_PRELOAD shim for the
+ *     v4l-utils tools answers them through camrig_v4l2_emulator_poll().
  *   - Priorities (G/S_PRIORITY) are tracked per process, not across
  *     processes.  Format, interval, controls and buffer ownership are shared
  *     across processes.
  *   - Control events are generated lazily by comparing the current state with
  *     what the subscriber last saw, so changes made by other processes are
- *     reported too, but only when that fd next calls DQEVENT.
+ *     reported too, but only when that fd next calls DQEVENT (or is polled).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -1187,7 +1200,7 @@ static void render_frame(struct emu_handle *h, uint64_t seq, uint64_t ts_ns, uin
 }
 
 /* ======================================================================== */
-/* 7. Buffer queue and frame pacing                                         */
+/* 7. Buffer queue, sensor timing and frame pacing                          */
 /* ======================================================================== */
 
 /*

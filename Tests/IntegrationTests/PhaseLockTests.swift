@@ -1,0 +1,157 @@
+import CamRigClock
+import CamRigCoordinator
+import CamRigDevices
+import CamRigSecurity
+import CamRigTestSupport
+import CamRigWire
+import Foundation
+import Logging
+import Testing
+
+/// Emulated free-running V4L2 cameras with their own oscillators, start-up delays and timestamp
+/// jitter, on an agent whose host clock is skewed, phase-locked by a coordinator; judged by the
+/// emulator's truth log, not by the cameras' own timestamps.
+@Suite(
+    "Phase lock of free-running V4L2 cameras", .serialized, .timeLimit(.minutes(3)),
+    .enabled(if: FileManager.default.fileExists(atPath: "/usr/lib/x86_64-linux-gnu/libv4l/plugins/libcamrig-v4l2-emulator.so"), "the emulated V4L2 device is not installed")
+)
+struct PhaseLockTests {
+    static let directory = ProcessInfo.processInfo.environment["CAMRIG_V4L2_EMULATOR_DIR"] ?? "/dev/shm/camrig-v4l2"
+
+    /// An emulated node `videoN` (N a multiple of 3: discrete sizes, 640x480 at 30 fps) with this timing.
+    struct Node {
+        let path: String
+        init(_ number: Int, timing: String) throws {
+            path = PhaseLockTests.directory + "/video\(number)"
+            try FileManager.default.createDirectory(atPath: PhaseLockTests.directory, withIntermediateDirectories: true)
+            remove()
+            try timing.write(toFile: path + ".timing", atomically: true, encoding: .utf8)
+            FileManager.default.createFile(atPath: path + ".truth", contents: nil)
+            FileManager.default.createFile(atPath: path, contents: nil)
+        }
+
+        func remove() {
+            for suffix in ["", ".state", ".lock", ".unplugged", ".timing", ".truth"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+        }
+
+        func unplug() { FileManager.default.createFile(atPath: path + ".unplugged", contents: nil) }
+
+        /// True exposure starts (CLOCK_MONOTONIC) of the frames produced so far.
+        var trueStarts: [Int64] {
+            let text = (try? String(contentsOfFile: path + ".truth", encoding: .utf8)) ?? ""
+            return text.split(separator: "\n").compactMap { line in
+                let fields = line.split(separator: " ")
+                return fields.count >= 3 ? Int64(fields[2]) : nil
+            }
+        }
+    }
+
+    /// A session over every camera of the agent, committed at 640x480 and 30 fps.
+    static func session(_ agent: AgentProcess, pki: TestPKI) async throws -> (AgentPool, RigSession) {
+        var timing = RemoteAgent.Timing()
+        timing.probeInterval = .milliseconds(50)
+        let pool = AgentPool(
+            endpoints: [AgentEndpoint(host: agent.host, port: agent.port)],
+            security: .tls(try MutualTLS.client(directory: pki.directory, identityName: "coordinator")),
+            timing: timing,
+            logger: Logger(label: "test")
+        )
+        pool.start()
+        #expect(await pool.waitUntilReady(clockSamples: 16, timeout: .seconds(20)).isEmpty)
+        let (devices, failures) = await RigDiscovery.devices(in: pool)
+        #expect(failures.isEmpty)
+        let session = RigSession(pool: pool, logger: Logger(label: "test"))
+        for device in devices { try await session.addInput(device) }
+        await session.beginConfiguration()
+        await session.setFrameRate(.init(dimensions: Dimensions(width: 640, height: 480), pixelFormat: .yuyv, frameDuration: FrameDuration(framesPerSecond: 30)))
+        try await session.commitConfiguration()
+        return (pool, session)
+    }
+
+    static func phase(_ phases: [CameraPhase], _ node: Node) -> CameraPhase? {
+        let number = (node.path as NSString).lastPathComponent.dropFirst(5)
+        return phases.first { $0.deviceID.hasSuffix("camrig-emu-\(number)") }
+    }
+
+    @Test("a sensor 100 ppm fast, behind a host clock 1.5 ms off and 30 ppm fast, locks onto the grid within seconds and stays on it")
+    func locksThroughRateError() async throws {
+        let node = try Node(30, timing: "seed=30\nrate_ppm=100\nstartup_delay_us=35000\nstartup_jitter_us=2000\ntimestamp_jitter_us=20\nframe_duration_control=vblank\n")
+        defer { node.remove() }
+        let (pki, agent) = try AgentProcess.secured(["--v4l2", node.path, "--simulate-clock-offset-us=1500", "--simulate-clock-drift-ppm=30"])
+        defer { agent.stop(); pki.remove() }
+        let (pool, session) = try await Self.session(agent, pki: pki)
+        let grid = try await session.lockPhase()
+        let settled = await session.waitForPhaseLock(timeout: .seconds(20))
+        let locked = try #require(Self.phase(settled, node))
+        #expect(locked.status.state == .locked, "\(locked.status)")
+        #expect(locked.status.method == .frameDuration)
+
+        // Held for 10 s (5 µs of drift a second would add 50 µs): the true exposure starts, read from the
+        // emulator, sit on the grid of the coordinator's clock (this machine's CLOCK_MONOTONIC).
+        try await Task.sleep(for: .seconds(10))
+        let status = try #require(Self.phase(await session.phaseStatus(), node))
+        #expect(status.status.state == .locked, "\(status.status)")
+        #expect(abs(status.status.rateErrorPpm - 130) < 40, "the loop learnt the sensor's rate on the host clock: \(status.status.rateErrorPpm) ppm")
+        let recent = node.trueStarts.suffix(150).map { abs(grid.error(of: $0)) }.sorted()
+        #expect(recent.count == 150)
+        let p99 = recent[Int(Double(recent.count) * 0.99)]
+        #expect(p99 < 150_000, "true phase error p99 \(p99) ns over the last 5 s")
+        await session.stop()
+        await pool.stop()
+    }
+
+    @Test("a webcam without a frame-duration control is aligned by restarting it; one whose start-up varies by milliseconds is reported with what remains")
+    func restartAlignment() async throws {
+        let steady = try Node(33, timing: "seed=33\nrate_ppm=5\nstartup_delay_us=40000\nstartup_jitter_us=100\ntimestamp_jitter_us=5\n")
+        let erratic = try Node(36, timing: "seed=36\nrate_ppm=5\nstartup_delay_us=40000\nstartup_jitter_us=25000\ntimestamp_jitter_us=5\n")
+        defer { steady.remove(); erratic.remove() }
+        let (pki, agent) = try AgentProcess.secured(["--v4l2", steady.path, "--v4l2", erratic.path])
+        defer { agent.stop(); pki.remove() }
+        let (pool, session) = try await Self.session(agent, pki: pki)
+        try await session.lockPhase()
+        let settled = await session.waitForPhaseLock(timeout: .seconds(30))
+        let aligned = try #require(Self.phase(settled, steady))
+        #expect(aligned.status.method == .restart)
+        #expect(aligned.status.state == .locked, "\(aligned.status)")
+        #expect(aligned.status.restarts >= 1)
+        let reported = try #require(Self.phase(settled, erratic))
+        #expect(reported.status.method == .restart)
+        if reported.status.state == .cannotLock {
+            #expect(reported.status.reason.contains("no frame-duration control"), "\(reported.status.reason)")
+            #expect(reported.status.restarts == 8)
+        } else {
+            // A lucky draw can land within tolerance; then it must really be on the grid.
+            #expect(reported.status.state == .locked)
+            #expect(abs(reported.status.phaseErrorNs) <= 100_000)
+        }
+        await session.stop()
+        await pool.stop()
+    }
+
+    @Test("a camera unplugged while locked is reported, and the other stays locked")
+    func unplugMidLock() async throws {
+        let first = try Node(39, timing: "seed=39\nrate_ppm=-40\nstartup_delay_us=30000\ntimestamp_jitter_us=10\nframe_duration_control=vblank\n")
+        let second = try Node(42, timing: "seed=42\nrate_ppm=60\nstartup_delay_us=50000\ntimestamp_jitter_us=10\nframe_duration_control=vblank\n")
+        defer { first.remove(); second.remove() }
+        let (pki, agent) = try AgentProcess.secured(["--v4l2", first.path, "--v4l2", second.path])
+        defer { agent.stop(); pki.remove() }
+        let (pool, session) = try await Self.session(agent, pki: pki)
+        try await session.lockPhase()
+        let settled = await session.waitForPhaseLock(timeout: .seconds(20))
+        #expect(settled.allSatisfy { $0.status.state == .locked }, "\(settled.map(\.status))")
+        second.unplug()
+        #expect(try await eventually(timeout: .seconds(5)) {
+            Self.phase(await session.phaseStatus(), second)?.status.state == .cannotLock
+        })
+        try await Task.sleep(for: .seconds(2))
+        let after = await session.phaseStatus()
+        let gone = try #require(Self.phase(after, second))
+        #expect(gone.status.state == .cannotLock)
+        #expect(gone.status.reason.contains("disconnected"), "\(gone.status.reason)")
+        let kept = try #require(Self.phase(after, first))
+        #expect(kept.status.state == .locked, "\(kept.status)")
+        #expect(kept.status.frames > 60)
+        await session.stop()
+        await pool.stop()
+    }
+}
