@@ -34,7 +34,12 @@ public final class AgentServer: Service, Sendable {
         let phaseLocks = streams.map { AgentPhaseLocks(streams: $0, logger: logger) }
         if let phaseLocks {
             // A phase lock lives under its device's lease: when the lease ends, so does the lock.
-            configuration.devices?.leaseEnded.withLockedValue { $0 = { [weak phaseLocks] deviceID in phaseLocks?.unlock(deviceID: deviceID) } }
+            // A vanished device's lock stays listed as cannot-lock, saying why, until it is locked again.
+            configuration.devices?.leaseEnded.withLockedValue {
+                $0 = { [weak phaseLocks] deviceID, vanished in
+                    if vanished { phaseLocks?.deviceVanished(deviceID: deviceID) } else { phaseLocks?.unlock(deviceID: deviceID) }
+                }
+            }
         }
         let capture: AgentCapture? =
             if let streams, let phaseLocks, let spool = configuration.spool {

@@ -86,6 +86,9 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
         public var framesAfterEnd: Int = 0
         /// Why this camera delivered less than asked (agent gone, device unplugged, trigger refused).
         public var error: String?
+        /// The camera's phase lock on the rig's frame grid as the capture ended; absent when the rig was
+        /// not phase-locked. A camera that was not `locked` may lie up to a frame period off the others.
+        public var phaseLock: PhaseLock?
         public init(index: Int, name: String, agent: String, device: String, model: String, format: String, pixelFormat: String, width: UInt32, height: UInt32, clock: ClockStatistics, framesDelivered: Int, framesDropped: Int, framesUnmatched: Int, error: String? = nil) {
             self.error = error
             self.index = index
@@ -131,6 +134,28 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
         }
     }
 
+    /// One camera's phase lock, as the manifest records it.
+    public struct PhaseLock: Codable, Sendable, Equatable {
+        /// `locked`, `locking`, `cannot-lock`, `unlocked` or `unknown` (its agent did not answer).
+        public var state: String
+        /// How the camera is held on the grid: `frame-duration`, `restart` or `triggered`; `-` when not known.
+        public var method: String
+        /// The latest frame's exposure start minus its grid instant, in nanoseconds.
+        public var phaseErrorNs: Int64
+        /// Largest |phase error| over recent frames plus the timestamps' own uncertainty, in nanoseconds.
+        public var errorBoundNs: UInt64
+        /// Why it is not locked, when it is not.
+        public var reason: String?
+
+        public init(state: String, method: String, phaseErrorNs: Int64, errorBoundNs: UInt64, reason: String?) {
+            self.state = state
+            self.method = method
+            self.phaseErrorNs = phaseErrorNs
+            self.errorBoundNs = errorBoundNs
+            self.reason = reason
+        }
+    }
+
     public struct SyncSet: Codable, Sendable, Equatable {
         public var index: Int
         public var complete: Bool
@@ -139,7 +164,11 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
         public var skewNs: Int64
         public var missingCameras: [Int]
         public var frames: [Frame]
-        public init(index: Int, complete: Bool, referenceTimeNs: Int64, skewNs: Int64, missingCameras: [Int], frames: [Frame]) {
+        /// The rig's frame grid instant the set was matched on (coordinator clock), when the cameras were
+        /// phase-locked: every frame of the set is the one its camera exposed nearest this instant.
+        public var gridInstantNs: Int64?
+        public init(index: Int, complete: Bool, referenceTimeNs: Int64, skewNs: Int64, missingCameras: [Int], frames: [Frame], gridInstantNs: Int64? = nil) {
+            self.gridInstantNs = gridInstantNs
             self.index = index
             self.complete = complete
             self.referenceTimeNs = referenceTimeNs

@@ -553,4 +553,56 @@ struct SyncSetMatcherTests {
         #expect(mostPending <= 32)
         #expect(matcher.pendingFrameCount == 0)
     }
+
+    @Test("with the rig's frame grid, frames are matched by the grid instant nearest them and each set names it")
+    func matchesByGridIndex() {
+        let grid = PhaseGrid(anchor: origin, period: Double(period))
+        var matcher = Matcher(configuration: .init(cameraCount: 2, framePeriod: period, grid: grid))
+        var make = FrameMaker()
+        var outcome = Outcome()
+        // Camera 0 sits 15 ms early on every grid instant, camera 1 15 ms late: 30 ms apart, yet each pair
+        // belongs to one grid instant. Matching from the earliest frame (no grid) pairs them the other way.
+        for k in 0..<10 {
+            let instant = grid.instant(Int64(k))
+            outcome.record(matcher.add(make(0, UInt64(k), at: instant - 15_000_000)))
+            outcome.record(matcher.add(make(1, UInt64(k), at: instant + 15_000_000)))
+        }
+        outcome.record(matcher.finishAll())
+        #expect(outcome.unmatched.isEmpty, "\(outcome.unmatched.map(\.reason))")
+        #expect(outcome.sets.count == 10)
+        for (k, set) in outcome.sets.enumerated() {
+            #expect(set.gridIndex == Int64(k))
+            #expect(set.isComplete)
+            #expect(set.frames[0]?.sequence == UInt64(k) && set.frames[1]?.sequence == UInt64(k))
+            #expect(set.skew == 30_000_000)
+        }
+
+        var unlocked = Matcher(configuration: .init(cameraCount: 2, framePeriod: period))
+        var plain = Outcome()
+        for k in 0..<10 {
+            let instant = grid.instant(Int64(k))
+            plain.record(unlocked.add(make(0, UInt64(k), at: instant - 15_000_000)))
+            plain.record(unlocked.add(make(1, UInt64(k), at: instant + 15_000_000)))
+        }
+        plain.record(unlocked.finishAll())
+        #expect(plain.sets.allSatisfy { $0.gridIndex == nil })
+        #expect(plain.set(camera: 1, sequence: 0)?.frames[0]?.sequence == 1, "without a grid the nearest frames pair up")
+    }
+
+    @Test("with the grid, a camera's missing frame leaves its grid instant's set incomplete, not shifted")
+    func gridGapStaysInPlace() {
+        let grid = PhaseGrid(anchor: origin, period: Double(period))
+        var matcher = Matcher(configuration: .init(cameraCount: 2, framePeriod: period, grid: grid))
+        var make = FrameMaker()
+        var outcome = Outcome()
+        for k in 0..<6 {
+            let instant = grid.instant(Int64(k))
+            outcome.record(matcher.add(make(0, UInt64(k), at: instant + 20_000)))
+            if k != 3 { outcome.record(matcher.add(make(1, UInt64(k), at: instant - 30_000))) }
+        }
+        outcome.record(matcher.finishAll())
+        #expect(outcome.sets.map(\.gridIndex) == [0, 1, 2, 3, 4, 5])
+        #expect(outcome.sets.map(\.isComplete) == [true, true, true, false, true, true])
+        #expect(outcome.sets[3].missingCameras == [1])
+    }
 }

@@ -165,4 +165,24 @@ struct PhaseLockControllerTests {
         #expect(action == nil)
         #expect(aligner.attempts == 0)
     }
+
+    @Test("a camera that cannot be restarted is not left waiting for a restart that never came: it gives up")
+    func failedRestartsGiveUp() {
+        var aligner = RestartAligner(grid: PhaseGrid(anchor: 0, period: period), tolerance: 100_000, maximumAttempts: 3)
+        var start: Int64 = 10_000_000_000 + 9_000_000
+        var asked = 0
+        for _ in 0..<50 {
+            if case .restart? = aligner.observe(exposureStart: start, streamStart: 1, now: start + 18_000_000, mayRestart: true) {
+                asked += 1
+                aligner.restartFailed()
+            }
+            start += Int64(period)
+        }
+        #expect(asked == 3)
+        guard case .gaveUp(let remaining) = aligner.outcome else {
+            Issue.record("expected the aligner to give up, got \(aligner.outcome)")
+            return
+        }
+        #expect(abs(remaining) > 100_000)
+    }
 }

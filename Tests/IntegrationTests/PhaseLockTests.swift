@@ -1,7 +1,9 @@
+import CamRigCapture
 import CamRigClock
 import CamRigCoordinator
 import CamRigDevices
 import CamRigSecurity
+import CamRigStorage
 import CamRigTestSupport
 import CamRigWire
 import Foundation
@@ -26,15 +28,26 @@ struct PhaseLockTests {
             try FileManager.default.createDirectory(atPath: PhaseLockTests.directory, withIntermediateDirectories: true)
             remove()
             try timing.write(toFile: path + ".timing", atomically: true, encoding: .utf8)
-            FileManager.default.createFile(atPath: path + ".truth", contents: nil)
-            FileManager.default.createFile(atPath: path, contents: nil)
+            _ = FileManager.default.createFile(atPath: path + ".truth", contents: nil)
+            _ = FileManager.default.createFile(atPath: path, contents: nil)
         }
 
         func remove() {
             for suffix in ["", ".state", ".lock", ".unplugged", ".timing", ".truth"] { try? FileManager.default.removeItem(atPath: path + suffix) }
         }
 
-        func unplug() { FileManager.default.createFile(atPath: path + ".unplugged", contents: nil) }
+        func unplug() { _ = FileManager.default.createFile(atPath: path + ".unplugged", contents: nil) }
+
+        /// True exposure start (CLOCK_MONOTONIC) of the frame whose driver timestamp is `stamp` (V4L2
+        /// buffers carry microseconds; the log has the stamp in nanoseconds).
+        func trueStart(ofStamp stamp: Int64) -> Int64? {
+            let text = (try? String(contentsOfFile: path + ".truth", encoding: .utf8)) ?? ""
+            for line in text.split(separator: "\n") {
+                let fields = line.split(separator: " ")
+                if fields.count >= 4, let logged = Int64(fields[3]), abs(logged - stamp) < 1_000 { return Int64(fields[2]) }
+            }
+            return nil
+        }
 
         /// True exposure starts (CLOCK_MONOTONIC) of the frames produced so far.
         var trueStarts: [Int64] {
@@ -151,6 +164,51 @@ struct PhaseLockTests {
         let kept = try #require(Self.phase(after, first))
         #expect(kept.status.state == .locked, "\(kept.status)")
         #expect(kept.status.frames > 60)
+        await session.stop()
+        await pool.stop()
+    }
+
+    @Test("photos and recordings of locked cameras are taken on the grid: sets matched by grid index, truly exposed together, the manifest saying each camera was locked")
+    func capturesOnTheGrid() async throws {
+        let first = try Node(45, timing: "seed=45\nrate_ppm=45\nstartup_delay_us=20000\ntimestamp_jitter_us=10\nframe_duration_control=vblank\n")
+        let second = try Node(48, timing: "seed=48\nrate_ppm=-45\nstartup_delay_us=55000\ntimestamp_jitter_us=10\nframe_duration_control=vblank\n")
+        defer { first.remove(); second.remove() }
+        // The agent's clock is the machine's, so the emulator's truth log reads against its timestamps directly.
+        let (pki, agent) = try AgentProcess.secured(["--v4l2", first.path, "--v4l2", second.path])
+        defer { agent.stop(); pki.remove() }
+        let out = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-phase-\(UInt32.random(in: 0...UInt32.max))")
+        defer { try? FileManager.default.removeItem(at: out) }
+        let (pool, session) = try await Self.session(agent, pki: pki)
+        let grid = try await session.lockPhase()
+        let settled = await session.waitForPhaseLock(timeout: .seconds(20))
+        #expect(settled.allSatisfy { $0.status.state == .locked }, "\(settled.map(\.status))")
+
+        let nodes = [first, second]
+        func trueSpan(_ set: CaptureManifest.SyncSet, _ manifest: CaptureManifest) throws -> Int64 {
+            let starts = try set.frames.map { frame in
+                let node = try #require(nodes.first { manifest.cameras[frame.camera].device.hasSuffix("camrig-emu-\(($0.path as NSString).lastPathComponent.dropFirst(5))") })
+                return try #require(node.trueStart(ofStamp: frame.agentTimestampNs), "frame \(frame.sequence) not in the truth log")
+            }
+            return starts.max()! - starts.min()!
+        }
+
+        let photo = try await session.capturePhoto(into: try CaptureStore(root: out)).manifest
+        let shot = try #require(photo.sets.first)
+        #expect(shot.complete)
+        let instant = try #require(shot.gridInstantNs, "a photo of locked cameras names its grid instant")
+        #expect(grid.error(of: instant) == 0)
+        #expect(try trueSpan(shot, photo) < 300_000, "the photos were exposed together, not up to a frame apart")
+        #expect(photo.cameras.allSatisfy { $0.phaseLock?.state == "locked" }, "\(photo.cameras.map { $0.phaseLock })")
+
+        let recording = try await session.record(duration: .seconds(2), into: try CaptureStore(root: out)).manifest
+        #expect(recording.sets.count >= 55)
+        let indexes = recording.sets.compactMap(\.gridInstantNs).map { grid.index(nearest: $0) }
+        #expect(indexes.count == recording.sets.count, "every set names its grid instant")
+        #expect(zip(indexes, indexes.dropFirst()).allSatisfy { $1 == $0 + 1 }, "one set per grid instant, none skipped")
+        let spans = try recording.sets.filter(\.complete).map { try trueSpan($0, recording) }.sorted()
+        #expect(spans.count >= 55)
+        #expect(spans[spans.count * 99 / 100] < 300_000, "true skew p99 \(spans[spans.count * 99 / 100]) ns")
+        #expect(recording.cameras.allSatisfy { $0.phaseLock?.state == "locked" })
         await session.stop()
         await pool.stop()
     }

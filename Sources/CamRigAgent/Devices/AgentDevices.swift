@@ -27,8 +27,9 @@ public final class AgentDevices: Service, Sendable {
     public let events: AgentEvents
     /// The host clock every agent time on the wire is read from.
     public let clock: HostClock
-    /// Told, on the queue, when a device's lease ends (what was done under it, a phase lock, ends too).
-    let leaseEnded = NIOLockedValueBox<(@Sendable (String) -> Void)?>(nil)
+    /// Told, on the queue, when a device's lease ends (what was done under it, a phase lock, ends too), and
+    /// whether it ended because the device vanished.
+    let leaseEnded = NIOLockedValueBox<(@Sendable (_ deviceID: String, _ deviceVanished: Bool) -> Void)?>(nil)
 
     /// - Parameter clock: the host's clock; `.system` except for simulated hosts, where it must be the
     ///   clock the synthetic cameras stamp frames with.
@@ -83,7 +84,7 @@ public final class AgentDevices: Service, Sendable {
 
     private func unlock(_ lease: LeaseTable.Lease) {
         dispatchPrecondition(condition: .onQueue(queue))
-        leaseEnded.withLockedValue { $0 }?(lease.deviceID)
+        leaseEnded.withLockedValue { $0 }?(lease.deviceID, false)
         if let lock = locks.withLockedValue({ $0.removeValue(forKey: lease.id) }) {
             discovery.device(uniqueID: lease.deviceID)?.unlockForConfiguration(lock)
         }
@@ -119,7 +120,7 @@ public final class AgentDevices: Service, Sendable {
                     logger.warning("device disconnected", metadata: ["device": "\(identity.uniqueID)"])
                     queue.async {
                         if let lease = self.leases.withLockedValue({ $0.drop(deviceID: identity.uniqueID) }) {
-                            self.leaseEnded.withLockedValue { $0 }?(lease.deviceID)
+                            self.leaseEnded.withLockedValue { $0 }?(lease.deviceID, true)
                             _ = self.locks.withLockedValue { $0.removeValue(forKey: lease.id) }
                             self.events.publish(.leaseLost, device: identity.uniqueID, message: "\(identity.uniqueID) was disconnected") {
                                 $0.lease = WireLeaseInfo(lease)

@@ -64,6 +64,14 @@ public final class AgentPhaseLocks: Sendable {
         streams.stop(streamID: lock.streamID, reason: .stopped, message: "phase lock released")
     }
 
+    /// `deviceID` vanished from the host: its lock ends as cannot-lock with that reason and stays listed
+    /// (rather than reading UNLOCKED), so a coordinator learns why the camera left its grid.
+    func deviceVanished(deviceID: String) {
+        guard let lock = locks.withLockedValue({ $0[deviceID] }) else { return }
+        lock.markVanished()
+        streams.stop(streamID: lock.streamID, reason: .deviceDisconnected, message: "\(deviceID) was disconnected")
+    }
+
     /// Status of the named devices (every locked device when empty); devices without a lock read UNLOCKED.
     func status(deviceIDs: [String]) -> WirePhaseStatusList {
         let current = locks.withLockedValue { $0 }
@@ -247,7 +255,13 @@ final class DevicePhaseLock: FrameSink {
             }
         } catch {
             logger.warning("phase lock could not steer the camera", metadata: ["device": "\(device.uniqueID)", "error": "\(error)"])
-            state.withLockedValue { $0.reason = "steering failed: \(error.message)" }
+            state.withLockedValue { state in
+                state.reason = "steering failed: \(error.message)"
+                if case .restart(var aligner) = state.controller {
+                    aligner.restartFailed()
+                    state.controller = .restart(aligner)
+                }
+            }
         }
     }
 
@@ -259,6 +273,16 @@ final class DevicePhaseLock: FrameSink {
             state.lockedSince = 0
             state.reason = reason == .deviceDisconnected
                 ? "\(device.uniqueID) was disconnected: \(message)" : "its stream ended (\(message.isEmpty ? "\(reason)" : message))"
+        }
+    }
+
+    /// The device vanished: the lock is over, whatever ended its stream first.
+    func markVanished() {
+        state.withLockedValue { state in
+            state.ended = true
+            state.tracker.reset()
+            state.lockedSince = 0
+            state.reason = "\(device.uniqueID) was disconnected from its host"
         }
     }
 

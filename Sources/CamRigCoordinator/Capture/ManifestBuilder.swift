@@ -59,8 +59,9 @@ public struct ManifestBuilder: Sendable {
     }
 
     /// A photo: at most one frame per camera (indexed by camera), all fired at `fireAt`, which is the
-    /// set's reference time. A camera without a frame gets its entry in `failures` as its error.
-    public func photo(_ frames: [SyncFrame<StoredFrame>?], fireAt: Int64, failures: [Int: String]) -> CaptureManifest {
+    /// set's reference time (and its grid instant when `onGrid`, the cameras being phase-locked). A camera
+    /// without a frame gets its entry in `failures` as its error.
+    public func photo(_ frames: [SyncFrame<StoredFrame>?], fireAt: Int64, onGrid: Bool = false, failures: [Int: String]) -> CaptureManifest {
         let present = frames.compactMap { $0 }
         let times = present.map(\.timestamp)
         let set = CaptureManifest.SyncSet(
@@ -69,7 +70,8 @@ public struct ManifestBuilder: Sendable {
             referenceTimeNs: fireAt,
             skewNs: (times.max() ?? 0) - (times.min() ?? 0),
             missingCameras: cameras.indices.filter { !frames.indices.contains($0) || frames[$0] == nil },
-            frames: present.map { Self.entry($0) }
+            frames: present.map { Self.entry($0) },
+            gridInstantNs: onGrid ? fireAt : nil
         )
         var cameras = cameras
         for index in cameras.indices {
@@ -91,9 +93,10 @@ public struct ManifestBuilder: Sendable {
     }
 
     /// A recording: its sync sets in time order, the frames in no set with why, and each camera's
-    /// stream counts (indexed by camera).
+    /// stream counts (indexed by camera); `grid` is the frame grid the sets were matched on, if any.
     public func recording(
         frameDuration: FrameDuration,
+        grid: PhaseGrid? = nil,
         sets: [SyncSet<StoredFrame>],
         unmatched: [(frame: SyncFrame<StoredFrame>, reason: String)],
         streams: [StreamCounts]
@@ -105,7 +108,8 @@ public struct ManifestBuilder: Sendable {
                 referenceTimeNs: set.referenceTime,
                 skewNs: set.skew,
                 missingCameras: set.missingCameras,
-                frames: set.presentFrames.map { Self.entry($0) }
+                frames: set.presentFrames.map { Self.entry($0) },
+                gridInstantNs: set.gridIndex.flatMap { index in grid?.instant(index) }
             )
         }
         let manifestUnmatched = unmatched.map { Self.entry($0.frame, reason: $0.reason) }

@@ -1,3 +1,5 @@
+import CamRigDevices
+
 /// What one camera's stream tells the recording, in the order it happened.
 enum RecordingEvent<Payload: Sendable>: Sendable {
     /// A frame exposed within the recording.
@@ -18,9 +20,11 @@ struct RecordingTally<Payload: Sendable>: Sendable {
     private(set) var unmatched: [(frame: SyncFrame<Payload>, reason: String)] = []
     private(set) var streams: [ManifestBuilder.StreamCounts]
 
-    init(cameraCount: Int, framePeriod: Int64, closeSetsAfter: Int64) {
+    /// - Parameter grid: the rig's frame grid when the cameras are phase-locked: sets are then matched by
+    ///   grid index.
+    init(cameraCount: Int, framePeriod: Int64, closeSetsAfter: Int64, grid: PhaseGrid? = nil) {
         matcher = SyncSetMatcher(
-            configuration: .init(cameraCount: cameraCount, framePeriod: framePeriod, closeAfter: closeSetsAfter))
+            configuration: .init(cameraCount: cameraCount, framePeriod: framePeriod, closeAfter: closeSetsAfter, grid: grid))
         streams = Array(repeating: ManifestBuilder.StreamCounts(), count: cameraCount)
     }
 
@@ -90,7 +94,8 @@ extension SyncSet {
             isComplete: isComplete,
             missingCameras: missingCameras,
             referenceTime: referenceTime,
-            skew: skew
+            skew: skew,
+            gridIndex: gridIndex
         )
     }
 }

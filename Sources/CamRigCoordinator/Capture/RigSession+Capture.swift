@@ -13,6 +13,13 @@ struct CaptureRig: Sendable {
     var formats: [WireFormat?]
     /// The frame grid the inputs are phase-locked to (coordinator clock), when they are: T is put on it.
     var grid: PhaseGrid?
+    /// Reads every input's phase lock from its agent (when the inputs are phase-locked), for the manifest.
+    var readPhases: (@Sendable () async -> [CameraPhase])?
+
+    /// Each input's phase lock as the capture ends; empty when the inputs are not phase-locked.
+    func phases() async -> [CameraPhase] {
+        await readPhases?() ?? []
+    }
 
     /// Per input: its agent's clock estimate, or an error naming the agent.
     func clockEstimates() throws -> [ClockEstimate] {
@@ -110,6 +117,12 @@ extension RigSession {
                 description: "the session has no cameras; add inputs first (see `camrig devices`)", failures: [],
                 rollbackFailures: [])
         }
-        return CaptureRig(sessionID: id, inputs: inputs, formats: formats ?? Array(repeating: nil, count: inputs.count), grid: phaseGrid)
+        var readPhases: (@Sendable () async -> [CameraPhase])?
+        if phaseGrid != nil {
+            readPhases = { [self] in await self.phaseStatus() }
+        }
+        return CaptureRig(
+            sessionID: id, inputs: inputs, formats: formats ?? Array(repeating: nil, count: inputs.count), grid: phaseGrid,
+            readPhases: readPhases)
     }
 }

@@ -80,7 +80,8 @@ extension RigSession {
         }
 
         let builder = rig.manifestBuilder(for: capture, estimates: estimates)
-        let manifest = builder.photo(frames, fireAt: plan.fireAt, failures: cameraFailures)
+        var manifest = builder.photo(frames, fireAt: plan.fireAt, onGrid: rig.grid != nil, failures: cameraFailures)
+        manifest.record(phases: await rig.phases())
         try await sink.finish(manifest, in: capture)
         if !failures.isEmpty && frames.allSatisfy({ $0 == nil }) {
             throw CommitError(

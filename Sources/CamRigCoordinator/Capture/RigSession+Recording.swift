@@ -60,7 +60,7 @@ extension RigSession {
         }()
 
         var tally = RecordingTally<PendingFrame>(
-            cameraCount: rig.inputs.count, framePeriod: cutOffs.framePeriod, closeSetsAfter: cutOffs.closeSetsAfter)
+            cameraCount: rig.inputs.count, framePeriod: cutOffs.framePeriod, closeSetsAfter: cutOffs.closeSetsAfter, grid: rig.grid)
         var lastProgress = ContinuousClock.now
         for await event in events {
             tally.record(event)
@@ -96,8 +96,9 @@ extension RigSession {
                 marks: pending.marks)
         }
         let builder = rig.manifestBuilder(for: capture, estimates: estimates)
-        let manifest = builder.recording(
-            frameDuration: frameDuration, sets: sets, unmatched: unmatched, streams: tally.streams)
+        var manifest = builder.recording(
+            frameDuration: frameDuration, grid: rig.grid, sets: sets, unmatched: unmatched, streams: tally.streams)
+        manifest.record(phases: await rig.phases())
         try await sink.finish(manifest, in: capture)
         if delivered.allSatisfy({ $0 == 0 }) {
             let failures = tally.streams.indices.compactMap { camera in

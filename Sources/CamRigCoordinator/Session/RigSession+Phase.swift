@@ -1,3 +1,4 @@
+import CamRigCapture
 import CamRigClock
 import CamRigDevices
 import CamRigWire
@@ -12,8 +13,57 @@ public struct CameraPhase: Sendable {
     /// Why the status could not be read, when it could not.
     public var failure: String?
 
-    /// Whether the camera is done trying: locked, or unable to lock.
-    public var isSettled: Bool { failure != nil || status.state == .locked || status.state == .cannotLock }
+    /// Whether there is nothing more to wait for: the camera is locked, unable to lock, or holds no lock
+    /// at all (its agent restarted or the lease was lost), or its status could not be read.
+    public var isSettled: Bool {
+        failure != nil || status.state == .locked || status.state == .cannotLock || status.state == .unlocked
+    }
+}
+
+extension CameraPhase {
+    /// The lock state's name as the CLI and manifests print it.
+    public var stateName: String { failure == nil ? Self.name(of: status.state) : "unknown" }
+
+    /// The method's name as the CLI and manifests print it.
+    public var methodName: String { Self.name(of: status.method) }
+
+    /// Why the camera is not locked (empty reasons left out).
+    public var reason: String? { failure ?? (status.reason.isEmpty ? nil : status.reason) }
+
+    /// The lock as a capture's manifest records it.
+    public var manifestEntry: CaptureManifest.PhaseLock {
+        CaptureManifest.PhaseLock(
+            state: stateName, method: methodName, phaseErrorNs: status.phaseErrorNs, errorBoundNs: status.errorBoundNs,
+            reason: status.state == .locked && failure == nil ? nil : reason)
+    }
+
+    public static func name(of state: WirePhaseLockState) -> String {
+        switch state {
+        case .unlocked: "unlocked"
+        case .locking: "locking"
+        case .locked: "locked"
+        case .cannotLock: "cannot-lock"
+        default: "unknown"
+        }
+    }
+
+    public static func name(of method: WirePhaseLockMethod) -> String {
+        switch method {
+        case .triggered: "triggered"
+        case .frameDuration: "frame-duration"
+        case .restart: "restart"
+        default: "-"
+        }
+    }
+}
+
+extension CaptureManifest {
+    /// Records each camera's phase lock (`phases` in camera order, as `RigSession.phaseStatus()` gives them).
+    mutating func record(phases: [CameraPhase]) {
+        for (index, phase) in phases.enumerated() where cameras.indices.contains(index) {
+            cameras[index].phaseLock = phase.manifestEntry
+        }
+    }
 }
 
 extension RigSession {
@@ -24,7 +74,9 @@ extension RigSession {
     /// keeps it there until `unlockPhase()` or `stop()`: each agent gets the grid in its own clock (its
     /// offset and drift as estimated) and holds its free-running cameras on it; the grid is re-sent every
     /// second as the estimates move. Needs a committed configuration (one frame duration) and the
-    /// session's leases. Returns at once; `waitForPhaseLock` waits for the cameras.
+    /// session's leases. Returns at once; `waitForPhaseLock` waits for the cameras. A camera whose agent
+    /// refuses (its frame duration differs from the rig's, its agent predates phase lock) does not stop
+    /// the others: `phaseStatus()` reports it with the agent's reason, and it is asked again every second.
     @discardableResult
     public func lockPhase(tolerance: Duration = .microseconds(100)) async throws -> PhaseGrid {
         guard let duration = activeFrameDuration else {
@@ -34,25 +86,28 @@ extension RigSession {
         let grid = phaseGrid ?? PhaseGrid(anchor: HostClock.monotonicNow(), period: period)
         phaseGrid = grid
         let toleranceNs = UInt64(tolerance.nanoseconds)
-        let failures = await aimPhase(grid: grid, tolerance: toleranceNs)
-        if !failures.isEmpty {
-            throw CommitError(
-                description: "phase lock could not start on " + failures.map { "\($0.device): \($0.message)" }.joined(separator: "; "),
-                failures: failures, rollbackFailures: [])
+        phaseRefusals = await aimPhase(grid: grid, tolerance: toleranceNs)
+        for (device, message) in phaseRefusals.sorted(by: { $0.key < $1.key }) {
+            logger.warning("phase lock refused", metadata: ["camera": "\(device)", "reason": "\(message)"])
         }
         phaseRefresh?.cancel()
         phaseRefresh = Task { [weak self] in
             while !Task.isCancelled {
                 try? await Task.sleep(for: Self.phaseRefreshInterval)
                 guard !Task.isCancelled, let self else { return }
-                _ = await self.aimPhase(grid: grid, tolerance: toleranceNs)
+                await self.refreshPhase(grid: grid, tolerance: toleranceNs)
             }
         }
         return grid
     }
 
-    /// Sends every input's agent the grid in its clock; returns the devices that refused.
-    private func aimPhase(grid: PhaseGrid, tolerance: UInt64) async -> [(device: String, message: String)] {
+    private func refreshPhase(grid: PhaseGrid, tolerance: UInt64) async {
+        guard phaseGrid == grid else { return }
+        phaseRefusals = await aimPhase(grid: grid, tolerance: tolerance)
+    }
+
+    /// Sends every input's agent the grid in its clock; returns the devices that refused, with why.
+    private func aimPhase(grid: PhaseGrid, tolerance: UInt64) async -> [String: String] {
         let requests: [(RigDevice, WireLockPhase?, String?)] = inputs.map { device in
             guard let lease = lease(of: device.name) else { return (device, nil, "the session holds no lease on it") }
             do {
@@ -83,17 +138,18 @@ extension RigSession {
                     }
                 }
             }
-            var failures: [(device: String, message: String)] = []
+            var failures: [String: String] = [:]
             for await (name, failure) in group {
-                if let failure { failures.append((name, failure)) }
+                if let failure { failures[name] = failure }
             }
-            return failures.sorted { $0.device < $1.device }
+            return failures
         }
     }
 
     /// Every input's phase lock as its agent reports it.
     public func phaseStatus() async -> [CameraPhase] {
-        await withTaskGroup(of: (Int, CameraPhase).self) { group in
+        let refusals = phaseRefusals
+        return await withTaskGroup(of: (Int, CameraPhase).self) { group in
             for (index, device) in inputs.enumerated() {
                 group.addTask {
                     var phase = CameraPhase(camera: device.name, agentID: device.agentID, deviceID: device.deviceID, status: WirePhaseStatus())
@@ -103,6 +159,9 @@ extension RigSession {
                         let reply = try await device.agent.client().request(.getPhaseStatus(query))
                         if case .phaseStatusList(let list) = reply.frame.envelope.body, let status = list.devices.first {
                             phase.status = status
+                            if status.state == .unlocked, let refusal = refusals[device.name] {
+                                phase.failure = "its agent refused the phase lock: \(refusal)"
+                            }
                         } else {
                             phase.failure = "agent \(device.agentID) answered GetPhaseStatus with \(reply.frame.envelope.messageName)"
                         }
@@ -132,6 +191,7 @@ extension RigSession {
     public func unlockPhase() async {
         phaseRefresh?.cancel()
         phaseRefresh = nil
+        phaseRefusals = [:]
         guard phaseGrid != nil else { return }
         phaseGrid = nil
         await withTaskGroup(of: Void.self) { group in

@@ -77,7 +77,7 @@ public actor RigSession {
     public private(set) var activeFormats: [WireFormat] = []
 
     private let leaseDuration: UInt32
-    private let logger: Logger
+    let logger: Logger
     private var configuring = 0
     private var request = FrameRateRequest()
     private var controlChanges: [String: WireConfigure] = [:]
@@ -88,6 +88,8 @@ public actor RigSession {
     public internal(set) var phaseGrid: PhaseGrid?
     /// Re-aims every agent's lock as its clock estimate moves.
     var phaseRefresh: Task<Void, Never>?
+    /// Inputs whose agent refused the phase lock the last time it was sent, with the agent's reason.
+    var phaseRefusals: [String: String] = [:]
 
     public init(pool: AgentPool, id: String = "s-" + String(UInt64.random(in: 0...UInt64.max), radix: 36), leaseDuration: Duration = .seconds(15), logger: Logger) {
         self.pool = pool

@@ -1,3 +1,5 @@
+import CamRigDevices
+
 /// One delivered frame as the sync-set matcher sees it.
 public struct SyncFrame<Payload: Sendable>: Sendable {
     /// The camera's index in the rig, `0..<cameraCount`.
@@ -36,6 +38,9 @@ public struct SyncSet<Payload: Sendable>: Sendable {
     public var referenceTime: Int64
     /// Latest minus earliest present timestamp; 0 for a single frame.
     public var skew: Int64
+    /// The rig's frame grid instant the set belongs to (`grid.instant(gridIndex)`), when the cameras were
+    /// phase-locked and the matcher matched by grid index.
+    public var gridIndex: Int64?
 
     public init(
         index: Int,
@@ -43,7 +48,8 @@ public struct SyncSet<Payload: Sendable>: Sendable {
         isComplete: Bool,
         missingCameras: [Int],
         referenceTime: Int64,
-        skew: Int64
+        skew: Int64,
+        gridIndex: Int64? = nil
     ) {
         self.index = index
         self.frames = frames
@@ -51,6 +57,7 @@ public struct SyncSet<Payload: Sendable>: Sendable {
         self.missingCameras = missingCameras
         self.referenceTime = referenceTime
         self.skew = skew
+        self.gridIndex = gridIndex
     }
 
     /// The frames that are present, in camera order.
@@ -68,6 +75,10 @@ public enum SyncMatcherOutput<Payload: Sendable>: Sendable {
 extension SyncMatcherOutput: Equatable where Payload: Equatable {}
 
 /// Groups frames from cameras running at one nominal period into sync sets, one frame per camera per set.
+///
+/// With a frame grid (phase-locked cameras, `Configuration.grid`) a set is one grid instant: its window is
+/// the half period on either side of the grid instant nearest the anchor, so frames are matched by grid
+/// index and every set says which (`SyncSet.gridIndex`). Without one, the window starts at the anchor.
 ///
 /// Frames wait in one FIFO queue per camera. The earliest pending frame is the anchor of the next set,
 /// whose window is `anchor ... anchor + tolerance`. The set is decided as soon as no camera can still
@@ -88,12 +99,16 @@ public struct SyncSetMatcher<Payload: Sendable>: Sendable {
         /// A set still waiting for cameras closes once a timestamp more than this past its anchor is
         /// seen. The default is two frame periods.
         public var closeAfter: Int64
+        /// The rig's frame grid (same clock as the timestamps) when the cameras are phase-locked onto it:
+        /// frames are then matched by the grid instant nearest them, and `tolerance` is not used.
+        public var grid: PhaseGrid?
 
-        public init(cameraCount: Int, framePeriod: Int64, tolerance: Int64? = nil, closeAfter: Int64? = nil) {
+        public init(cameraCount: Int, framePeriod: Int64, tolerance: Int64? = nil, closeAfter: Int64? = nil, grid: PhaseGrid? = nil) {
             self.cameraCount = cameraCount
             self.framePeriod = framePeriod
             self.tolerance = tolerance ?? framePeriod / 2
             self.closeAfter = closeAfter ?? 2 * framePeriod
+            self.grid = grid
         }
     }
 
@@ -239,10 +254,20 @@ public struct SyncSetMatcher<Payload: Sendable>: Sendable {
 
     private mutating func drain(into output: inout [Output]) {
         while let anchor = earliestPendingTimestamp() {
-            let windowEnd = Self.saturatingAdd(anchor, configuration.tolerance)
-            guard isDecided(anchor: anchor, windowEnd: windowEnd) else { return }
-            closeSet(anchor: anchor, windowEnd: windowEnd, into: &output)
+            let window = window(anchoredAt: anchor)
+            guard isDecided(anchor: anchor, windowEnd: window.end) else { return }
+            closeSet(windowStart: window.start, windowEnd: window.end, gridIndex: window.gridIndex, into: &output)
         }
+    }
+
+    /// The window of the set whose earliest frame is at `anchor`: the anchor's grid cell (the half period
+    /// either side of its nearest grid instant) with a grid, else `anchor ... anchor + tolerance`.
+    private func window(anchoredAt anchor: Int64) -> (start: Int64, end: Int64, gridIndex: Int64?) {
+        guard let grid = configuration.grid else { return (anchor, Self.saturatingAdd(anchor, configuration.tolerance), nil) }
+        let index = grid.index(nearest: anchor)
+        let instant = grid.instant(index)
+        let half = Int64(grid.period / 2)
+        return (instant - half, instant + half - 1, index)
     }
 
     private func earliestPendingTimestamp() -> Int64? {
@@ -267,7 +292,7 @@ public struct SyncSetMatcher<Payload: Sendable>: Sendable {
         return true
     }
 
-    private mutating func closeSet(anchor: Int64, windowEnd: Int64, into output: inout [Output]) {
+    private mutating func closeSet(windowStart: Int64, windowEnd: Int64, gridIndex: Int64?, into output: inout [Output]) {
         let cameraCount = configuration.cameraCount
         var candidates: [SyncFrame<Payload>] = []
         var hasSeveral = false
@@ -316,7 +341,8 @@ public struct SyncSetMatcher<Payload: Sendable>: Sendable {
                     isComplete: missing.isEmpty,
                     missingCameras: missing,
                     referenceTime: reference,
-                    skew: present[present.count - 1] - present[0]
+                    skew: present[present.count - 1] - present[0],
+                    gridIndex: gridIndex
                 )
             )
         )
@@ -327,7 +353,7 @@ public struct SyncSetMatcher<Payload: Sendable>: Sendable {
             output.append(.unmatched(frame, reason: reason))
         }
         for camera in 0..<cameraCount where frames[camera] != nil {
-            lastWindow[camera] = ClosedWindow(start: anchor, end: windowEnd, index: index)
+            lastWindow[camera] = ClosedWindow(start: windowStart, end: windowEnd, index: index)
         }
         closedThrough = windowEnd
     }

@@ -85,9 +85,16 @@ public struct RestartAligner: Sendable {
         return .restart(at: restartAt)
     }
 
-    /// A new grid: alignment starts over (keeping the delays measured).
+    /// The restart asked for could not be carried out: the next frame of the running stream is measured
+    /// as if none had been asked for (the attempt still counts, so a camera that cannot be restarted
+    /// gives up).
+    public mutating func restartFailed() {
+        pending = nil
+    }
+
+    /// A refreshed grid (the clock estimate moved): frames are judged against it from now on, keeping the
+    /// delays measured; a camera already aligned restarts only if it is now off the new grid.
     public mutating func setGrid(_ grid: PhaseGrid) {
-        guard grid != self.grid else { return }
         self.grid = grid
     }
 }

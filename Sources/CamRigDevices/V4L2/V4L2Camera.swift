@@ -285,7 +285,8 @@ public final class V4L2Camera: FreeRunningBackend {
             }
             let sequence = sequenceBase + UInt64(frame.sequence)
             nextSequence = sequence + 1
-            let stamp = frame.marks == .dequeue ? frame.timestamp : clock.reading(atMonotonic: frame.timestamp)
+            // Driver and dequeue stamps alike are CLOCK_MONOTONIC; the agent reports its host clock's reading.
+            let stamp = clock.reading(atMonotonic: frame.timestamp)
             let (exposureStart, uncertainty) = state.timing.withLockedValue { $0 }.exposureStart(stamp: stamp, marks: frame.marks)
             var captured = CapturedFrame(
                 deviceID: identity.uniqueID,

@@ -63,29 +63,31 @@ struct SessionOptions: ParsableArguments {
         await session.setPreset(preset)
         await session.setFrameRate(.init(dimensions: try dimensions(), pixelFormat: try format(), frameDuration: fps))
         try await session.commitConfiguration()
-        if !noPhaseLock {
-            do {
-                try await lock(session, logger: logger)
-            } catch {
-                await session.stop()
-                throw error
-            }
-        }
+        if !noPhaseLock { await lock(session, logger: logger) }
         return session
     }
 
-    /// Puts every camera on the rig's frame grid and waits for them (at most `--lock-timeout`); warns,
-    /// naming them, about cameras that did not lock.
-    func lock(_ session: RigSession, logger: Logger) async throws {
+    func validate() throws {
         guard lockTimeout >= 0, lockTolerance > 0 else { throw ValidationError("--lock-timeout must be ≥ 0 and --lock-tolerance > 0") }
-        try await session.lockPhase(tolerance: .nanoseconds(Int64(lockTolerance * 1000)))
+    }
+
+    /// Puts every camera on the rig's frame grid and waits for them (at most `--lock-timeout`); warns,
+    /// naming them, about cameras that did not lock. Cameras that did not lock are captured as they are
+    /// and their manifest entry says so; a rig that cannot be locked at all is captured unlocked.
+    func lock(_ session: RigSession, logger: Logger) async {
+        do {
+            try await session.lockPhase(tolerance: .nanoseconds(Int64(lockTolerance * 1000)))
+        } catch {
+            logger.warning("phase lock not possible; capturing each camera's first frame from T on", metadata: ["reason": "\(error)"])
+            return
+        }
         let phases = await session.waitForPhaseLock(timeout: .milliseconds(Int64(lockTimeout * 1000)))
-        for phase in phases where phase.status.state != .locked {
-            let reason = phase.failure ?? (phase.status.reason.isEmpty ? "still locking after \(lockTimeout) s (--lock-timeout)" : phase.status.reason)
+        for phase in phases where phase.status.state != .locked || phase.failure != nil {
+            let reason = phase.reason ?? "still locking after \(lockTimeout) s (--lock-timeout)"
             logger.warning(
                 "camera is not phase-locked; its frames may be up to a frame period off the others'",
                 metadata: [
-                    "camera": "\(phase.camera)", "state": "\(PhaseOutput.stateName(phase.status.state))",
+                    "camera": "\(phase.camera)", "state": "\(phase.stateName)",
                     "phase_error_us": "\(Double(phase.status.phaseErrorNs) / 1000)", "reason": "\(reason)",
                 ])
         }

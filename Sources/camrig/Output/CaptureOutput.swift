@@ -12,6 +12,10 @@ struct CaptureOutput: Encodable {
         var offsetUs: Double
         var errorBoundUs: Double
         var error: String?
+        /// `locked`, `locking`, `cannot-lock`, …; absent when the capture was not phase-locked.
+        var phaseLock: String?
+        var phaseErrorUs: Double?
+        var phaseLockReason: String?
     }
 
     var id: String
@@ -51,7 +55,11 @@ struct CaptureOutput: Encodable {
         skewP99Us = Double(manifest.summary.skewP99Ns) / 1000
         maxSkewUs = Double(manifest.summary.skewMaxNs) / 1000
         cameras = manifest.cameras.map {
-            Camera(camera: $0.name, framesDelivered: $0.framesDelivered, droppedFrames: $0.framesDropped, unmatchedFrames: $0.framesUnmatched, offsetUs: $0.clock.offsetNs / 1000, errorBoundUs: $0.clock.errorBoundNs / 1000, error: $0.error)
+            Camera(
+                camera: $0.name, framesDelivered: $0.framesDelivered, droppedFrames: $0.framesDropped, unmatchedFrames: $0.framesUnmatched,
+                offsetUs: $0.clock.offsetNs / 1000, errorBoundUs: $0.clock.errorBoundNs / 1000, error: $0.error,
+                phaseLock: $0.phaseLock?.state, phaseErrorUs: $0.phaseLock.map { Double($0.phaseErrorNs) / 1000 },
+                phaseLockReason: $0.phaseLock?.reason)
         }
     }
 
@@ -62,11 +70,18 @@ struct CaptureOutput: Encodable {
         if let trueSkew {
             lines.append("  true skew p50 \(String(format: "%.1f", trueSkew.p50Us)) µs, max \(String(format: "%.1f", trueSkew.maxUs)) µs (real time, from the injected clock errors)")
         }
+        let phaseLocked = cameras.contains { $0.phaseLock != nil }
         lines.append(table(
-            ["  CAMERA", "FRAMES", "DROPPED", "UNMATCHED", "OFFSET µs", "±µs"],
-            cameras.map { ["  " + $0.camera, "\($0.framesDelivered)", "\($0.droppedFrames)", "\($0.unmatchedFrames)", String(format: "%.1f", $0.offsetUs), String(format: "%.1f", $0.errorBoundUs)] }
+            ["  CAMERA", "FRAMES", "DROPPED", "UNMATCHED", "OFFSET µs", "±µs"] + (phaseLocked ? ["PHASE", "PHASE ERR µs"] : []),
+            cameras.map { camera in
+                ["  " + camera.camera, "\(camera.framesDelivered)", "\(camera.droppedFrames)", "\(camera.unmatchedFrames)", String(format: "%.1f", camera.offsetUs), String(format: "%.1f", camera.errorBoundUs)]
+                    + (phaseLocked ? [camera.phaseLock ?? "-", camera.phaseErrorUs.map { String(format: "%.1f", $0) } ?? "-"] : [])
+            }
         ))
         for camera in cameras { if let error = camera.error { lines.append("  \(camera.camera): \(error)") } }
+        for camera in cameras where camera.phaseLock != nil && camera.phaseLock != "locked" {
+            lines.append("  \(camera.camera): not phase-locked (\(camera.phaseLock ?? "")): \(camera.phaseLockReason ?? "no reason given"); its frames may be up to a frame period off the others'")
+        }
         return lines.joined(separator: "\n")
     }
 }

@@ -17,8 +17,8 @@ struct PhaseOutput: Encodable {
 
     init(camera: String, _ status: WirePhaseStatus, failure: String? = nil) {
         self.camera = camera
-        state = failure == nil ? Self.stateName(status.state) : "unknown"
-        method = Self.methodName(status.method)
+        state = failure == nil ? CameraPhase.name(of: status.state) : "unknown"
+        method = CameraPhase.name(of: status.method)
         phaseErrorUs = Double(status.phaseErrorNs) / 1000
         errorBoundUs = Double(status.errorBoundNs) / 1000
         framePeriodUs = status.measuredFramePeriodNs > 0 ? status.measuredFramePeriodNs / 1000 : nil
@@ -30,25 +30,6 @@ struct PhaseOutput: Encodable {
 
     init(_ phase: CameraPhase) {
         self.init(camera: phase.camera, phase.status, failure: phase.failure)
-    }
-
-    static func stateName(_ state: WirePhaseLockState) -> String {
-        switch state {
-        case .unlocked: "unlocked"
-        case .locking: "locking"
-        case .locked: "locked"
-        case .cannotLock: "cannot-lock"
-        default: "unknown"
-        }
-    }
-
-    static func methodName(_ method: WirePhaseLockMethod) -> String {
-        switch method {
-        case .triggered: "triggered"
-        case .frameDuration: "frame-duration"
-        case .restart: "restart"
-        default: "-"
-        }
     }
 
     static func table(_ phases: [PhaseOutput]) -> String {
