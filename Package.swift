@@ -250,7 +250,8 @@ let package = Package(
             name: "IntegrationTests",
             dependencies: [
                 "camrig", "camrig-agent", "CamRigTestSupport", "CamRigLocalRig", "CamRigCoordinator", "CamRigWire",
-                "CamRigClock", "CamRigDevices", "CamRigSecurity", "CamRigCapture", "CamRigStorage",
+                "CamRigClock", "CamRigDevices", "CamRigSecurity", "CamRigCapture", "CamRigStorage", "CamRigClockSocket",
+                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
     ]

@@ -20,12 +20,19 @@ public struct AgentConfiguration: Sendable {
     public var security: Security
     /// Stable id announced in `Welcome` (by default the certificate's common name).
     public var agentID: String
-    /// A client must complete TLS and send hello within this time.
+    /// A client must complete TLS and send hello within this time; until it has, its connection counts
+    /// against the unauthenticated budget.
     public var handshakeTimeout: TimeAmount
     /// A ready connection with nothing received for this long is closed (clients ping meanwhile).
     public var idleTimeout: TimeAmount
-    /// Connections beyond this are closed at once.
+    /// Authenticated clients served at once; `reservedForCoordinators` of them only for the coordinator role.
     public var maxConnections: Int
+    /// Connections still in TLS or `Hello` at once; a new one beyond this replaces the oldest.
+    public var maxUnauthenticated: Int
+    /// Connections still in TLS or `Hello` from one address; more are refused.
+    public var maxUnauthenticatedPerAddress: Int
+    /// Client places only a coordinator may take.
+    public var reservedForCoordinators: Int
     /// The devices served; `nil` serves none (device requests answer `UNIMPLEMENTED`).
     public var devices: AgentDevices?
     /// Where captured results wait for the coordinator; `nil` disables capture.
@@ -42,9 +49,12 @@ public struct AgentConfiguration: Sendable {
         port: Int = WireProtocol.defaultPort,
         security: Security,
         agentID: String,
-        handshakeTimeout: TimeAmount = .seconds(10),
+        handshakeTimeout: TimeAmount = .seconds(5),
         idleTimeout: TimeAmount = .seconds(120),
         maxConnections: Int = 64,
+        maxUnauthenticated: Int = 32,
+        maxUnauthenticatedPerAddress: Int = 4,
+        reservedForCoordinators: Int = 8,
         maxFrameLength: UInt32 = WireProtocol.minimumMaxFrameLength,
         devices: AgentDevices? = nil,
         spool: ResultSpool? = nil,
@@ -60,7 +70,20 @@ public struct AgentConfiguration: Sendable {
         self.handshakeTimeout = handshakeTimeout
         self.idleTimeout = idleTimeout
         self.maxConnections = maxConnections
+        self.maxUnauthenticated = maxUnauthenticated
+        self.maxUnauthenticatedPerAddress = maxUnauthenticatedPerAddress
+        self.reservedForCoordinators = reservedForCoordinators
         self.maxFrameLength = maxFrameLength
+    }
+
+    /// The handshake deadline in whole seconds (at least one).
+    var handshakeTimeoutSeconds: Int { max(1, Int(handshakeTimeout.nanoseconds / 1_000_000_000)) }
+
+    /// The connection budgets' limits.
+    var connectionLimits: ConnectionBudget.Limits {
+        ConnectionBudget.Limits(
+            pendingLimit: maxUnauthenticated, pendingPerAddress: maxUnauthenticatedPerAddress,
+            clientLimit: maxConnections, reservedForCoordinators: min(reservedForCoordinators, maxConnections))
     }
 
     /// What the connection state machine announces.

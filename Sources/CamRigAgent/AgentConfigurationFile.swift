@@ -15,9 +15,11 @@ import Yams
 ///       synthetic: 0
 ///       v4l2: ["/dev/video*"]
 ///     limits:
-///       handshake_timeout_s: 10
+///       handshake_timeout_s: 5
 ///       idle_timeout_s: 120
 ///       max_connections: 64
+///       max_unauthenticated: 32
+///       max_unauthenticated_per_address: 4
 public struct AgentConfigurationFile: Codable, Equatable, Sendable {
     public struct Spool: Codable, Equatable, Sendable {
         public var dir: String?
@@ -38,11 +40,15 @@ public struct AgentConfigurationFile: Codable, Equatable, Sendable {
         public var handshakeTimeoutSeconds: Int?
         public var idleTimeoutSeconds: Int?
         public var maxConnections: Int?
+        public var maxUnauthenticated: Int?
+        public var maxUnauthenticatedPerAddress: Int?
 
         enum CodingKeys: String, CodingKey {
             case handshakeTimeoutSeconds = "handshake_timeout_s"
             case idleTimeoutSeconds = "idle_timeout_s"
             case maxConnections = "max_connections"
+            case maxUnauthenticated = "max_unauthenticated"
+            case maxUnauthenticatedPerAddress = "max_unauthenticated_per_address"
         }
     }
 
@@ -74,7 +80,7 @@ public struct AgentConfigurationFile: Codable, Equatable, Sendable {
         do {
             if let node = try Yams.compose(yaml: yaml), let mapping = node.mapping {
                 try Self.checkKeys(mapping, allowed: CodingKeys.allCases.map(\.rawValue), path: "")
-                for (section, keys) in [("spool", ["dir", "size_mb"]), ("devices", ["synthetic", "v4l2"]), ("limits", ["handshake_timeout_s", "idle_timeout_s", "max_connections"])] {
+                for (section, keys) in [("spool", ["dir", "size_mb"]), ("devices", ["synthetic", "v4l2"]), ("limits", ["handshake_timeout_s", "idle_timeout_s", "max_connections", "max_unauthenticated", "max_unauthenticated_per_address"])] {
                     if let nested = mapping[Node(section)]?.mapping { try Self.checkKeys(nested, allowed: keys, path: "\(section).") }
                 }
             }

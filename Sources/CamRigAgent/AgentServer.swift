@@ -1,3 +1,4 @@
+import CamRigClock
 import CamRigSecurity
 import CamRigWire
 import Logging
@@ -18,7 +19,7 @@ public final class AgentServer: Service, Sendable {
     public let configuration: AgentConfiguration
     private let group: any EventLoopGroup
     private let logger: Logger
-    private let connections = ConnectionRegistry()
+    private let connections: ConnectionRegistry
     private let addressPromise: EventLoopPromise<SocketAddress>
     private let router: AgentRequestRouter
     private let clockChannel: ClockChannelServer
@@ -30,6 +31,7 @@ public final class AgentServer: Service, Sendable {
         self.group = group
         self.logger = logger
         self.addressPromise = group.any().makePromise(of: SocketAddress.self)
+        self.connections = ConnectionRegistry(limits: configuration.connectionLimits, logger: logger)
         let streams = configuration.devices.map { AgentStreams(devices: $0, logger: logger) }
         let phaseLocks = streams.map { AgentPhaseLocks(streams: $0, logger: logger) }
         if let phaseLocks {
@@ -114,9 +116,10 @@ public final class AgentServer: Service, Sendable {
         // Pending triggers are answered SHUTTING_DOWN while their clients are still connected; photos
         // already fired are stored (their results wait in the spool) before the process goes.
         router.capture?.shutdown()
-        await connections.closeAll(reason: "agent \(configuration.agentID) is shutting down")
+        // Open streams end with StreamEnded (SHUTTING_DOWN) before their clients get Goodbye.
         router.phaseLocks?.stopAll()
-        router.streams?.stopAll(message: "agent is shutting down")
+        router.streams?.stopAll(message: "agent \(configuration.agentID) is shutting down")
+        await connections.closeAll(reason: "agent \(configuration.agentID) is shutting down")
         await router.capture?.drain()
         try? await spoolThread.shutdownGracefully()
         logger.info("stopped")
@@ -127,22 +130,27 @@ public final class AgentServer: Service, Sendable {
         let connections = self.connections
         let logger = self.logger
         let router = self.router
+        let deferAccept = ChannelOptions.Types.SocketOption(level: SocketOptionLevel(IPPROTO_TCP), name: SocketOptionName(TCP_DEFER_ACCEPT))
+        let deferSeconds = SocketOptionValue(configuration.handshakeTimeoutSeconds)
         return ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            // A connection reaches the agent only once its client has sent something (its ClientHello):
+            // silent connections wait in the kernel and cost the agent nothing (Linux's TCP_DEFER_ACCEPT).
+            .serverChannelOption(deferAccept, value: deferSeconds)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { channel in
                 var connectionLogger = logger
                 connectionLogger[metadataKey: "peer"] = "\(channel.remoteAddress.map { "\($0)" } ?? "?")"
-                guard connections.add(channel, limit: configuration.maxConnections) else {
-                    connectionLogger.warning("refusing connection: already \(configuration.maxConnections) clients (--max-connections)")
-                    return channel.close()
-                }
+                guard let id = connections.admit(channel) else { return channel.close() }
                 do {
+                    try channel.pipeline.syncOperations.addHandler(HandshakeActivity(id: id, registry: connections))
                     try Self.configurePipeline(
                         channel: channel,
+                        id: id,
                         configuration: configuration,
                         router: router,
+                        admission: { id, isCoordinator in connections.authenticate(id, isCoordinator: isCoordinator) },
                         logger: connectionLogger
                     )
                     return channel.eventLoop.makeSucceededVoidFuture()
@@ -153,10 +161,16 @@ public final class AgentServer: Service, Sendable {
     }
 
     /// Installs the connection's handlers. Exposed to the module for tests over `EmbeddedChannel`.
+    ///
+    /// - Parameters:
+    ///   - id: the connection's id (its leases are bound to it).
+    ///   - admission: asked once the client completed TLS and `Hello`: `nil` when it may stay, else why not.
     static func configurePipeline(
         channel: any Channel,
+        id: UInt64,
         configuration: AgentConfiguration,
         router: AgentRequestRouter,
+        admission: @escaping @Sendable (_ id: UInt64, _ isCoordinator: Bool) -> String? = { _, _ in nil },
         logger: Logger
     ) throws {
         let handlers = channel.pipeline.syncOperations
@@ -174,6 +188,8 @@ public final class AgentServer: Service, Sendable {
         try handlers.addHandler(WireFrameEncoder())
         try handlers.addHandler(
             AgentConnectionHandler(
+                connectionID: id,
+                admission: admission,
                 configuration: configuration.handshake,
                 handshakeTimeout: configuration.handshakeTimeout,
                 idleTimeout: configuration.idleTimeout,
@@ -187,37 +203,138 @@ public final class AgentServer: Service, Sendable {
     }
 }
 
+/// Tells the registry when an unauthenticated connection sends bytes, so that a flood's stalled
+/// connections are shed before one in the middle of its handshake. `AgentConnectionHandler` removes it
+/// once the client's certificate is verified.
+final class HandshakeActivity: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+
+    private let id: UInt64
+    private let registry: ConnectionRegistry
+
+    init(id: UInt64, registry: ConnectionRegistry) {
+        self.id = id
+        self.registry = registry
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        registry.received(id)
+        context.fireChannelRead(data)
+    }
+}
+
 /// The agent could not start or run.
 public struct AgentServerError: Error, CustomStringConvertible, Sendable {
     public var description: String
     init(_ description: String) { self.description = description }
 }
 
-/// The open client connections, so shutdown can reach each one.
+/// The open connections in their two budgets (`ConnectionBudget`), so that shutdown can reach each one
+/// and a peer without a certificate cannot take a client's place.
 final class ConnectionRegistry: Sendable {
-    private let channels = NIOLockedValueBox<[ObjectIdentifier: any Channel]>([:])
+    private struct State {
+        var budget: ConnectionBudget
+        var channels: [UInt64: any Channel] = [:]
+        var nextID: UInt64 = 1
+        /// When shed connections were last summarized in the log, and the counts then.
+        var summarizedAt: Int64 = 0
+        var summarized = ConnectionBudget.Counts()
+    }
 
-    var count: Int { channels.withLockedValue { $0.count } }
+    private let state: NIOLockedValueBox<State>
+    private let logger: Logger
+    /// Shed connections are summarized in the log at most this often (a flood must not flood the log).
+    static let summaryInterval: Int64 = 10_000_000_000
 
-    /// Adds the channel unless `limit` connections are open; removes it again when it closes.
-    func add(_ channel: any Channel, limit: Int) -> Bool {
-        let id = ObjectIdentifier(channel)
-        let added = channels.withLockedValue { channels in
-            guard channels.count < limit else { return false }
-            channels[id] = channel
-            return true
+    init(limits: ConnectionBudget.Limits, logger: Logger) {
+        state = NIOLockedValueBox(State(budget: ConnectionBudget(limits: limits)))
+        self.logger = logger
+    }
+
+    var count: Int { state.withLockedValue { $0.channels.count } }
+
+    /// What was shed so far.
+    var counts: ConnectionBudget.Counts { state.withLockedValue { $0.budget.counts } }
+
+    /// Takes a new connection into the unauthenticated budget and returns its id, closing the oldest
+    /// unauthenticated connection when that makes room; `nil` when it is refused (the caller closes it).
+    func admit(_ channel: any Channel) -> UInt64? {
+        let address = channel.remoteAddress?.ipAddress ?? "unknown"
+        let (id, admission) = state.withLockedValue { state -> (UInt64, ConnectionBudget.Admission) in
+            let id = state.nextID
+            state.nextID += 1
+            let admission = state.budget.connect(id, address: address, now: HostClock.monotonicNow())
+            if case .refuse = admission {} else { state.channels[id] = channel }
+            return (id, admission)
         }
-        if added {
-            channel.closeFuture.whenComplete { _ in
-                _ = self.channels.withLockedValue { $0.removeValue(forKey: id) }
+        switch admission {
+        case .admit:
+            break
+        case .admitEvicting(let old):
+            if let evicted = state.withLockedValue({ $0.channels[old] }) {
+                logger.debug("closing an unauthenticated connection to make room for a new one", metadata: ["peer": "\(evicted.remoteAddress.map { "\($0)" } ?? "?")"])
+                evicted.close(promise: nil)
+            }
+        case .refuse(let reason):
+            logger.debug("refusing connection", metadata: ["peer": "\(address)", "reason": "\(reason)"])
+            summarizeShedding()
+            return nil
+        }
+        summarizeShedding()
+        channel.closeFuture.whenComplete { _ in
+            self.state.withLockedValue { state in
+                state.channels.removeValue(forKey: id)
+                state.budget.disconnect(id)
             }
         }
-        return added
+        return id
+    }
+
+    /// Unauthenticated connection `id` sent bytes: it is making progress.
+    func received(_ id: UInt64) {
+        let now = HostClock.monotonicNow()
+        state.withLockedValue { $0.budget.received(id, now: now) }
+    }
+
+    /// Connection `id` completed TLS and `Hello`; `nil` when it may stay, else why not.
+    func authenticate(_ id: UInt64, isCoordinator: Bool) -> String? {
+        let refusal = state.withLockedValue { $0.budget.authenticate(id, isCoordinator: isCoordinator) }
+        if refusal != nil { summarizeShedding() }
+        return refusal
+    }
+
+    /// Logs what was shed since the last summary, at most once per `summaryInterval`.
+    private func summarizeShedding() {
+        let now = HostClock.monotonicNow()
+        let news = state.withLockedValue { state -> (ConnectionBudget.Counts, ConnectionBudget.Counts)? in
+            let counts = state.budget.counts
+            guard counts != state.summarized, now - state.summarizedAt >= Self.summaryInterval else { return nil }
+            defer {
+                state.summarized = counts
+                state.summarizedAt = now
+            }
+            return (counts, state.summarized)
+        }
+        guard let (counts, before) = news else { return }
+        let evicted = counts.evicted - before.evicted
+        let refusedPerAddress = counts.refusedPerAddress - before.refusedPerAddress
+        let refusedClients = counts.refusedClients - before.refusedClients
+        var metadata: Logger.Metadata = [:]
+        metadata["evicted"] = "\(evicted)"
+        metadata["refused_per_address"] = "\(refusedPerAddress)"
+        metadata["refused_clients"] = "\(refusedClients)"
+        metadata["evicted_total"] = "\(counts.evicted)"
+        metadata["refused_per_address_total"] = "\(counts.refusedPerAddress)"
+        metadata["refused_clients_total"] = "\(counts.refusedClients)"
+        logger.warning(
+            "shedding connections: unauthenticated connections closed to make room, refused per address, or clients refused over the limit",
+            metadata: metadata)
     }
 
     /// Asks every connection to say goodbye and close; waits up to five seconds for them.
     func closeAll(reason: String) async {
-        let open = channels.withLockedValue { Array($0.values) }
+        let open = state.withLockedValue { Array($0.channels.values) }
         for channel in open {
             channel.pipeline.fireUserInboundEventTriggered(AgentShutdownEvent(reason: reason))
         }

@@ -55,6 +55,8 @@ public final class ClockChannelServer: Sendable {
         guard let bound = socket.withLockedValue({ $0 }), running.withLockedValue({ $0 }) else { return nil }
         let key = SymmetricKey(size: .bits256)
         let id = keys.withLockedValue { keys -> UInt32 in
+            // One key per connection: a new OpenClockChannel replaces (and so revokes) the previous key.
+            keys = keys.filter { $0.value.connection != connection }
             var id = UInt32.random(in: 1...UInt32.max)
             while keys[id] != nil { id = UInt32.random(in: 1...UInt32.max) }
             keys[id] = Key(key: key, connection: connection)

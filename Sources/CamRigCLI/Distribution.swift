@@ -32,4 +32,15 @@ public struct Distribution: Encodable, Sendable {
         max = sorted.last ?? .nan
         mean = sorted.isEmpty ? .nan : sorted.reduce(0, +) / Double(sorted.count)
     }
+
+    private enum CodingKeys: String, CodingKey { case count, min, p50, p99, p999, max, mean }
+
+    /// JSON has no NaN: the figures of an empty distribution are written as `null`.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(count, forKey: .count)
+        for (key, value) in [(CodingKeys.min, min), (.p50, p50), (.p99, p99), (.p999, p999), (.max, max), (.mean, mean)] {
+            if value.isFinite { try container.encode(value, forKey: key) } else { try container.encodeNil(forKey: key) }
+        }
+    }
 }

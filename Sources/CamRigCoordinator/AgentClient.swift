@@ -42,6 +42,7 @@ public final class AgentClient: Sendable {
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         timeout: TimeAmount = .seconds(5),
         keepAliveInterval: TimeAmount = .seconds(30),
+        maxFrameLength: UInt32 = WireProtocol.defaultMaxFrameLength,
         logger: Logger = Logger(label: "camrig.client")
     ) async throws -> AgentClient {
         let name = endpoint.description
@@ -58,13 +59,14 @@ public final class AgentClient: Sendable {
                         try handlers.addHandler(try tls.makeClientHandler(recordingInto: verification!))
                     }
                     try handlers.addHandler(IdleStateHandler(writeTimeout: keepAliveInterval))
-                    try handlers.addHandler(ByteToMessageHandler(WireFrameDecoder()))
+                    try handlers.addHandler(ByteToMessageHandler(WireFrameDecoder(maxFrameLength: maxFrameLength)))
                     try handlers.addHandler(WireFrameEncoder())
                     try handlers.addHandler(
                         AgentClientHandler(
                             agent: name,
                             handshakePromise: handshake,
                             verification: verification,
+                            maxFrameLength: maxFrameLength,
                             logger: logger
                         )
                     )

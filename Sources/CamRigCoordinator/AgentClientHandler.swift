@@ -61,14 +61,18 @@ final class AgentClientHandler: ChannelDuplexHandler {
     private var closeError: AgentClientError?
     private var context: ChannelHandlerContext?
     private let logger: Logger
+    /// The largest frame this client accepts, announced in its hello.
+    private let maxFrameLength: UInt32
 
     init(
         agent: String,
         handshakePromise: EventLoopPromise<WireWelcome>,
         verification: PeerVerificationRecord?,
+        maxFrameLength: UInt32 = WireProtocol.defaultMaxFrameLength,
         readStallLimit: TimeAmount = AgentClientHandler.defaultReadStallLimit,
         logger: Logger
     ) {
+        self.maxFrameLength = maxFrameLength
         self.agent = agent
         self.handshakePromise = handshakePromise
         self.verification = verification
@@ -92,7 +96,7 @@ final class AgentClientHandler: ChannelDuplexHandler {
 
     private func start(context: ChannelHandlerContext) {
         // NIOSSL holds the hello until TLS completes.
-        run(machine.start(requestID: 1, software: "camrig \(CamRigVersion.string)"), context: context)
+        run(machine.start(requestID: 1, software: "camrig \(CamRigVersion.string)", maxFrameLength: maxFrameLength), context: context)
     }
 
     /// Sends a request; the promise gets the first frame answering it. Call on the event loop.

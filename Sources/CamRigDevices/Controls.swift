@@ -26,9 +26,12 @@ public enum V4L2ControlID {
     public static let isoSensitivity = camera + 23
     public static let flashLEDMode = flash + 1
     public static let torchIntensity = flash + 8
+    /// `V4L2_CID_VBLANK`: lines of vertical blanking; with the active height, a raw sensor's frame length.
     public static let verticalBlanking = imageSource + 1
+    /// `V4L2_CID_HBLANK`: pixels of horizontal blanking; with the active width, the line length.
     public static let horizontalBlanking = imageSource + 2
     public static let analogueGain = imageSource + 3
+    /// `V4L2_CID_PIXEL_RATE`: pixels per second, which with the line length gives the line duration.
     public static let pixelRate = imageProcessing + 2
     public static let testPattern = imageProcessing + 3
 

@@ -82,10 +82,11 @@ public struct AgentProcessError: Error, CustomStringConvertible {
 
 extension AgentProcess {
     /// Connects to this agent over TLS with certificate `identity` from `pki`.
-    public func connect(_ pki: TestPKI, as identity: String = "coordinator") async throws -> AgentClient {
+    public func connect(_ pki: TestPKI, as identity: String = "coordinator", maxFrameLength: UInt32 = WireProtocol.defaultMaxFrameLength) async throws -> AgentClient {
         try await AgentClient.connect(
             to: AgentEndpoint(host: host, port: port),
-            security: try pki.clientSecurity(identity: identity)
+            security: try pki.clientSecurity(identity: identity),
+            maxFrameLength: maxFrameLength
         )
     }
 }

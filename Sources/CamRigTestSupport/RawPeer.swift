@@ -39,14 +39,15 @@ public enum RawPeer {
         }
     }
 
-    /// Connects to `host:port`, writes each chunk of `chunks` in turn, and collects the agent's bytes until
-    /// it closes or `timeout` passes.
+    /// Connects to `host:port`, writes each chunk of `chunks` in turn (`spacing` apart, when given), and
+    /// collects the agent's bytes until it closes or `timeout` passes.
     public static func exchange(
         host: String = "127.0.0.1",
         port: Int,
         transport: Transport,
         chunks: [[UInt8]],
         timeout: TimeAmount = .seconds(5),
+        spacing: Duration? = nil,
         stopReadingFor pause: Duration? = nil,
         whilePaused: @Sendable () async -> Void = {}
     ) async throws -> Exchange {
@@ -65,7 +66,8 @@ public enum RawPeer {
                 }
             }
         let channel = try await bootstrap.connect(host: host, port: port).get()
-        for chunk in chunks {
+        for (index, chunk) in chunks.enumerated() {
+            if let spacing, index > 0 { try await Task.sleep(for: spacing) }
             var buffer = channel.allocator.buffer(capacity: chunk.count)
             buffer.writeBytes(chunk)
             try? await channel.writeAndFlush(buffer)

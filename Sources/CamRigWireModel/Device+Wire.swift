@@ -149,13 +149,31 @@ extension WireTorchMode {
 }
 
 extension WireDeviceState {
+    /// The device's state now.
     public init(device: CaptureDevice, rawValues: [UInt32: Int64]) {
+        self.init(
+            deviceID: device.uniqueID, formatID: device.activeFormat.id, minFrameDuration: device.activeMinFrameDuration,
+            maxFrameDuration: device.activeMaxFrameDuration, settings: device.settings, rawValues: rawValues)
+    }
+
+    /// The state the device would have after a change that was only validated (`validate_only`):
+    /// `resolved` as `CaptureDevice.validate` resolved it, over the device's raw control values now.
+    public init(device: CaptureDevice, resolved: CaptureDevice.ResolvedConfiguration, rawValues: [UInt32: Int64]) {
+        self.init(
+            deviceID: device.uniqueID, formatID: resolved.format.id, minFrameDuration: resolved.minFrameDuration,
+            maxFrameDuration: resolved.maxFrameDuration, settings: resolved.settings,
+            rawValues: rawValues.merging(resolved.rawControls) { _, new in new })
+    }
+
+    private init(
+        deviceID: String, formatID: String, minFrameDuration: FrameDuration, maxFrameDuration: FrameDuration,
+        settings: CameraSettings, rawValues: [UInt32: Int64]
+    ) {
         self.init()
-        let settings = device.settings
-        deviceID = device.uniqueID
-        activeFormatID = device.activeFormat.id
-        activeMinFrameDuration = WireRational(device.activeMinFrameDuration)
-        activeMaxFrameDuration = WireRational(device.activeMaxFrameDuration)
+        self.deviceID = deviceID
+        activeFormatID = formatID
+        activeMinFrameDuration = WireRational(minFrameDuration)
+        activeMaxFrameDuration = WireRational(maxFrameDuration)
         focus.mode = settings.focusMode.wire
         focus.lensPosition = settings.lensPosition
         exposure.mode = settings.exposureMode.wire

@@ -36,14 +36,20 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Agent id announced to clients (default: the certificate's name, or the host name with --insecure).")
     var agentID: String?
 
-    @Option(name: .long, help: "Seconds a client has to complete TLS and send hello (default 10).")
+    @Option(name: .long, help: "Seconds a client has to complete TLS and send hello (default 5).")
     var handshakeTimeout: Int?
 
     @Option(name: .long, help: "Seconds of silence after which a client connection is closed (default 120).")
     var idleTimeout: Int?
 
-    @Option(name: .long, help: "Most client connections served at once (default 64).")
+    @Option(name: .long, help: "Most authenticated clients served at once (default 64); 8 of them are kept for coordinators.")
     var maxConnections: Int?
+
+    @Option(name: .long, help: "Most connections still in TLS or hello at once (default 32); beyond it a new one replaces the oldest.")
+    var maxUnauthenticated: Int?
+
+    @Option(name: .long, help: "Most connections still in TLS or hello from one address (default 4); more are refused.")
+    var maxUnauthenticatedPerAddress: Int?
 
     @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical (default info).")
     var logLevel: Logger.Level?
@@ -98,6 +104,8 @@ struct AgentCommand: AsyncParsableCommand {
         var handshakeTimeout: Int
         var idleTimeout: Int
         var maxConnections: Int
+        var maxUnauthenticated: Int
+        var maxUnauthenticatedPerAddress: Int
         var logLevel: Logger.Level
         var synthetic: Int
         var v4l2: [String]
@@ -128,9 +136,11 @@ struct AgentCommand: AsyncParsableCommand {
             identity: tls.identity ?? file.identity,
             insecure: tls.insecure || file.insecure == true,
             agentID: agentID ?? file.agentID,
-            handshakeTimeout: handshakeTimeout ?? file.limits?.handshakeTimeoutSeconds ?? 10,
+            handshakeTimeout: handshakeTimeout ?? file.limits?.handshakeTimeoutSeconds ?? 5,
             idleTimeout: idleTimeout ?? file.limits?.idleTimeoutSeconds ?? 120,
             maxConnections: maxConnections ?? file.limits?.maxConnections ?? 64,
+            maxUnauthenticated: maxUnauthenticated ?? file.limits?.maxUnauthenticated ?? 32,
+            maxUnauthenticatedPerAddress: maxUnauthenticatedPerAddress ?? file.limits?.maxUnauthenticatedPerAddress ?? 4,
             logLevel: level,
             synthetic: synthetic ?? file.devices?.synthetic ?? 0,
             v4l2: v4l2.isEmpty ? (file.devices?.v4l2 ?? []) : v4l2,
@@ -161,8 +171,10 @@ struct AgentCommand: AsyncParsableCommand {
             }
         }
         guard settings.spoolSizeMB > 0 else { throw ValidationError("the spool size must be positive") }
-        guard settings.handshakeTimeout > 0, settings.idleTimeout > 0, settings.maxConnections > 0 else {
-            throw ValidationError("timeouts and the connection limit must be positive")
+        guard settings.handshakeTimeout > 0, settings.idleTimeout > 0, settings.maxConnections > 0,
+            settings.maxUnauthenticated > 0, settings.maxUnauthenticatedPerAddress > 0
+        else {
+            throw ValidationError("timeouts and the connection limits must be positive")
         }
         if listDevices { return settings }
         settings.tlsDir = try tls.directory(fallback: file.tlsDir, fallbackInsecure: file.insecure == true, from: "the configuration file's tls_dir")
@@ -242,6 +254,8 @@ struct AgentCommand: AsyncParsableCommand {
                 handshakeTimeout: .seconds(Int64(settings.handshakeTimeout)),
                 idleTimeout: .seconds(Int64(settings.idleTimeout)),
                 maxConnections: settings.maxConnections,
+                maxUnauthenticated: settings.maxUnauthenticated,
+                maxUnauthenticatedPerAddress: settings.maxUnauthenticatedPerAddress,
                 devices: AgentDevices(discovery: discovery, agentID: agentName, clock: settings.clock, logger: logger),
                 spool: spool
             ),

@@ -103,6 +103,7 @@ struct PhaseBenchmark: AsyncParsableCommand {
                     }
                 }))
             lines.append("True skew: latest minus earliest true exposure start in a set, from the emulator's truth log (CLOCK_MONOTONIC), not from any camera's timestamp.")
+            lines.append("Lock off: each camera's first frame from T on; in a recording, each frame of the first camera with every other camera's nearest frame (the matcher's sets, mostly incomplete, are counted under SETS).")
             return lines.joined(separator: "\n")
         }
     }
@@ -203,7 +204,7 @@ struct PhaseBenchmark: AsyncParsableCommand {
             var incompletePhotos = 0
             for _ in 0..<photos {
                 let report = try await session.capturePhoto(into: DiscardingSink())
-                guard let set = report.manifest.sets.first, set.complete, let span = truth.trueSpan(of: set, in: report.manifest) else {
+                guard let set = report.manifest.sets.first, set.complete, let span = truth.read().trueSpan(of: set, in: report.manifest) else {
                     incompletePhotos += 1
                     continue
                 }
@@ -217,14 +218,33 @@ struct PhaseBenchmark: AsyncParsableCommand {
             if recordSeconds > 0 {
                 options.say("  lock \(phaseLock ? "on" : "off"): recording \(recordSeconds) s")
                 let report = try await session.record(duration: .milliseconds(Int64(recordSeconds * 1000)), into: DiscardingSink())
-                for set in report.manifest.sets {
+                let logs = truth.read()
+                let manifest = report.manifest
+                for set in manifest.sets {
                     sets += 1
-                    guard set.complete, let span = truth.trueSpan(of: set, in: report.manifest) else {
+                    guard set.complete, let span = logs.trueSpan(of: set, in: manifest) else {
                         incompleteSets += 1
                         continue
                     }
-                    recordingTrue.append(Double(span) / 1000)
                     recordingCoordinator.append(Double(set.skewNs) / 1000)
+                    if phaseLock { recordingTrue.append(Double(span) / 1000) }
+                }
+                if !phaseLock {
+                    // Unlocked cameras lie anywhere within a frame of each other, so most of the matcher's
+                    // windows split them. The baseline is what rig tools without a lock do: for each frame
+                    // of the first camera, every other camera's frame nearest it in time.
+                    let byCamera = Dictionary(grouping: manifest.sets.flatMap(\.frames) + manifest.unmatched, by: \.camera)
+                        .mapValues { $0.sorted { $0.timestampNs < $1.timestampNs } }
+                    let cameras = byCamera.keys.sorted()
+                    if cameras.count == inputs.count, let reference = cameras.first, let referenceFrames = byCamera[reference] {
+                        for frame in referenceFrames.dropFirst().dropLast() {
+                            let frames = cameras.compactMap { camera in
+                                byCamera[camera]?.min { abs($0.timestampNs - frame.timestampNs) < abs($1.timestampNs - frame.timestampNs) }
+                            }
+                            let paired = CaptureManifest.SyncSet(index: 0, complete: true, referenceTimeNs: 0, skewNs: 0, missingCameras: [], frames: frames)
+                            if let span = logs.trueSpan(of: paired, in: manifest) { recordingTrue.append(Double(span) / 1000) }
+                        }
+                    }
                 }
             }
             if phaseLock { phases = await session.phaseStatus() }
@@ -239,7 +259,7 @@ struct PhaseBenchmark: AsyncParsableCommand {
                     let phase = phases.first { $0.camera == input.name }
                     return Camera(
                         camera: input.name, frameDurationControl: node.frameDurationControl, ratePpm: node.ratePpm,
-                        state: phase.map { "\($0.status.state)" } ?? "-", method: phase.map { "\($0.status.method)" } ?? "-",
+                        state: phase?.stateName ?? "-", method: phase?.methodName ?? "-",
                         phaseErrorUs: Double(phase?.status.phaseErrorNs ?? 0) / 1000, errorBoundUs: Double(phase?.status.errorBoundNs ?? 0) / 1000,
                         restarts: Int(phase?.status.restarts ?? 0), reason: phase.flatMap { $0.status.reason.isEmpty ? nil : $0.status.reason })
                 }
@@ -267,16 +287,30 @@ struct TruthLogs {
         }.sorted { $0.0 < $1.0 }
     }
 
+    /// Every node's log as it is now, read once for a whole capture.
+    func read() -> Snapshot {
+        Snapshot(logs: self, entries: nodes.map(entries))
+    }
+
+    /// The logs read at one moment.
+    struct Snapshot {
+        let logs: TruthLogs
+        let entries: [[(stamp: Int64, truth: Int64)]]
+
+        /// Latest minus earliest true exposure start of a set's frames; nil when a frame is not in the logs.
+        func trueSpan(of set: CaptureManifest.SyncSet, in manifest: CaptureManifest) -> Int64? {
+            logs.trueSpan(of: set, in: manifest, entries: entries)
+        }
+    }
+
     /// Latest minus earliest true exposure start of a set's frames; nil when a frame is not in the logs.
-    func trueSpan(of set: CaptureManifest.SyncSet, in manifest: CaptureManifest) -> Int64? {
+    private func trueSpan(of set: CaptureManifest.SyncSet, in manifest: CaptureManifest, entries: [[(stamp: Int64, truth: Int64)]]) -> Int64? {
         var starts: [Int64] = []
-        var cache: [Int: [(stamp: Int64, truth: Int64)]] = [:]
         for frame in set.frames {
             // Host i runs node i.
             guard let index = rig.members.firstIndex(where: { $0.name == manifest.cameras[frame.camera].agent }) else { return nil }
             let member = rig.members[index]
-            let log = cache[index] ?? entries(nodes[index])
-            cache[index] = log
+            let log = entries[index]
             // The stamp as the driver gave it: the agent reported it on its (simulated) host clock.
             let stamp = member.clock.monotonic(atReading: frame.agentTimestampNs)
             guard let found = nearest(stamp, in: log), abs(found.stamp - stamp) <= 2_000 else { return nil }

@@ -46,12 +46,11 @@ struct AgentRequestCoreTests {
         #expect(error(bare.request(.openClockChannel(WireOpenClockChannel())))?.code == .unsupported)
     }
 
-    @Test("a stream's queue is 4 frames unless asked, and at most 64")
+    @Test("a stream's queue is 4 frames unless asked")
     func streamDepth() {
         var start = WireStartStream()
         start.deviceID = "d"
-        start.maxQueuedFrames = 1000
-        #expect(core(.coordinator).request(.startStream(start)) == .startStream(deviceID: "d", maxQueued: 64))
+        #expect(core(.coordinator).request(.startStream(start)) == .startStream(deviceID: "d", maxQueued: 4))
         start.maxQueuedFrames = 2
         #expect(core(.coordinator).request(.startStream(start)) == .startStream(deviceID: "d", maxQueued: 2))
     }
@@ -79,5 +78,18 @@ struct AgentRequestCoreTests {
         #expect(core(.coordinator).request(.fetchResults(fetch)) == .fetchResults(session: "s", limit: 0))
         fetch.maxResults = 5
         #expect(core(.coordinator).request(.fetchResults(fetch)) == .fetchResults(session: "s", limit: 5))
+    }
+
+    @Test("a stream queue deeper than the agent's limit of 64 frames is refused, naming the limit; up to it is granted as asked")
+    func queueDepthLimit() {
+        let coordinator = core(.coordinator)
+        var start = WireStartStream()
+        start.deviceID = "synthetic:SYN0001"
+        start.maxQueuedFrames = 1000
+        let refusal = error(coordinator.request(.startStream(start)))
+        #expect(refusal?.code == .invalidArgument)
+        #expect(refusal?.message.contains("64") == true)
+        start.maxQueuedFrames = 64
+        #expect(coordinator.request(.startStream(start)) == .startStream(deviceID: "synthetic:SYN0001", maxQueued: 64))
     }
 }

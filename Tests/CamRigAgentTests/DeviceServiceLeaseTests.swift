@@ -75,4 +75,97 @@ struct DeviceServiceLeaseTests {
             return
         }
     }
+
+    @Test("a lease works only on the connection that took it: the same certificate on another connection cannot configure, renew or unlock with its id")
+    func leaseBoundToConnection() throws {
+        let devices = service()
+        let lease = try lock(devices, ms: 10_000)
+        var configure = WireConfigure()
+        configure.deviceID = device
+        configure.leaseID = lease.leaseID
+        configure.zoom.factor = 2
+        var renew = WireRenewLease()
+        renew.leaseID = lease.leaseID
+        var unlock = WireUnlock()
+        unlock.leaseID = lease.leaseID
+        for request in [WireEnvelope.OneOf_Body.configure(configure), .renewLease(renew), .unlock(unlock)] {
+            guard case .error(let error) = answer(devices, request, connection: 2) else {
+                Issue.record("\(request.messageName) from a second connection was accepted")
+                continue
+            }
+            #expect(error.code == .leaseHeld)
+            #expect(error.message.contains("another connection"), "\(error.message)")
+        }
+        // The lease still works where it was taken.
+        guard case .deviceState = answer(devices, .configure(configure), connection: 1) else {
+            Issue.record("the holder's own connection was refused")
+            return
+        }
+    }
+
+    @Test("the holder configuring without its lease id is told to name it (LEASE_REQUIRED), not that the device is leased")
+    func holderWithoutLeaseID() throws {
+        let devices = service()
+        let lease = try lock(devices, ms: 10_000)
+        var configure = WireConfigure()
+        configure.deviceID = device
+        configure.zoom.factor = 2
+        guard case .error(let mine) = answer(devices, .configure(configure), connection: 1) else {
+            Issue.record("a change without a lease id was accepted")
+            return
+        }
+        #expect(mine.code == .leaseRequired)
+        #expect(mine.message.contains(lease.leaseID))
+        guard case .error(let theirs) = answer(devices, .configure(configure), connection: 2) else {
+            Issue.record("a change without a lease id was accepted")
+            return
+        }
+        #expect(theirs.code == .leaseHeld)
+    }
+
+    @Test("a lease id this agent never issued is NOT_FOUND; one it issued that ended is LEASE_EXPIRED")
+    func neverIssuedLease() throws {
+        let devices = service()
+        let lease = try lock(devices, ms: 1_000)
+        var unlock = WireUnlock()
+        unlock.leaseID = lease.leaseID
+        _ = answer(devices, .unlock(unlock))
+        var renew = WireRenewLease()
+        renew.leaseID = lease.leaseID
+        guard case .error(let ended) = answer(devices, .renewLease(renew)) else {
+            Issue.record("a released lease renewed")
+            return
+        }
+        #expect(ended.code == .leaseExpired)
+        renew.leaseID = "made-up-7"
+        guard case .error(let unknown) = answer(devices, .renewLease(renew)) else {
+            Issue.record("a made-up lease renewed")
+            return
+        }
+        #expect(unknown.code == .notFound)
+        #expect(unknown.message.contains("never issued"))
+    }
+
+    @Test("validate_only answers the state the change would give, and changes nothing")
+    func validateOnlyWouldBeState() throws {
+        let devices = service()
+        let lease = try lock(devices, ms: 10_000)
+        var configure = WireConfigure()
+        configure.deviceID = device
+        configure.leaseID = lease.leaseID
+        configure.zoom.factor = 3
+        configure.validateOnly = true
+        guard case .deviceState(let wouldBe) = answer(devices, .configure(configure)) else {
+            Issue.record("validation failed")
+            return
+        }
+        #expect(wouldBe.zoom.factor == 3)
+        var describe = WireDescribeDevice()
+        describe.deviceID = device
+        guard case .deviceDescription(let now) = answer(devices, .describeDevice(describe)) else {
+            Issue.record("describe failed")
+            return
+        }
+        #expect(now.state.zoom.factor == 1, "validation must not apply the change")
+    }
 }

@@ -25,6 +25,7 @@ final class EmbeddedAgentConnection {
         )
         try AgentServer.configurePipeline(
             channel: channel,
+            id: 1,
             configuration: configuration,
             router: AgentRequestRouter(agentID: "agent-test", devices: nil),
             logger: log.logger()

@@ -27,12 +27,12 @@ struct LeaseTableTests {
     func renewAndExpire() throws {
         var table = LeaseTable(idPrefix: "t")
         let lease = try table.acquire(deviceID: "cam", holder: "a", connection: 1, requested: 2 * second, now: 0).get()
-        let renewed = try table.renew(leaseID: lease.id, holder: "a", now: 1 * second).get()
+        let renewed = try table.renew(leaseID: lease.id, holder: "a", connection: 1, now: 1 * second).get()
         #expect(renewed.expiresAt == 3 * second)
         #expect(table.expire(now: 2 * second + 1).isEmpty)
         #expect(table.expire(now: 3 * second).map(\.id) == [lease.id])
         #expect(table.lease(onDevice: "cam", now: 3 * second) == nil)
-        guard case .failure(.unknownLease) = table.renew(leaseID: lease.id, holder: "a", now: 3 * second) else {
+        guard case .failure(.unknownLease) = table.renew(leaseID: lease.id, holder: "a", connection: 1, now: 3 * second) else {
             Issue.record("an expired lease cannot be renewed")
             return
         }
@@ -44,11 +44,11 @@ struct LeaseTableTests {
         var table = LeaseTable(idPrefix: "t")
         let a = try table.acquire(deviceID: "cam0", holder: "a", connection: 1, requested: 0, now: 0).get()
         _ = try table.acquire(deviceID: "cam1", holder: "a", connection: 1, requested: 0, now: 0).get()
-        guard case .failure(.notHolder) = table.release(leaseID: a.id, holder: "b", now: 0) else {
+        guard case .failure(.notHolder) = table.release(leaseID: a.id, holder: "b", connection: 2, now: 0) else {
             Issue.record("only the holder may unlock")
             return
         }
-        #expect(try table.release(leaseID: a.id, holder: "a", now: 0).get().deviceID == "cam0")
+        #expect(try table.release(leaseID: a.id, holder: "a", connection: 1, now: 0).get().deviceID == "cam0")
         #expect(table.releaseAll(connection: 1).map(\.deviceID) == ["cam1"])
         #expect(table.lease(onDevice: "cam1", now: 0) == nil)
     }
@@ -64,5 +64,38 @@ struct LeaseTableTests {
         #expect(standard.duration == LeaseTable.defaultDuration)
         #expect(Set([short.id, long.id, standard.id]).count == 3)
         #expect(short.id.hasPrefix("boot7-"))
+    }
+
+    @Test("a lease is used only on the connection that took it: the same certificate on a second connection can neither renew nor release it")
+    func boundToConnection() throws {
+        var table = LeaseTable(idPrefix: "t")
+        let lease = try table.acquire(deviceID: "cam", holder: "coordinator", connection: 1, requested: 0, now: 0).get()
+        guard case .failure(.notHolder(let held)) = table.renew(leaseID: lease.id, holder: "coordinator", connection: 2, now: second) else {
+            Issue.record("a second connection renewed the lease")
+            return
+        }
+        #expect(held.connection == 1)
+        guard case .failure(.notHolder) = table.release(leaseID: lease.id, holder: "coordinator", connection: 2, now: second) else {
+            Issue.record("a second connection released the lease")
+            return
+        }
+        #expect(table.lease(onDevice: "cam", now: second)?.id == lease.id)
+    }
+
+    @Test("a lease id this table never issued is told apart from one that ended")
+    func neverIssued() throws {
+        var table = LeaseTable(idPrefix: "boot1")
+        let lease = try table.acquire(deviceID: "cam", holder: "a", connection: 1, requested: 0, now: 0).get()
+        _ = try table.release(leaseID: lease.id, holder: "a", connection: 1, now: 0).get()
+        guard case .failure(.unknownLease) = table.check(leaseID: lease.id, holder: "a", connection: 1, now: 0) else {
+            Issue.record("a released lease must read as ended")
+            return
+        }
+        for made in ["boot1-2", "boot1-0", "boot0-1", "whatever", ""] {
+            guard case .failure(.neverIssued) = table.check(leaseID: made, holder: "a", connection: 1, now: 0) else {
+                Issue.record("'\(made)' was never issued")
+                continue
+            }
+        }
     }
 }

@@ -185,4 +185,33 @@ struct PhaseLockControllerTests {
         }
         #expect(abs(remaining) > 100_000)
     }
+
+    @Test("an aligned webcam is not restarted for one jittery frame, but is once it has drifted off the grid")
+    func realignsOnlyOnDrift() {
+        let grid = PhaseGrid(anchor: 0, period: period)
+        var aligner = RestartAligner(grid: grid, tolerance: 100_000)
+        var start = grid.instant(300) + 20_000
+        #expect(aligner.observe(exposureStart: start, streamStart: 1, now: start + 18_000_000, mayRestart: true) == nil)
+        guard case .aligned(let error) = aligner.outcome, abs(error - 20_000) < 1 else {
+            Issue.record("expected aligned, got \(aligner.outcome)")
+            return
+        }
+        // One frame stamped 150 µs late (jitter), then back on the grid.
+        for offset in [150_000, 20_000, 25_000] as [Int64] {
+            start = grid.instant(grid.index(nearest: start) + 1) + offset
+            #expect(aligner.observe(exposureStart: start, streamStart: 1, now: start + 18_000_000, mayRestart: true) == nil)
+        }
+        #expect(aligner.attempts == 0)
+        // Drifting 30 µs a frame: restarted once it has stayed beyond the tolerance for a while.
+        var restartedAfter: Int?
+        for frame in 1...30 {
+            start = grid.instant(grid.index(nearest: start) + 1) + 25_000 + Int64(frame) * 30_000
+            if aligner.observe(exposureStart: start, streamStart: 1, now: start + 18_000_000, mayRestart: true) != nil {
+                restartedAfter = frame
+                break
+            }
+        }
+        let frames = try? #require(restartedAfter)
+        #expect((frames ?? 0) >= 10, "restarted after \(frames ?? 0) frames")
+    }
 }

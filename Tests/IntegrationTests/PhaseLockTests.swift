@@ -86,7 +86,7 @@ struct PhaseLockTests {
         return phases.first { $0.deviceID.hasSuffix("camrig-emu-\(number)") }
     }
 
-    @Test("a sensor 100 ppm fast, behind a host clock 1.5 ms off and 30 ppm fast, locks onto the grid within seconds and stays on it")
+    @Test("a sensor 100 ppm slow, behind a host clock 1.5 ms off and 30 ppm fast, locks onto the grid within seconds and stays on it")
     func locksThroughRateError() async throws {
         let node = try Node(30, timing: "seed=30\nrate_ppm=100\nstartup_delay_us=35000\nstartup_jitter_us=2000\ntimestamp_jitter_us=20\nframe_duration_control=vblank\n")
         defer { node.remove() }

@@ -1211,8 +1211,8 @@ static void render_frame(struct emu_handle *h, uint64_t seq, uint64_t ts_ns, uin
  * lines.  S_FMT and S_PARM pick vblank so that the frame duration is the
  * nearest achievable to the nominal interval; with
  * frame_duration_control=vblank the V4L2_CID_VBLANK control changes it
- * while streaming.  The oscillator runs rate_ppm fast (every true frame
- * duration is nominal * (1 + rate_ppm * 1e-6)), the first frame starts
+ * while streaming.  The oscillator is rate_ppm off (every true frame
+ * duration is nominal * (1 + rate_ppm * 1e-6): positive runs slow), the first frame starts
  * exposing startup_delay_us + uniform[0, startup_jitter_us) after
  * STREAMON, and each frame starts where the previous one ended.  A frame
  * is ready (DQBUF returns it) at its end of frame: true start + exposure +

@@ -43,17 +43,21 @@ final class AgentConnectionHandler: ChannelInboundHandler {
     /// client trickling bytes of a frame it never finishes is closed like a silent one.
     private var frameSinceIdleTick = false
     private var tlsFailureLogged = false
-    /// Identifies this connection's leases.
-    private let connectionID = AgentConnectionHandler.nextConnectionID.withLockedValue { id in
-        defer { id += 1 }
-        return id
-    }
-    private static let nextConnectionID = NIOLockedValueBox<UInt64>(1)
+    /// Identifies this connection's leases and its place in the connection budgets.
+    private let connectionID: UInt64
+    /// Asked once the client completed TLS and `Hello`: `nil` when it may stay, else why not.
+    private let admission: @Sendable (_ id: UInt64, _ isCoordinator: Bool) -> String?
+    /// Whether the connection was admitted as a client yet (at TLS completion, when its certificate
+    /// says who it is; at `Hello` without TLS), and the refusal, if it was refused.
+    private var admitted = false
+    private var refusal: String?
 
     /// - Parameters:
     ///   - verification: for TLS connections, where the certificate check leaves the client's identity.
     ///   - insecureClient: for plaintext connections, the identity every client gets.
     init(
+        connectionID: UInt64,
+        admission: @escaping @Sendable (_ id: UInt64, _ isCoordinator: Bool) -> String? = { _, _ in nil },
         configuration: ServerConnectionStateMachine.Configuration,
         handshakeTimeout: TimeAmount,
         idleTimeout: TimeAmount,
@@ -63,6 +67,8 @@ final class AgentConnectionHandler: ChannelInboundHandler {
         clock: HostClock = .system,
         logger: Logger
     ) {
+        self.connectionID = connectionID
+        self.admission = admission
         self.clock = clock
         self.configuration = configuration
         self.handshakeTimeout = handshakeTimeout
@@ -129,6 +135,12 @@ final class AgentConnectionHandler: ChannelInboundHandler {
                 )
                 logger[metadataKey: "client"] = "\(identity.name)"
                 logger.debug("TLS established", metadata: ["role": "\(identity.role.rawValue)"])
+                // Its certificate is verified: it leaves the unauthenticated budget now, out of a flood's
+                // reach; a refusal is answered to its Hello.
+                admit(isCoordinator: identity.role.wire == .coordinator)
+                if let activity = try? context.pipeline.syncOperations.handler(type: HandshakeActivity.self) {
+                    context.pipeline.syncOperations.removeHandler(activity, promise: nil)
+                }
             } else {
                 // The verifier accepted nothing, yet TLS completed: fail closed.
                 logger.error("TLS completed without an accepted client certificate; closing")
@@ -141,6 +153,12 @@ final class AgentConnectionHandler: ChannelInboundHandler {
             return
         }
         context.fireUserInboundEventTriggered(event)
+    }
+
+    private func admit(isCoordinator: Bool) {
+        guard !admitted else { return }
+        admitted = true
+        refusal = admission(connectionID, isCoordinator)
     }
 
     private func shutdown(context: ChannelHandlerContext, reason: String) {
@@ -229,6 +247,15 @@ final class AgentConnectionHandler: ChannelInboundHandler {
             }
         case .completeHandshake(let welcome, let version, let clientMaxFrameLength):
             handshakeTimer?.cancel()
+            if !admitted { admit(isCoordinator: machine?.client.role == .coordinator) }
+            if let refusal {
+                logger.notice("refusing client: \(refusal)")
+                let error = WireError(.resourceExhausted, agent: configuration.agentID, "\(refusal); try again later")
+                context.writeAndFlush(wrapOutboundOut(WireFrame(requestID: welcome.requestID, .error(error)))).assumeIsolated().whenComplete { _ in
+                    context.close(promise: nil)
+                }
+                return
+            }
             if let encoder = try? context.pipeline.syncOperations.handler(type: WireFrameEncoder.self) {
                 encoder.peerMaxFrameLength = clientMaxFrameLength
             }
@@ -244,6 +271,14 @@ final class AgentConnectionHandler: ChannelInboundHandler {
     /// Ping and clock probes answered right here on the event loop; the rest decided by the request core
     /// and carried out by the router.
     private func deliver(_ frame: WireFrame, context: ChannelHandlerContext, receivedAt: Int64) {
+        if router.streams?.holds(requestID: frame.requestID, connection: connectionID) == true {
+            // Its answer could not be told apart from the stream's frames.
+            let error = WireProtocolError(
+                .invalidRequestID,
+                "request_id \(frame.requestID) (\(frame.envelope.messageName)) is still in use by an open stream of this connection; use a new id per request")
+            run(.sendAndClose(error.frame, reason: error), context: context)
+            return
+        }
         switch frame.envelope.body {
         case .ping(let ping):
             var pong = WirePong()

@@ -87,7 +87,12 @@ public struct AgentRequestCore: Sendable {
             return .devices(request)
         case .startStream(let start):
             guard configuration.devices else { return unimplemented(request) }
-            let depth = start.maxQueuedFrames == 0 ? Self.defaultQueuedFrames : Int(min(start.maxQueuedFrames, UInt32(Self.maximumQueuedFrames)))
+            guard start.maxQueuedFrames <= Self.maximumQueuedFrames else {
+                return .reply(.error(WireError(
+                    .invalidArgument, agent: agentID, device: start.deviceID,
+                    "max_queued_frames \(start.maxQueuedFrames) is above the agent's limit of \(Self.maximumQueuedFrames); ask for at most \(Self.maximumQueuedFrames) (0: the default of \(Self.defaultQueuedFrames))")))
+            }
+            let depth = start.maxQueuedFrames == 0 ? Self.defaultQueuedFrames : Int(start.maxQueuedFrames)
             return .startStream(deviceID: start.deviceID, maxQueued: depth)
         case .stopStream(let stop):
             guard configuration.devices else { return unimplemented(request) }

@@ -99,7 +99,7 @@ struct AgentRequestRouter: Sendable {
             connection.spoolWork.enqueue { await results.acknowledge(ids, requestID: requestID, connection: connection) }
         case .phase(let body):
             guard let devices, let phaseLocks else { return }
-            devices.queue.async { reply(Self.phase(body, client: client, devices: devices, phaseLocks: phaseLocks)) }
+            devices.queue.async { reply(Self.phase(body, client: client, connection: connection.id, devices: devices, phaseLocks: phaseLocks)) }
         }
     }
 
@@ -107,17 +107,18 @@ struct AgentRequestRouter: Sendable {
     private static func phase(
         _ body: WireEnvelope.OneOf_Body,
         client: ServerConnectionStateMachine.Client,
+        connection: UInt64,
         devices: AgentDevices,
         phaseLocks: AgentPhaseLocks
     ) -> WireEnvelope.OneOf_Body {
         switch body {
         case .lockPhase(let lock):
-            switch devices.authorize(deviceID: lock.deviceID, leaseID: lock.leaseID, client: client, now: devices.clock.now()) {
+            switch devices.authorize(deviceID: lock.deviceID, leaseID: lock.leaseID, client: client, connection: connection, now: devices.clock.now()) {
             case .success(let (device, _)): return phaseLocks.lock(lock, device: device)
             case .failure(let refusal): return refusal.body
             }
         case .unlockPhase(let unlock):
-            switch devices.authorize(deviceID: unlock.deviceID, leaseID: unlock.leaseID, client: client, now: devices.clock.now()) {
+            switch devices.authorize(deviceID: unlock.deviceID, leaseID: unlock.leaseID, client: client, connection: connection, now: devices.clock.now()) {
             case .success:
                 phaseLocks.unlock(deviceID: unlock.deviceID)
                 return .ok(WireOk())

@@ -177,7 +177,7 @@ public final class AgentDevices: Service, Sendable {
             }
 
         case .renewLease(let renew):
-            switch leases.withLockedValue({ $0.renew(leaseID: renew.leaseID, holder: client.name, now: now) }) {
+            switch leases.withLockedValue({ $0.renew(leaseID: renew.leaseID, holder: client.name, connection: connection, now: now) }) {
             case .success(let lease):
                 var reply = WireLease()
                 reply.lease = WireLeaseInfo(lease)
@@ -187,7 +187,7 @@ public final class AgentDevices: Service, Sendable {
             }
 
         case .unlock(let unlock):
-            switch leases.withLockedValue({ $0.release(leaseID: unlock.leaseID, holder: client.name, now: now) }) {
+            switch leases.withLockedValue({ $0.release(leaseID: unlock.leaseID, holder: client.name, connection: connection, now: now) }) {
             case .success(let lease):
                 self.unlock(lease)
                 return .ok(WireOk())
@@ -196,7 +196,7 @@ public final class AgentDevices: Service, Sendable {
             }
 
         case .configure(let configure):
-            return self.configure(configure, client: client, now: now)
+            return self.configure(configure, client: client, connection: connection, now: now)
 
         default:
             return .error(WireError(.unimplemented, agent: agentID, "agent \(agentID) (camrig-agent \(CamRigVersion.string)) does not serve \(request.messageName) yet"))
@@ -204,17 +204,21 @@ public final class AgentDevices: Service, Sendable {
     }
 
     /// The device named by a change request and its configuration lock, when `leaseID` is `client`'s
-    /// live lease on it; otherwise the error to answer with. Call on the queue.
-    func authorize(deviceID: String, leaseID: String, client: ServerConnectionStateMachine.Client, now: Int64) -> Result<(CaptureDevice, ConfigurationLock), WireErrorBody> {
+    /// live lease on it, taken on `connection`; otherwise the error to answer with. Call on the queue.
+    func authorize(deviceID: String, leaseID: String, client: ServerConnectionStateMachine.Client, connection: UInt64, now: Int64) -> Result<(CaptureDevice, ConfigurationLock), WireErrorBody> {
         guard let device = discovery.device(uniqueID: deviceID) else { return .failure(WireErrorBody(notFound(deviceID))) }
         guard !leaseID.isEmpty else {
             if let held = leases.withLockedValue({ $0.lease(onDevice: device.uniqueID, now: now) }) {
+                if held.holder == client.name && held.connection == connection {
+                    // The holder itself, having left the lease out: it needs only to name it.
+                    return .failure(WireErrorBody(failure(.leaseRequired, device: device.uniqueID, "changing \(device.uniqueID) needs its lease: name your lease \(held.id) in lease_id")))
+                }
                 return .failure(WireErrorBody(leaseError(.held(held), device: device.uniqueID, now: now)))
             }
             return .failure(WireErrorBody(failure(.leaseRequired, device: device.uniqueID, "changing \(device.uniqueID) needs its lease: send lock first")))
         }
         let lease: LeaseTable.Lease
-        switch leases.withLockedValue({ $0.check(leaseID: leaseID, holder: client.name, now: now) }) {
+        switch leases.withLockedValue({ $0.check(leaseID: leaseID, holder: client.name, connection: connection, now: now) }) {
         case .success(let found): lease = found
         case .failure(let failure): return .failure(WireErrorBody(leaseError(failure, device: device.uniqueID, now: now)))
         }
@@ -224,20 +228,22 @@ public final class AgentDevices: Service, Sendable {
         return .success((device, lock))
     }
 
-    private func configure(_ configure: WireConfigure, client: ServerConnectionStateMachine.Client, now: Int64) -> WireEnvelope.OneOf_Body {
+    private func configure(_ configure: WireConfigure, client: ServerConnectionStateMachine.Client, connection: UInt64, now: Int64) -> WireEnvelope.OneOf_Body {
         let device: CaptureDevice
         let lock: ConfigurationLock
-        switch authorize(deviceID: configure.deviceID, leaseID: configure.leaseID, client: client, now: now) {
+        switch authorize(deviceID: configure.deviceID, leaseID: configure.leaseID, client: client, connection: connection, now: now) {
         case .success(let granted): (device, lock) = granted
         case .failure(let refusal): return refusal.body
         }
         do {
             let change = try DeviceConfigurationChange(configure)
+            let rawValues = (try? device.controlValues()) ?? [:]
             if configure.validateOnly {
-                _ = try device.validate(change)
-            } else {
-                try device.configure(change, lock: lock)
+                // The state the change would give, so a client sees what a commit would do.
+                let resolved = try device.validate(change)
+                return .deviceState(WireDeviceState(device: device, resolved: resolved, rawValues: rawValues))
             }
+            try device.configure(change, lock: lock)
             return .deviceState(WireDeviceState(device: device, rawValues: (try? device.controlValues()) ?? [:]))
         } catch let error as DeviceError {
             return .error(error.wire(agentID: agentID))
@@ -274,10 +280,13 @@ public final class AgentDevices: Service, Sendable {
         case .unknownLease(let id):
             error.code = .leaseExpired
             error.message = "lease \(id) expired or was released; lock the device again"
+        case .neverIssued(let id):
+            error.code = .notFound
+            error.message = "agent \(agentID) never issued a lease '\(id)' (an earlier run's, or another agent's); lock the device to get one"
         case .notHolder(let lease):
             error.code = .leaseHeld
             error.lease = WireLeaseInfo(lease)
-            error.message = "lease \(lease.id) belongs to '\(lease.holder)'"
+            error.message = "lease \(lease.id) belongs to '\(lease.holder)' on another connection; a lease is used only on the connection that took it"
         }
         return .error(error)
     }

@@ -41,9 +41,18 @@ public struct ResultService: Sendable {
         try? await connection.send(WireFrame(requestID: requestID, .resultsEnd(end)))
     }
 
-    /// Deletes acknowledged results from the spool, then answers `Ok`.
+    /// Deletes acknowledged results from the spool, then answers `Ok`, or `NOT_FOUND` naming the ids that
+    /// were never in it (the others are deleted all the same).
     func acknowledge(_ ids: [String], requestID: UInt64, connection: AgentRequestRouter.Connection) async {
-        _ = try? await threadPool.runIfActive { spool.acknowledge(ids) }
+        let unknown = (try? await threadPool.runIfActive { spool.acknowledging(ids).unknown }) ?? []
+        guard unknown.isEmpty else {
+            let named = unknown.prefix(8).map { "'\($0)'" }.joined(separator: ", ") + (unknown.count > 8 ? " and \(unknown.count - 8) more" : "")
+            let error = WireError(
+                .notFound, agent: agentID,
+                "no result \(named) in agent \(agentID)'s spool (never stored here, or acknowledged before the agent restarted); the other \(ids.count - unknown.count) were deleted")
+            try? await connection.send(WireFrame(requestID: requestID, .error(error)))
+            return
+        }
         try? await connection.send(WireFrame(requestID: requestID, .ok(WireOk())))
     }
 }

@@ -23,6 +23,8 @@ public final class ResultSpool: Sendable {
     }
 
     private let entries = NIOLockedValueBox<[String: Entry]>([:])
+    /// Results acknowledged lately, so that an acknowledgement repeated after a lost reply is not unknown.
+    private let recentlyAcknowledged = NIOLockedValueBox(RecentIDs(capacity: 4096))
 
     public init(directory: URL, capacityBytes: UInt64) throws {
         self.directory = directory
@@ -99,13 +101,50 @@ public final class ResultSpool: Sendable {
     /// Deletes acknowledged results; returns how many existed.
     @discardableResult
     public func acknowledge(_ ids: [String]) -> Int {
+        acknowledging(ids).removed
+    }
+
+    /// Deletes acknowledged results; returns how many existed and the ids that are unknown: neither
+    /// stored nor acknowledged recently (an acknowledgement repeated after a lost reply is not unknown).
+    public func acknowledging(_ ids: [String]) -> (removed: Int, unknown: [String]) {
         var removed = 0
+        var unknown: [String] = []
         for id in ids {
-            guard entries.withLockedValue({ $0.removeValue(forKey: id) }) != nil else { continue }
+            guard entries.withLockedValue({ $0.removeValue(forKey: id) }) != nil else {
+                if !recentlyAcknowledged.withLockedValue({ $0.contains(id) }) { unknown.append(id) }
+                continue
+            }
             try? FileManager.default.removeItem(at: directory.appendingPathComponent("results").appendingPathComponent("\(id).result"))
+            recentlyAcknowledged.withLockedValue { $0.insert(id) }
             removed += 1
         }
         try? DurableFile.flushDirectory(directory.appendingPathComponent("results"))
-        return removed
+        return (removed, unknown)
+    }
+}
+
+/// The last `capacity` ids inserted, as a set.
+struct RecentIDs: Sendable {
+    let capacity: Int
+    private var order: [String] = []
+    private var next = 0
+    private var members: Set<String> = []
+
+    init(capacity: Int) {
+        self.capacity = capacity
+    }
+
+    func contains(_ id: String) -> Bool { members.contains(id) }
+
+    mutating func insert(_ id: String) {
+        guard !members.contains(id) else { return }
+        if order.count < capacity {
+            order.append(id)
+        } else {
+            members.remove(order[next])
+            order[next] = id
+            next = (next + 1) % capacity
+        }
+        members.insert(id)
     }
 }

@@ -97,6 +97,10 @@ public final class AgentStreams: Sendable {
             eventLoop: connection.eventLoop,
             write: connection.write
         )
+        subscriber.abandon = { [weak self] streamID in
+            guard let streams = self else { return }
+            streams.devices.queue.async { streams.stop(streamID: streamID, reason: .frameTooLarge) }
+        }
         devices.queue.async {
             switch self.start(deviceID: deviceID, subscriber: subscriber) {
             case .started(_, let format): subscriber.open(format: format)
@@ -140,6 +144,17 @@ public final class AgentStreams: Sendable {
                 if let subscriber = hub.subscribers.withLockedValue({ $0[streamID] }) { return subscriber.connection }
             }
             return nil
+        }
+    }
+
+    /// Whether a stream of `connection` still answers under `requestID` (its frames carry that id).
+    func holds(requestID: UInt64, connection: UInt64) -> Bool {
+        hubs.withLockedValue { hubs in
+            hubs.values.contains { hub in
+                hub.subscribers.withLockedValue { subscribers in
+                    subscribers.values.contains { ($0 as? StreamSubscriber).map { $0.connection == connection && $0.requestID == requestID } ?? false }
+                }
+            }
         }
     }
 
@@ -293,9 +308,33 @@ final class StreamSubscriber: FrameSink {
         state.value.inFlight += 1
         state.value.sent += 1
         let promise = eventLoop.makePromise(of: Void.self)
-        promise.futureResult.whenComplete { _ in self.state.value.inFlight -= 1 }
+        promise.futureResult.whenComplete { result in
+            self.state.value.inFlight -= 1
+            if case .failure(let error as WireProtocolError) = result, error.code == .frameTooLarge {
+                self.frameTooLarge(error)
+            }
+        }
         write(WireFrame(requestID: requestID, .videoFrame(message), payload: frame.bytes), promise)
     }
+
+    /// A frame could not be sent at all: it is larger than the client said it accepts. Every frame of
+    /// the format would be, so the stream ends, saying why, rather than going silent.
+    private func frameTooLarge(_ error: WireProtocolError) {
+        guard !state.value.ended else { return }
+        state.value.sent -= 1
+        state.value.dropped += 1
+        end(
+            reason: .frameTooLarge,
+            message: "\(error.message): announce a larger max_frame_length in Hello or choose a smaller format")
+        abandon?(streamID)
+    }
+
+    /// Called once when the subscriber ends its own stream, so the device stops if nobody else watches.
+    var abandon: (@Sendable (String) -> Void)? {
+        get { abandonBox.withLockedValue { $0 } }
+        set { abandonBox.withLockedValue { $0 = newValue } }
+    }
+    private let abandonBox = NIOLockedValueBox<(@Sendable (String) -> Void)?>(nil)
 
     /// Sends `StreamEnded` once.
     func end(reason: WireStreamEndReason, message: String) {

@@ -85,11 +85,32 @@ public final class AgentCapture: Sendable {
 
     /// Answers a photo taken now.
     func capturePhoto(_ capture: WireCapturePhoto, requestID: UInt64, reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void) {
+        if let refusal = sizeRefusal(capture.settings, deviceIDs: [capture.deviceID]) {
+            reply(.error(refusal))
+            return
+        }
         let now = clock.now()
         let frames = prepare([capture.deviceID], at: now)
         storeInTask(reply) {
             await self.store(triggerID: "photo-\(requestID)", frames: frames, session: capture.sessionID, settings: capture.settings, fireAt: now, firedAt: now)
         }
+    }
+
+    /// Why photos with `settings` cannot be taken on these devices, if they cannot: this agent takes
+    /// photos at the active format's size, so a `max_photo_dimensions` below it cannot be honoured.
+    private func sizeRefusal(_ settings: WirePhotoSettings, deviceIDs: [String]) -> WireError? {
+        let limit = settings.maxPhotoDimensions
+        guard limit.width > 0 || limit.height > 0 else { return nil }
+        for id in deviceIDs {
+            guard let device = streams.devices.discovery.device(uniqueID: id) else { continue }
+            let size = device.activeFormat.dimensions
+            if (limit.width > 0 && size.width > limit.width) || (limit.height > 0 && size.height > limit.height) {
+                return WireError(
+                    .unsupported, agent: agentID, device: id,
+                    "\(id) takes photos at its active format's size, \(size.width)x\(size.height), which is larger than max_photo_dimensions \(limit.width)x\(limit.height); configure a format no larger, or send 0x0")
+            }
+        }
+        return nil
     }
 
     /// Schedules a validated trigger; answers `TriggerScheduled` at once and `TriggerFired` (or a stream) at T.
@@ -99,6 +120,20 @@ public final class AgentCapture: Sendable {
         connection: AgentRequestRouter.Connection,
         reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void
     ) {
+        // A device the agent does not have is refused now, as CapturePhoto refuses it, not when the trigger fires.
+        let known = Set(streams.devices.discovery.devices.map(\.uniqueID))
+        let unknown = trigger.deviceIds.filter { !known.contains($0) }
+        guard unknown.isEmpty else {
+            let list = known.sorted().joined(separator: ", ")
+            reply(.error(WireError(
+                .deviceNotFound, agent: agentID, device: unknown[0],
+                "trigger \(trigger.triggerID) names \(unknown.map { "'\($0)'" }.joined(separator: ", ")), which agent \(agentID) does not have; it has: \(list.isEmpty ? "none" : list)")))
+            return
+        }
+        if trigger.action == .capturePhoto, let refusal = sizeRefusal(trigger.photoSettings, deviceIDs: trigger.deviceIds) {
+            reply(.error(refusal))
+            return
+        }
         let pending = PendingTrigger(trigger: trigger, requestID: requestID, connection: connection, reply: reply)
         switch scheduler.schedule(pending, fireAt: trigger.fireAtNs) {
         case .failure(.late(let nanoseconds)):

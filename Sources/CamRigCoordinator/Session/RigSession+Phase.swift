@@ -6,9 +6,13 @@ import Foundation
 
 /// One camera's phase lock as the coordinator sees it.
 public struct CameraPhase: Sendable {
+    /// `AGENT/DEVICE`, as the session names its input.
     public var camera: String
+    /// The agent serving the camera.
     public var agentID: String
+    /// The camera's unique id on its agent.
     public var deviceID: String
+    /// The lock as its agent reports it (`GetPhaseStatus`); `UNLOCKED` when none is held.
     public var status: WirePhaseStatus
     /// Why the status could not be read, when it could not.
     public var failure: String?
@@ -37,6 +41,7 @@ extension CameraPhase {
             reason: status.state == .locked && failure == nil ? nil : reason)
     }
 
+    /// `locked`, `locking`, `cannot-lock`, `unlocked`, or `unknown` for a state this build does not know.
     public static func name(of state: WirePhaseLockState) -> String {
         switch state {
         case .unlocked: "unlocked"
@@ -47,6 +52,7 @@ extension CameraPhase {
         }
     }
 
+    /// `frame-duration`, `restart`, `triggered`, or `-` before the agent has chosen.
     public static func name(of method: WirePhaseLockMethod) -> String {
         switch method {
         case .triggered: "triggered"

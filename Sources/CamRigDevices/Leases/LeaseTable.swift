@@ -18,9 +18,11 @@ public struct LeaseTable: Sendable {
     public enum Failure: Error, Hashable, Sendable {
         /// Someone else holds the device; their lease is included.
         case held(Lease)
-        /// The lease named is not (or no longer) valid.
+        /// The lease named was issued but has expired or was released.
         case unknownLease(String)
-        /// The lease belongs to another client.
+        /// No lease with that id was ever issued by this table (another agent's, an earlier run's, made up).
+        case neverIssued(String)
+        /// The lease belongs to another client, or to the same client on another connection.
         case notHolder(Lease)
     }
 
@@ -74,18 +76,26 @@ public struct LeaseTable: Sendable {
         return .success(lease)
     }
 
-    /// Finds a valid lease by id for `holder` (for renewals, unlocks and changes).
-    public func check(leaseID: String, holder: String, now: Int64) -> Result<Lease, Failure> {
+    /// Whether `leaseID` is one this table issued (whether or not it is still valid).
+    public func issued(_ leaseID: String) -> Bool {
+        guard leaseID.hasPrefix(idPrefix + "-"), let number = UInt64(leaseID.dropFirst(idPrefix.count + 1)) else { return false }
+        return number >= 1 && number < nextID
+    }
+
+    /// Finds a valid lease by id for `holder` on `connection` (for renewals, unlocks and changes): a
+    /// lease is its holder's on the connection that took it, not on a second connection with the same
+    /// certificate.
+    public func check(leaseID: String, holder: String, connection: UInt64, now: Int64) -> Result<Lease, Failure> {
         guard let lease = byDevice.values.first(where: { $0.id == leaseID }), lease.expiresAt > now else {
-            return .failure(.unknownLease(leaseID))
+            return .failure(issued(leaseID) ? .unknownLease(leaseID) : .neverIssued(leaseID))
         }
-        guard lease.holder == holder else { return .failure(.notHolder(lease)) }
+        guard lease.holder == holder, lease.connection == connection else { return .failure(.notHolder(lease)) }
         return .success(lease)
     }
 
     /// Heartbeat: extends the lease by its duration from `now`.
-    public mutating func renew(leaseID: String, holder: String, now: Int64) -> Result<Lease, Failure> {
-        switch check(leaseID: leaseID, holder: holder, now: now) {
+    public mutating func renew(leaseID: String, holder: String, connection: UInt64, now: Int64) -> Result<Lease, Failure> {
+        switch check(leaseID: leaseID, holder: holder, connection: connection, now: now) {
         case .success(var lease):
             lease.expiresAt = now + lease.duration
             byDevice[lease.deviceID] = lease
@@ -96,8 +106,8 @@ public struct LeaseTable: Sendable {
     }
 
     /// unlockForConfiguration.
-    public mutating func release(leaseID: String, holder: String, now: Int64) -> Result<Lease, Failure> {
-        switch check(leaseID: leaseID, holder: holder, now: now) {
+    public mutating func release(leaseID: String, holder: String, connection: UInt64, now: Int64) -> Result<Lease, Failure> {
+        switch check(leaseID: leaseID, holder: holder, connection: connection, now: now) {
         case .success(let lease):
             byDevice.removeValue(forKey: lease.deviceID)
             return .success(lease)

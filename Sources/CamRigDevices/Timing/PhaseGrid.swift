@@ -5,6 +5,7 @@ public struct PhaseGrid: Sendable, Hashable {
     /// The grid period, in nanoseconds of the same clock.
     public var period: Double
 
+    /// The grid through `anchor` with `period`; the period must be positive.
     public init(anchor: Int64, period: Double) {
         precondition(period > 0, "a grid needs a positive period")
         self.anchor = anchor
@@ -53,14 +54,18 @@ public struct PhaseErrorTracker: Sendable {
     /// How many recent frames the bound covers.
     public var window: Int
 
+    /// Whether the camera counts as on the grid now.
     public private(set) var isLocked = false
+    /// The newest frame's phase error, in nanoseconds.
     public private(set) var lastError: Double = 0
+    /// Frames observed so far.
     public private(set) var frames: UInt64 = 0
     private var onGrid = 0
     private var offGrid = 0
     private var recent: [Double] = []
     private var next = 0
 
+    /// A tracker judging frames against `tolerance` (nanoseconds), with the given hysteresis and window.
     public init(tolerance: Double, framesToLock: Int = 8, framesToUnlock: Int = 3, window: Int = 32) {
         self.tolerance = tolerance
         self.framesToLock = framesToLock

@@ -18,9 +18,12 @@ public struct FrameDurationControl: Sendable, Hashable {
     public var lineDuration: Double
     /// Lines per frame now in force.
     public var lines: Int64
+    /// Fewest lines a frame may have (active height + the smallest vertical blanking).
     public var minimumLines: Int64
+    /// Most lines a frame may have.
     public var maximumLines: Int64
 
+    /// A control with these figures.
     public init(lineDuration: Double, lines: Int64, minimumLines: Int64, maximumLines: Int64) {
         self.lineDuration = lineDuration
         self.lines = lines
@@ -52,8 +55,10 @@ public struct FramePeriodMeter: Sendable {
     public var smoothing: Double
     private var last: (sequence: UInt64, exposureStart: Int64, streamStart: Int64)?
     private var samples = 0
+    /// The measured period, in nanoseconds of the clock the exposure starts are on (0 until measured).
     public private(set) var period: Double = 0
 
+    /// A meter whose running mean gives a new interval `smoothing` of the weight.
     public init(smoothing: Double = 1.0 / 32) {
         self.smoothing = smoothing
     }

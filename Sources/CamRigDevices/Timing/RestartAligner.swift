@@ -3,11 +3,13 @@
 /// start minus the STREAMON instant); the next restart is timed with the mean delay so that the first
 /// exposure lands on a grid instant. After `maximumAttempts` restarts it reports what remains.
 public struct RestartAligner: Sendable {
+    /// What the aligner asks of the camera.
     public enum Action: Sendable, Equatable {
         /// Restart the stream at this host instant.
         case restart(at: Int64)
     }
 
+    /// Where the alignment stands.
     public enum Outcome: Sendable, Equatable {
         /// Waiting for the first frame of a restart.
         case measuring
@@ -17,18 +19,31 @@ public struct RestartAligner: Sendable {
         case gaveUp(error: Double)
     }
 
+    /// The grid the camera is aligned to (host clock).
     public var grid: PhaseGrid
+    /// |phase error| within which a restart counts as aligned, in nanoseconds.
     public var tolerance: Double
+    /// Restarts tried per alignment before giving up.
     public var maximumAttempts: Int
     /// How far ahead of now a restart is scheduled, beyond the expected start-up delay.
     public var lead: Int64
 
+    /// Consecutive frames beyond the tolerance before an aligned camera is aligned again, so that
+    /// timestamp jitter on single frames does not restart it.
+    public var framesToRealign = 8
+
+    /// Restarts made in the current alignment.
     public private(set) var attempts = 0
+    private var framesOffGrid = 0
+    /// The phase error when the last alignment gave up.
+    private var errorWhenGivenUp: Double = 0
+    /// The alignment's state.
     public private(set) var outcome = Outcome.measuring
     /// Start-up delays measured so far, in nanoseconds.
     public private(set) var delays: [Double] = []
     private var pending: (restartAt: Int64, previousStreamStart: Int64)?
 
+    /// An aligner for `grid`, restarting at most `maximumAttempts` times, each `lead` ahead of now.
     public init(grid: PhaseGrid, tolerance: Double, maximumAttempts: Int = 8, lead: Int64 = 50_000_000) {
         self.grid = grid
         self.tolerance = tolerance
@@ -52,6 +67,7 @@ public struct RestartAligner: Sendable {
                 outcome = .aligned(error: error)
                 return nil
             }
+            if attempts >= maximumAttempts { errorWhenGivenUp = error }
             outcome = attempts >= maximumAttempts ? .gaveUp(error: error) : .measuring
         } else {
             let error = grid.error(of: exposureStart)
@@ -60,13 +76,32 @@ public struct RestartAligner: Sendable {
                 outcome = .aligned(error: error)
                 return nil
             case .aligned where abs(error) > tolerance:
+                framesOffGrid += 1
+                guard framesOffGrid >= framesToRealign else {
+                    outcome = .aligned(error: error)
+                    return nil
+                }
                 // Drifted off (the camera's rate differs from the grid's): align again.
+                framesOffGrid = 0
+                attempts = 0
+                outcome = .measuring
+            case .gaveUp where abs(error) > abs(errorWhenGivenUp) + tolerance:
+                // Drifted further off than the last alignment left it: try again, so the error stays
+                // bounded rather than growing with the camera's rate error.
+                framesOffGrid += 1
+                guard framesOffGrid >= framesToRealign else {
+                    outcome = .gaveUp(error: error)
+                    return nil
+                }
+                framesOffGrid = 0
                 attempts = 0
                 outcome = .measuring
             case .gaveUp:
+                framesOffGrid = 0
                 outcome = .gaveUp(error: error)
                 return nil
             case .aligned:
+                framesOffGrid = 0
                 outcome = .aligned(error: error)
                 return nil
             default:
@@ -74,7 +109,10 @@ public struct RestartAligner: Sendable {
             }
         }
         guard mayRestart, attempts < maximumAttempts else {
-            if attempts >= maximumAttempts { outcome = .gaveUp(error: grid.error(of: exposureStart)) }
+            if attempts >= maximumAttempts {
+                errorWhenGivenUp = grid.error(of: exposureStart)
+                outcome = .gaveUp(error: errorWhenGivenUp)
+            }
             return nil
         }
         attempts += 1

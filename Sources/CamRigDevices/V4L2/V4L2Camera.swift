@@ -510,12 +510,19 @@ final class MappedBuffers: @unchecked Sendable {
 }
 
 /// V4L2 capture devices matching glob patterns (by default `/dev/video*`).
+/// Finds V4L2 capture nodes (by glob patterns, `/dev/video*` by default) and serves each as a
+/// `V4L2Camera`; nodes that cannot be used are listed in `skipped` with why.
 public final class V4L2DeviceProvider: DeviceProvider {
+    /// Glob patterns of the nodes to consider.
     public let patterns: [String]
+    /// The host clock the cameras' timestamps are reported on (driver stamps are `CLOCK_MONOTONIC`).
     public let clock: HostClock
     private let cache = NIOLockedValueBox<[String: V4L2Camera]>([:])
     private let failures = NIOLockedValueBox<[String: String]>([:])
 
+    /// - Parameters:
+    ///   - patterns: glob patterns of the nodes to serve.
+    ///   - clock: the agent's host clock; a simulated host's clock shifts V4L2 stamps as it does everything else.
     public init(patterns: [String] = ["/dev/video*"], clock: HostClock = .system) {
         self.patterns = patterns
         self.clock = clock

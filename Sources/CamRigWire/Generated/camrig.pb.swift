@@ -762,6 +762,9 @@ public nonisolated enum WireStreamEndReason: SwiftProtobuf.Enum, Swift.CaseItera
   case deviceDisconnected // = 2
   case deviceError // = 3
   case shuttingDown // = 4
+
+  /// a frame exceeded the max_frame_length the client announced in Hello
+  case frameTooLarge // = 5
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -775,6 +778,7 @@ public nonisolated enum WireStreamEndReason: SwiftProtobuf.Enum, Swift.CaseItera
     case 2: self = .deviceDisconnected
     case 3: self = .deviceError
     case 4: self = .shuttingDown
+    case 5: self = .frameTooLarge
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -786,6 +790,7 @@ public nonisolated enum WireStreamEndReason: SwiftProtobuf.Enum, Swift.CaseItera
     case .deviceDisconnected: return 2
     case .deviceError: return 3
     case .shuttingDown: return 4
+    case .frameTooLarge: return 5
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -797,6 +802,7 @@ public nonisolated enum WireStreamEndReason: SwiftProtobuf.Enum, Swift.CaseItera
     .deviceDisconnected,
     .deviceError,
     .shuttingDown,
+    .frameTooLarge,
   ]
 
 }
@@ -3302,7 +3308,7 @@ nonisolated extension WireTorchMode: SwiftProtobuf._ProtoNameProviding {
 }
 
 nonisolated extension WireStreamEndReason: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0STREAM_END_REASON_UNSPECIFIED\0\u{1}STREAM_END_REASON_STOPPED\0\u{1}STREAM_END_REASON_DEVICE_DISCONNECTED\0\u{1}STREAM_END_REASON_DEVICE_ERROR\0\u{1}STREAM_END_REASON_SHUTTING_DOWN\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0STREAM_END_REASON_UNSPECIFIED\0\u{1}STREAM_END_REASON_STOPPED\0\u{1}STREAM_END_REASON_DEVICE_DISCONNECTED\0\u{1}STREAM_END_REASON_DEVICE_ERROR\0\u{1}STREAM_END_REASON_SHUTTING_DOWN\0\u{1}STREAM_END_REASON_FRAME_TOO_LARGE\0")
 }
 
 nonisolated extension WireQualityPrioritization: SwiftProtobuf._ProtoNameProviding {

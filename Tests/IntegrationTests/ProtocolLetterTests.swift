@@ -1,0 +1,199 @@
+import CamRigClockSocket
+import CamRigCoordinator
+import CamRigSecurity
+import CamRigTestSupport
+import CamRigWire
+import Crypto
+import Foundation
+import NIOCore
+import Testing
+
+/// The places where `PROTOCOL.md` and the agent once disagreed, each held to the letter now.
+@Suite("The protocol to the letter", .serialized, .timeLimit(.minutes(2)))
+struct ProtocolLetterTests {
+    let device = "synthetic:SYN0001"
+
+    func lock(_ client: AgentClient) async throws -> String {
+        var lock = WireLock()
+        lock.deviceID = device
+        guard case .lease(let lease) = try await client.request(.lock(lock)).frame.envelope.body else {
+            throw CommandError("lock refused")
+        }
+        return lease.lease.leaseID
+    }
+
+    struct CommandError: Error { let message: String; init(_ message: String) { self.message = message } }
+
+    /// The agent's error reply to `body`, which the client raises; `nil` (recorded) when it was answered otherwise.
+    func refusal(_ client: AgentClient, _ body: WireEnvelope.OneOf_Body) async -> AgentClientError? {
+        do {
+            let reply = try await client.request(body)
+            Issue.record("\(body.messageName) was answered with \(reply.frame.envelope.messageName)")
+            return nil
+        } catch let error as AgentClientError {
+            #expect(error.kind == .remoteError, "\(error)")
+            return error
+        } catch {
+            Issue.record("\(error)")
+            return nil
+        }
+    }
+
+    @Test("a frame larger than the client announced ends the stream with FRAME_TOO_LARGE and counts it dropped, rather than going silent")
+    func frameTooLarge() async throws {
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        defer { agent.stop(); pki.remove() }
+        let client = try await agent.connect(pki, maxFrameLength: WireProtocol.minimumMaxFrameLength)
+        var configure = WireConfigure()
+        configure.deviceID = device
+        configure.leaseID = try await lock(client)
+        configure.formatID = "YUYV-1920x1080"
+        guard case .deviceState = try await client.request(.configure(configure)).frame.envelope.body else {
+            Issue.record("could not choose 1080p")
+            return
+        }
+        var start = WireStartStream()
+        start.deviceID = device
+        var ended: WireStreamEnded?
+        var frames = 0
+        for try await message in client.stream(.startStream(start)) {
+            if case .streamEnded(let end) = message.envelope.body { ended = end }
+            if case .videoFrame = message.envelope.body { frames += 1 }
+        }
+        #expect(frames == 0)
+        let end = try #require(ended, "the stream never ended")
+        #expect(end.reason == .frameTooLarge)
+        #expect(end.framesSent == 0 && end.framesDropped >= 1)
+        #expect(end.message.contains("\(WireProtocol.minimumMaxFrameLength)"), "\(end.message)")
+        await client.close()
+    }
+
+    @Test("an agent shutting down ends open streams with StreamEnded(SHUTTING_DOWN) before its Goodbye")
+    func shutdownEndsStreams() async throws {
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        defer { pki.remove() }
+        let client = try await agent.connect(pki)
+        var start = WireStartStream()
+        start.deviceID = device
+        var ended: WireStreamEnded?
+        var frames = 0
+        do {
+            for try await message in client.stream(.startStream(start)) {
+                if case .videoFrame = message.envelope.body {
+                    frames += 1
+                    if frames == 5 { Task.detached { _ = agent.stop() } }
+                }
+                if case .streamEnded(let end) = message.envelope.body { ended = end }
+            }
+        } catch {
+            // The connection closing after the StreamEnded is fine; closing before it is what this test catches.
+        }
+        #expect(ended?.reason == .shuttingDown, "the stream ended without saying so: \(String(describing: ended))")
+        await client.close()
+    }
+
+    @Test("a trigger naming a device the agent does not have is refused at once, as CapturePhoto is")
+    func triggerUnknownDevice() async throws {
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        defer { agent.stop(); pki.remove() }
+        let client = try await agent.connect(pki)
+        var trigger = WireScheduleTrigger()
+        trigger.triggerID = "t-unknown"
+        trigger.action = .capturePhoto
+        trigger.deviceIds = [device, "synthetic:NOPE"]
+        trigger.fireAtNs = client.welcome.agentMonotonicNs + 5_000_000_000
+        let error = try #require(await refusal(client, .scheduleTrigger(trigger)))
+        #expect(error.code == .deviceNotFound)
+        #expect(error.message.contains("synthetic:NOPE"))
+        #expect(error.message.contains("it has: \(device)"), "the error lists the devices the agent has")
+        await client.close()
+    }
+
+    @Test("acknowledging a result the agent never stored is NOT_FOUND naming it; repeating a real acknowledgement is Ok")
+    func acknowledgeUnknown() async throws {
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        defer { agent.stop(); pki.remove() }
+        let client = try await agent.connect(pki)
+        var photo = WireCapturePhoto()
+        photo.deviceID = device
+        photo.sessionID = "s-ack"
+        guard case .triggerFired(let fired) = try await client.request(.capturePhoto(photo)).frame.envelope.body else {
+            Issue.record("no photo")
+            return
+        }
+        var acknowledge = WireAcknowledgeResults()
+        acknowledge.resultIds = fired.resultIds
+        for attempt in 1...2 {
+            guard case .ok = try await client.request(.acknowledgeResults(acknowledge)).frame.envelope.body else {
+                Issue.record("acknowledgement \(attempt) of a real result was refused")
+                return
+            }
+        }
+        acknowledge.resultIds = ["never-stored"]
+        let error = try #require(await refusal(client, .acknowledgeResults(acknowledge)))
+        #expect(error.code == .notFound)
+        #expect(error.message.contains("never-stored"))
+        await client.close()
+    }
+
+    @Test("max_photo_dimensions below the active format's size is refused, not ignored")
+    func photoDimensions() async throws {
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        defer { agent.stop(); pki.remove() }
+        let client = try await agent.connect(pki)
+        var photo = WireCapturePhoto()
+        photo.deviceID = device
+        photo.settings.maxPhotoDimensions.width = 320
+        photo.settings.maxPhotoDimensions.height = 240
+        let error = try #require(await refusal(client, .capturePhoto(photo)))
+        #expect(error.code == .unsupported)
+        #expect(error.message.contains("640x480"))
+        await client.close()
+    }
+
+    @Test("reusing the request id of an open stream is a fatal INVALID_REQUEST_ID")
+    func requestIDOfOpenStream() async throws {
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        defer { agent.stop(); pki.remove() }
+        var start = WireStartStream()
+        start.deviceID = device
+        var ping = WirePing()
+        ping.nonce = 9
+        let exchange = try await RawPeer.exchange(
+            port: agent.port, transport: .tls(directory: TLSDirectory(path: pki.path), name: "coordinator"),
+            chunks: [RawPeer.hello, RawPeer.frame(requestID: 2, .startStream(start)), RawPeer.frame(requestID: 2, .ping(ping))],
+            timeout: .seconds(5), spacing: .milliseconds(300))
+        #expect(exchange.closedByAgent)
+        let fatal = try #require(exchange.errors.first { $0.fatal }, "no fatal error: \(exchange.frames.map(\.envelope.messageName))")
+        #expect(fatal.code == .invalidRequestID)
+        #expect(fatal.message.contains("request_id 2"))
+    }
+
+    @Test("a second OpenClockChannel revokes the first key: probes under it go unanswered")
+    func secondClockChannelRevokesFirst() async throws {
+        let (pki, agent) = try AgentProcess.secured([])
+        defer { agent.stop(); pki.remove() }
+        let client = try await agent.connect(pki)
+        guard case .clockChannel(let first) = try await client.request(.openClockChannel(WireOpenClockChannel())).frame.envelope.body,
+            case .clockChannel(let second) = try await client.request(.openClockChannel(WireOpenClockChannel())).frame.envelope.body
+        else {
+            Issue.record("no clock channel")
+            return
+        }
+        #expect(first.keyID != second.keyID)
+        let socket = try TimestampingUDPSocket(host: "127.0.0.1", port: 0, receiveTimeout: .milliseconds(300))
+        var target = sockaddr_storage()
+        let length = try SocketAddress(ipAddress: "127.0.0.1", port: Int(second.port)).withSockAddr { pointer, size in
+            withUnsafeMutableBytes(of: &target) { $0.copyMemory(from: UnsafeRawBufferPointer(start: pointer, count: size)) }
+            return socklen_t(size)
+        }
+        func answered(_ channel: WireClockChannel, sequence: UInt64) -> Bool {
+            let probe = ClockPacket(kind: .probe, keyID: channel.keyID, sequence: sequence, t1: 1)
+            socket.send(probe.encoded(key: SymmetricKey(data: channel.key)), to: target, length: length)
+            return socket.receive() != nil
+        }
+        #expect(!answered(first, sequence: 1), "the first key still works")
+        #expect(answered(second, sequence: 2), "the second key does not work")
+        await client.close()
+    }
+}
