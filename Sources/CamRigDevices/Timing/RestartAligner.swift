@@ -75,35 +75,20 @@ public struct RestartAligner: Sendable {
             case .measuring where abs(error) <= tolerance:
                 outcome = .aligned(error: error)
                 return nil
-            case .aligned where abs(error) > tolerance:
-                framesOffGrid += 1
-                guard framesOffGrid >= framesToRealign else {
-                    outcome = .aligned(error: error)
-                    return nil
-                }
-                // Drifted off (the camera's rate differs from the grid's): align again.
-                framesOffGrid = 0
-                attempts = 0
-                outcome = .measuring
-            case .gaveUp where abs(error) > abs(errorWhenGivenUp) + tolerance:
-                // Drifted further off than the last alignment left it: try again, so the error stays
-                // bounded rather than growing with the camera's rate error.
-                framesOffGrid += 1
-                guard framesOffGrid >= framesToRealign else {
-                    outcome = .gaveUp(error: error)
+            case .aligned, .gaveUp:
+                // Aligned and now off the grid, or given up and now further off than the last alignment
+                // left it (so the error stays bounded rather than growing with the camera's rate error):
+                // align again once that has held for `framesToRealign` frames.
+                let gaveUp = if case .gaveUp = outcome { true } else { false }
+                let drifted = gaveUp ? abs(error) > abs(errorWhenGivenUp) + tolerance : abs(error) > tolerance
+                framesOffGrid = drifted ? framesOffGrid + 1 : 0
+                guard drifted, framesOffGrid >= framesToRealign else {
+                    outcome = gaveUp ? .gaveUp(error: error) : .aligned(error: error)
                     return nil
                 }
                 framesOffGrid = 0
                 attempts = 0
                 outcome = .measuring
-            case .gaveUp:
-                framesOffGrid = 0
-                outcome = .gaveUp(error: error)
-                return nil
-            case .aligned:
-                framesOffGrid = 0
-                outcome = .aligned(error: error)
-                return nil
             default:
                 break
             }
