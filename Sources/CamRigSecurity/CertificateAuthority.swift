@@ -81,7 +81,7 @@ public struct CertificateAuthority: Sendable {
             CommonName(name)
         }
         var alternativeNames: [GeneralName] = [.dnsName(name)]
-        for host in hostnames {
+        for host in hostnames where host != name {
             if let address = IPAddressBytes(host) {
                 alternativeNames.append(.ipAddress(ASN1OctetString(contentBytes: address.bytes[...])))
             } else {
@@ -120,6 +120,15 @@ public struct CertificateAuthority: Sendable {
 /// The bytes of a textual IPv4 or IPv6 address.
 struct IPAddressBytes {
     let bytes: [UInt8]
+
+    /// The address's text form, for 4 or 16 bytes.
+    static func text(_ bytes: [UInt8]) -> String? {
+        let family = bytes.count == 4 ? AF_INET : bytes.count == 16 ? AF_INET6 : -1
+        guard family >= 0 else { return nil }
+        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        let text = bytes.withUnsafeBytes { inet_ntop(family, $0.baseAddress, &buffer, socklen_t(buffer.count)) }
+        return text == nil ? nil : String(cString: buffer)
+    }
 
     init?(_ text: String) {
         var v4 = in_addr()

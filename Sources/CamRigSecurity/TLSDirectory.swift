@@ -93,6 +93,34 @@ public struct TLSDirectory: Sendable {
         return issued
     }
 
+    /// Re-issues `name`'s certificate before it expires: the same name, role and host names, a new key,
+    /// valid for `days` from now. The new files replace the old ones by rename, so a peer reading the
+    /// directory never sees half of each; peers load it when they restart.
+    @discardableResult
+    public func renew(name: String, validFor days: Int = 825) throws -> CertificateAuthority.IssuedCertificate {
+        guard let entry = try entries().first(where: { $0.name == name }) else {
+            throw SecurityError("no certificate '\(name)' in \(path): `camrig certs list --dir \(path)` lists them")
+        }
+        let authority = try loadAuthority()
+        let hostnames: [String] = (try? entry.certificate.extensions.subjectAlternativeNames)??.compactMap { name in
+            switch name {
+            case .dnsName(let host): host
+            case .ipAddress(let address): IPAddressBytes.text(Array(address.bytes))
+            default: nil
+            }
+        } ?? []
+        let issued = try authority.issue(name: name, role: entry.identity.role, hostnames: hostnames, validFor: days)
+        let staging = TLSDirectory(path: path)
+        let suffix = ".renewing-\(UInt32.random(in: 0...UInt32.max))"
+        try staging.write(issued, as: name + suffix)
+        for (from, to) in [(keyFile(for: name + suffix), keyFile(for: name)), (certificateFile(for: name + suffix), certificateFile(for: name))] {
+            guard rename(from, to) == 0 else {
+                throw SecurityError("cannot replace \(to): \(String(cString: strerror(errno)))")
+            }
+        }
+        return issued
+    }
+
     /// Writes a certificate and key under `name` (used by `issue`, and by tests that need odd certificates).
     public func write(_ issued: CertificateAuthority.IssuedCertificate, as name: String) throws {
         try write(pem: issued.privateKey.pemRepresentation, to: keyFile(for: name), secret: true)

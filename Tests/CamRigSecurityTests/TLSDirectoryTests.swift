@@ -148,4 +148,24 @@ struct PeerCertificateVerifierTests {
         #expect(refusal?.reason == .roleNotAccepted)
         #expect(refusal?.message.contains("has role agent, but only coordinator or viewer may connect") == true)
     }
+
+    @Test("renewing re-issues a certificate with the same name, role and host names, a new key and a later expiry; a missing name is named")
+    func renew() throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let old = try pki.directory.issue(name: "cam-07", role: .agent, hostnames: ["cam-07.rig.lan", "10.1.2.7"], validFor: 10)
+        let renewed = try pki.directory.renew(name: "cam-07", validFor: 400)
+        #expect(renewed.identity.name == "cam-07" && renewed.identity.role == .agent)
+        #expect(renewed.identity.notValidAfter > old.identity.notValidAfter.addingTimeInterval(300 * 86_400))
+        #expect(renewed.certificate.publicKey != old.certificate.publicKey, "a renewed certificate has a new key")
+        let entry = try #require(try pki.directory.entries().first { $0.name == "cam-07" })
+        #expect(entry.certificate == renewed.certificate, "the files on disk are the renewed ones")
+        let names = try #require(try entry.certificate.extensions.subjectAlternativeNames)
+        #expect(names.contains(.dnsName("cam-07.rig.lan")))
+        #expect(names.contains(.dnsName("cam-07")))
+        #expect(names.count == 3, "the name and the two host names, none twice: \(names)")
+        #expect(try pki.directory.entries().map(\.name).filter { $0.contains("renewing") }.isEmpty)
+        let error = #expect(throws: SecurityError.self) { try pki.directory.renew(name: "cam-99") }
+        #expect(error?.message.contains("cam-99") == true)
+    }
 }

@@ -121,7 +121,9 @@ struct PhaseLockTests {
         let (pki, agent) = try AgentProcess.secured(["--v4l2", steady.path, "--v4l2", erratic.path])
         defer { agent.stop(); pki.remove() }
         let (pool, session) = try await Self.session(agent, pki: pki)
-        try await session.lockPhase()
+        // The steady webcam's start-up varies by 100 µs and a restart itself can be late by as much on a
+        // busy machine: a tolerance of 250 µs is what restarting can promise it.
+        try await session.lockPhase(tolerance: .microseconds(250))
         let settled = await session.waitForPhaseLock(timeout: .seconds(30))
         let aligned = try #require(Self.phase(settled, steady))
         #expect(aligned.status.method == .restart)
@@ -135,7 +137,7 @@ struct PhaseLockTests {
         } else {
             // A lucky draw can land within tolerance; then it must really be on the grid.
             #expect(reported.status.state == .locked)
-            #expect(abs(reported.status.phaseErrorNs) <= 100_000)
+            #expect(abs(reported.status.phaseErrorNs) <= 250_000)
         }
         await session.stop()
         await pool.stop()

@@ -1,6 +1,6 @@
 /// Aligns a free-running camera without a frame-duration control by restarting its stream at chosen
 /// instants: a pure state machine. Each restart measures the camera's start-up delay (first exposure
-/// start minus the STREAMON instant); the next restart is timed with the mean delay so that the first
+/// start minus when STREAMON really happened); the next restart is timed with the mean delay so that the first
 /// exposure lands on a grid instant. After `maximumAttempts` restarts it reports what remains.
 public struct RestartAligner: Sendable {
     /// What the aligner asks of the camera.
@@ -61,7 +61,9 @@ public struct RestartAligner: Sendable {
             // Frames of the run before the restart are still arriving.
             guard streamStart != pending.previousStreamStart else { return nil }
             self.pending = nil
-            delays.append(Double(exposureStart - pending.restartAt))
+            // The delay from when streaming really restarted (the run's start as the camera recorded it):
+            // a restart carried out late must not make the next one aim late too.
+            delays.append(Double(exposureStart - streamStart))
             let error = grid.error(of: exposureStart)
             if abs(error) <= tolerance {
                 outcome = .aligned(error: error)

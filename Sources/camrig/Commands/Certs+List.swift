@@ -25,8 +25,11 @@ extension Certs {
                 } else {
                     print("CA: \(root.subject)")
                     for summary in summaries {
-                        let expired = summary.expired ? "  EXPIRED" : ""
-                        print("\(summary.name.padding(toLength: 24, withPad: " ", startingAt: 0)) \(summary.role.padding(toLength: 12, withPad: " ", startingAt: 0)) until \(summary.notValidAfter)\(expired)")
+                        let state = summary.expired ? "  EXPIRED" : summary.expiringSoon ? "  expires in \(summary.daysLeft) days" : ""
+                        print("\(summary.name.padding(toLength: 24, withPad: " ", startingAt: 0)) \(summary.role.padding(toLength: 12, withPad: " ", startingAt: 0)) until \(summary.notValidAfter)\(state)")
+                    }
+                    for summary in summaries where summary.expired || summary.expiringSoon {
+                        print("warning: '\(summary.name)' \(summary.expired ? "has expired" : "expires within \(CertificateSummary.renewWithinDays) days"): renew it with `camrig certs renew --dir \(dir) --name \(summary.name)` and restart its holder")
                     }
                 }
             } catch {

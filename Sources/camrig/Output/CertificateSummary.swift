@@ -7,6 +7,10 @@ struct CertificateSummary: Encodable {
     var role: String
     var notValidAfter: String
     var expired: Bool
+    /// Whole days until it expires (negative once expired).
+    var daysLeft: Int
+    /// It expires within `renewWithinDays`: renew it now.
+    var expiringSoon: Bool
     var certificate: String
     var key: String
 
@@ -16,13 +20,20 @@ struct CertificateSummary: Encodable {
         let formatter = ISO8601DateFormatter()
         self.notValidAfter = formatter.string(from: identity.notValidAfter)
         self.expired = identity.notValidAfter < Date()
+        self.daysLeft = Int((identity.notValidAfter.timeIntervalSinceNow / 86_400).rounded(.down))
+        self.expiringSoon = !expired && daysLeft < Self.renewWithinDays
         self.certificate = directory.certificateFile(for: name)
         self.key = directory.keyFile(for: name)
     }
 
+    /// Certificates expiring within this many days are flagged for renewal.
+    static let renewWithinDays = 30
+
     enum CodingKeys: String, CodingKey {
         case name, role, expired, certificate, key
         case notValidAfter = "not_valid_after"
+        case daysLeft = "days_left"
+        case expiringSoon = "expiring_soon"
     }
 }
 
