@@ -48,7 +48,7 @@ struct Record: AsyncParsableCommand {
                     throw error
                 }
             }
-            if !quiet { FileHandle.standardError.write(Data("\n".utf8)) }
+            if !quiet && isatty(STDERR_FILENO) == 1 { FileHandle.standardError.write(Data("\n".utf8)) }
             let summary = CaptureOutput(report.manifest, directory: report.directory.path)
             if output.json { try printJSON(summary, snakeCase: true) } else { print(summary.text) }
         } catch {
@@ -56,12 +56,27 @@ struct Record: AsyncParsableCommand {
         }
     }
 
+    /// Progress on standard error: rewritten in place on a terminal; elsewhere (a log, a pipe) a line at
+    /// most every second and the last one, so the log stays readable.
     static func showProgress(_ progress: RecordingProgress) {
         var line = String(
-            format: "\rrecording %.1f/%.1f s, frames %@, sets %d",
+            format: "recording %.1f/%.1f s, frames %@, sets %d",
             progress.elapsed.seconds, progress.duration.seconds, progress.framesPerCamera.map(String.init).joined(separator: "/"), progress.sets
         )
         if progress.imagesTotal > 0 { line += ", images written \(progress.imagesWritten)/\(progress.imagesTotal)" }
-        FileHandle.standardError.write(Data(line.utf8))
+        if isatty(STDERR_FILENO) == 1 {
+            FileHandle.standardError.write(Data(("\r" + line).utf8))
+            return
+        }
+        let finished = progress.imagesTotal > 0 && progress.imagesWritten == progress.imagesTotal
+        let now = Date()
+        progressLock.lock()
+        let due = finished || now.timeIntervalSince(lastProgressLine) >= 1
+        if due { lastProgressLine = now }
+        progressLock.unlock()
+        if due { FileHandle.standardError.write(Data((line + "\n").utf8)) }
     }
+
+    private static let progressLock = NSLock()
+    nonisolated(unsafe) private static var lastProgressLine = Date.distantPast
 }
