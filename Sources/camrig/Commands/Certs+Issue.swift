@@ -33,13 +33,7 @@ extension Certs {
             let directory = TLSDirectory(path: dir)
             do {
                 let issued = try directory.issue(name: name, role: role, hostnames: host, validFor: days)
-                let summary = CertificateSummary(name: name, identity: issued.identity, directory: directory)
-                if json {
-                    try printJSON(summary)
-                } else {
-                    print("issued \(role.rawValue) certificate '\(name)': \(summary.certificate), key \(summary.key)")
-                    print("valid until \(summary.notValidAfter)")
-                }
+                try CertificateSummary(name: name, identity: issued.identity, directory: directory).printMade("issued", json: json)
             } catch {
                 throw userFacing(error)
             }

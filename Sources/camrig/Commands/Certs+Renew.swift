@@ -30,13 +30,7 @@ extension Certs {
             let directory = TLSDirectory(path: dir)
             do {
                 let issued = try directory.renew(name: name, validFor: days)
-                let summary = CertificateSummary(name: name, identity: issued.identity, directory: directory)
-                if json {
-                    try printJSON(summary)
-                } else {
-                    print("renewed \(summary.role) certificate '\(name)': \(summary.certificate), key \(summary.key)")
-                    print("valid until \(summary.notValidAfter)")
-                }
+                try CertificateSummary(name: name, identity: issued.identity, directory: directory).printMade("renewed", json: json)
             } catch {
                 throw userFacing(error)
             }

@@ -1,3 +1,4 @@
+import CamRigCLI
 import CamRigSecurity
 import Foundation
 
@@ -24,6 +25,16 @@ struct CertificateSummary: Encodable {
         self.expiringSoon = !expired && daysLeft < Self.renewWithinDays
         self.certificate = directory.certificateFile(for: name)
         self.key = directory.keyFile(for: name)
+    }
+
+    /// Prints a certificate just made (`verb`: issued, renewed), as JSON or as two lines.
+    func printMade(_ verb: String, json: Bool) throws {
+        if json {
+            try printJSON(self)
+        } else {
+            print("\(verb) \(role) certificate '\(name)': \(certificate), key \(key)")
+            print("valid until \(notValidAfter)")
+        }
     }
 
     /// Certificates expiring within this many days are flagged for renewal.
