@@ -1,7 +1,7 @@
 @testable import CamRigAgent
 import Testing
 
-@Suite("Connection budgets")
+@Suite("Connection budgets", .timeLimit(.minutes(1)))
 struct ConnectionBudgetTests {
     let limits = ConnectionBudget.Limits(pendingLimit: 4, pendingPerAddress: 2, clientLimit: 3, reservedForCoordinators: 1)
 

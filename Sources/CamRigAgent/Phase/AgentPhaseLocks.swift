@@ -266,23 +266,25 @@ final class DevicePhaseLock: FrameSink {
     }
 
     func end(reason: WireStreamEndReason, message: String) {
-        state.withLockedValue { state in
-            guard !state.ended else { return }
-            state.ended = true
-            state.tracker.reset()
-            state.lockedSince = 0
-            state.reason = reason == .deviceDisconnected
-                ? "\(device.uniqueID) was disconnected: \(message)" : "its stream ended (\(message.isEmpty ? "\(reason)" : message))"
-        }
+        finish(
+            because: reason == .deviceDisconnected
+                ? "\(device.uniqueID) was disconnected: \(message)" : "its stream ended (\(message.isEmpty ? "\(reason)" : message))",
+            unlessEnded: true)
     }
 
     /// The device vanished: the lock is over, whatever ended its stream first.
     func markVanished() {
+        finish(because: "\(device.uniqueID) was disconnected from its host", unlessEnded: false)
+    }
+
+    /// Ends the lock with `reason`; `unlessEnded` keeps the reason of a lock that had ended already.
+    private func finish(because reason: String, unlessEnded: Bool) {
         state.withLockedValue { state in
+            if unlessEnded && state.ended { return }
             state.ended = true
             state.tracker.reset()
             state.lockedSince = 0
-            state.reason = "\(device.uniqueID) was disconnected from its host"
+            state.reason = reason
         }
     }
 

@@ -98,12 +98,6 @@ public final class ResultSpool: Sendable {
         return ByteBuffer(bytes: data[(4 + length)...])
     }
 
-    /// Deletes acknowledged results; returns how many existed.
-    @discardableResult
-    public func acknowledge(_ ids: [String]) -> Int {
-        acknowledging(ids).removed
-    }
-
     /// Deletes acknowledged results; returns how many existed and the ids that are unknown: neither
     /// stored nor acknowledged recently (an acknowledgement repeated after a lost reply is not unknown).
     public func acknowledging(_ ids: [String]) -> (removed: Int, unknown: [String]) {
