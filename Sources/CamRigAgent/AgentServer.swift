@@ -71,6 +71,42 @@ public final class AgentServer: Service, Sendable {
     /// Number of open client connections.
     public var connectionCount: Int { connections.count }
 
+    /// What `reloadTLS()` did.
+    public struct TLSReload: Sendable {
+        public var reloaded: MutualTLS.Reloaded
+        /// Connections closed because their peer's certificate is now refused.
+        public var closed: [PeerRefusal]
+    }
+
+    /// Re-reads the TLS directory (the agent's certificate and key, the CA, `crl.pem`) for new
+    /// connections, and closes the open connections whose certificates are now refused; the others carry
+    /// on undisturbed. On an error the previous certificates stay in use. What SIGHUP does.
+    @discardableResult
+    public func reloadTLS() async throws -> TLSReload {
+        guard case .tls(let tls) = configuration.security else {
+            throw AgentServerError("this agent runs without TLS (--insecure): there is nothing to reload")
+        }
+        let reloaded: MutualTLS.Reloaded
+        do {
+            reloaded = try tls.reload()
+        } catch {
+            logger.error("TLS reload failed, still using the certificates loaded before: \(error)")
+            throw error
+        }
+        let closed = await connections.recheck(with: tls.verifier)
+        logger.notice(
+            "reloaded TLS directory",
+            metadata: [
+                "certificate_until": "\(reloaded.certificate.notValidAfter)",
+                "renewed": "\(reloaded.renewed)",
+                "revoked": "\(reloaded.revokedCount)",
+                "crl_number": "\(reloaded.revocationListNumber)",
+                "connections_closed": "\(closed.count)",
+            ]
+        )
+        return TLSReload(reloaded: reloaded, closed: closed)
+    }
+
     public func run() async throws {
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
         if let devices = configuration.devices { services.append(.init(service: devices)) }
@@ -145,7 +181,7 @@ public final class AgentServer: Service, Sendable {
                 guard let id = connections.admit(channel) else { return channel.close() }
                 do {
                     try channel.pipeline.syncOperations.addHandler(HandshakeActivity(id: id, registry: connections))
-                    try Self.configurePipeline(
+                    let verification = try Self.configurePipeline(
                         channel: channel,
                         id: id,
                         configuration: configuration,
@@ -153,6 +189,7 @@ public final class AgentServer: Service, Sendable {
                         admission: { id, isCoordinator in connections.authenticate(id, isCoordinator: isCoordinator) },
                         logger: connectionLogger
                     )
+                    if let verification { connections.attach(id, verification: verification) }
                     return channel.eventLoop.makeSucceededVoidFuture()
                 } catch {
                     return channel.eventLoop.makeFailedFuture(error)
@@ -165,6 +202,8 @@ public final class AgentServer: Service, Sendable {
     /// - Parameters:
     ///   - id: the connection's id (its leases are bound to it).
     ///   - admission: asked once the client completed TLS and `Hello`: `nil` when it may stay, else why not.
+    /// - Returns: where the client's certificate verdict lands, for TLS connections.
+    @discardableResult
     static func configurePipeline(
         channel: any Channel,
         id: UInt64,
@@ -172,7 +211,7 @@ public final class AgentServer: Service, Sendable {
         router: AgentRequestRouter,
         admission: @escaping @Sendable (_ id: UInt64, _ isCoordinator: Bool) -> String? = { _, _ in nil },
         logger: Logger
-    ) throws {
+    ) throws -> PeerVerificationRecord? {
         let handlers = channel.pipeline.syncOperations
         var verification: PeerVerificationRecord?
         var insecureClient: ServerConnectionStateMachine.Client?
@@ -200,6 +239,7 @@ public final class AgentServer: Service, Sendable {
                 logger: logger
             )
         )
+        return verification
     }
 }
 
@@ -236,6 +276,8 @@ final class ConnectionRegistry: Sendable {
     private struct State {
         var budget: ConnectionBudget
         var channels: [UInt64: any Channel] = [:]
+        /// Each TLS connection's certificate verdict and chain, judged again when the TLS directory is reloaded.
+        var verifications: [UInt64: PeerVerificationRecord] = [:]
         var nextID: UInt64 = 1
         /// When shed connections were last summarized in the log, and the counts then.
         var summarizedAt: Int64 = 0
@@ -285,10 +327,41 @@ final class ConnectionRegistry: Sendable {
         channel.closeFuture.whenComplete { _ in
             self.state.withLockedValue { state in
                 state.channels.removeValue(forKey: id)
+                state.verifications.removeValue(forKey: id)
                 state.budget.disconnect(id)
             }
         }
         return id
+    }
+
+    /// Keeps connection `id`'s certificate verdict, to judge it again after a reload.
+    func attach(_ id: UInt64, verification: PeerVerificationRecord) {
+        state.withLockedValue { state in
+            if state.channels[id] != nil { state.verifications[id] = verification }
+        }
+    }
+
+    /// Judges every authenticated connection's certificate again with `verifier` and closes, with a
+    /// Goodbye saying why, those it now refuses (a revoked certificate). Returns the refusals.
+    func recheck(with verifier: PeerCertificateVerifier) async -> [PeerRefusal] {
+        let open = state.withLockedValue { state in
+            state.verifications.compactMap { id, record in
+                state.channels[id].map { (channel: $0, record: record) }
+            }
+        }
+        var refusals: [PeerRefusal] = []
+        for (channel, record) in open where record.acceptedIdentity != nil {
+            let outcome = await verifier.verify(chain: record.chain)
+            guard case .refused(let refusal) = outcome else { continue }
+            record.outcome = outcome
+            refusals.append(refusal)
+            logger.warning(
+                "closing a connection whose certificate is now refused: \(refusal.message)",
+                metadata: ["peer": "\(channel.remoteAddress.map { "\($0)" } ?? "?")", "reason": "\(refusal.reason.rawValue)"]
+            )
+            channel.pipeline.fireUserInboundEventTriggered(AgentShutdownEvent(reason: refusal.message))
+        }
+        return refusals
     }
 
     /// Unauthenticated connection `id` sent bytes: it is making progress.

@@ -66,6 +66,20 @@ public struct ScratchPKI: Sendable {
         .tls(try MutualTLS.client(directory: directory, identityName: identity))
     }
 
+    /// A new directory holding what a camera host holds: `ca.pem` and `name`'s pair (no CA key).
+    public func hostDirectory(for name: String) throws -> TLSDirectory {
+        let host = TLSDirectory(path: NSTemporaryDirectory() + "camrig-host-tls-" + UUID().uuidString)
+        try FileManager.default.createDirectory(atPath: host.path, withIntermediateDirectories: true)
+        for (from, to) in [
+            (directory.caCertificatePath, host.caCertificatePath),
+            (directory.certificateFile(for: name), host.certificateFile(for: name)),
+            (directory.keyFile(for: name), host.keyFile(for: name)),
+        ] {
+            try FileManager.default.copyItem(atPath: from, toPath: to)
+        }
+        return host
+    }
+
     /// Deletes the directory.
     public func remove() {
         try? FileManager.default.removeItem(atPath: path)

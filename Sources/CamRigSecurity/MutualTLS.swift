@@ -13,9 +13,67 @@ import X509
 public struct MutualTLS: Sendable {
     /// This side's identity.
     public let identity: PeerIdentity
-    /// How this side judges the peer.
-    public let verifier: PeerCertificateVerifier
-    let context: NIOSSLContext
+    /// Where this side's certificates came from, for `reload()`.
+    private let source: Source
+    /// The verifier and TLS context in use; `reload()` replaces both at once.
+    private let loaded: NIOLockedValueBox<Loaded>
+
+    private struct Source: Sendable {
+        var directory: TLSDirectory
+        var identityName: String
+        var ownRoles: [PeerRole]
+        var acceptedPeerRoles: Set<PeerRole>
+        var server: Bool
+    }
+
+    private struct Loaded: Sendable {
+        var verifier: PeerCertificateVerifier
+        var context: NIOSSLContext
+        var certificate: Certificate
+    }
+
+    /// How this side judges the peer: the rig's CA and its revocation list as last loaded.
+    public var verifier: PeerCertificateVerifier { loaded.withLockedValue { $0.verifier } }
+    var context: NIOSSLContext { loaded.withLockedValue { $0.context } }
+    /// This side's own certificate as last loaded.
+    public var certificate: Certificate { loaded.withLockedValue { $0.certificate } }
+
+    /// What a reload found.
+    public struct Reloaded: Sendable {
+        /// This side's certificate now (a renewed one when `renewed`).
+        public var certificate: Certificate
+        public var renewed: Bool
+        /// How many certificates the revocation list now names, and its number (0 without a list).
+        public var revokedCount: Int
+        public var revocationListNumber: Int
+    }
+
+    /// Reads the TLS directory again: this side's certificate and key (renewed with `camrig certs renew`),
+    /// the CA and the revocation list. New connections use what was read; connections already open keep
+    /// their TLS session (callers re-check their peers against the new `verifier`). On any error the
+    /// previous set stays in use and the error says what to fix.
+    @discardableResult
+    public func reload() throws -> Reloaded {
+        let fresh = try Self.load(source)
+        guard fresh.identity.name == identity.name, fresh.identity.role == identity.role else {
+            throw SecurityError(
+                "\(source.directory.path) now holds certificate '\(fresh.identity.name)' (\(fresh.identity.role.rawValue)) where this process was started "
+                    + "as '\(identity.name)' (\(identity.role.rawValue)): restart it to change identity"
+            )
+        }
+        let previous = loaded.withLockedValue { current in
+            let previous = current.certificate
+            current = fresh.loaded
+            return previous
+        }
+        let list = fresh.loaded.verifier.revocations
+        return Reloaded(
+            certificate: fresh.loaded.certificate,
+            renewed: previous.serialNumber != fresh.loaded.certificate.serialNumber,
+            revokedCount: list?.entries.count ?? 0,
+            revocationListNumber: list?.number ?? 0
+        )
+    }
 
     /// The agent's side: presents an agent certificate; accepts coordinators and viewers.
     public static func agent(directory: TLSDirectory, identityName: String? = nil) throws -> MutualTLS {
@@ -51,8 +109,31 @@ public struct MutualTLS: Sendable {
         acceptedPeerRoles: Set<PeerRole>,
         server: Bool
     ) throws -> MutualTLS {
+        // The name is fixed at the first load, so that a reload reads the same identity.
+        let name = try identityName ?? directory.identity(named: nil, roles: ownRoles).entry.name
+        let source = Source(
+            directory: directory,
+            identityName: name,
+            ownRoles: ownRoles,
+            acceptedPeerRoles: acceptedPeerRoles,
+            server: server
+        )
+        let first = try load(source)
+        return MutualTLS(identity: first.identity, source: source, loaded: NIOLockedValueBox(first.loaded))
+    }
+
+    private static func load(_ source: Source) throws -> (identity: PeerIdentity, loaded: Loaded) {
+        let directory = source.directory
+        let server = source.server
         let trustRoot = try directory.trustRoot()
-        let (entry, keyPEM) = try directory.identity(named: identityName, roles: ownRoles)
+        let revocations = try directory.revocationList(verifiedBy: trustRoot)
+        let (entry, keyPEM) = try directory.identity(named: source.identityName, roles: source.ownRoles)
+        if let revoked = revocations?.entry(for: entry.certificate.serialNumber) {
+            throw SecurityError(
+                "this host's certificate '\(entry.name)' was revoked on \(PeerCertificateVerifier.format(revoked.revokedAt)) "
+                    + "(\(directory.revocationListPath)): issue a new one with `camrig certs issue --dir DIR --name \(entry.name) --role \(entry.identity.role.rawValue)` and copy it here"
+            )
+        }
         if entry.certificate.notValidAfter < Date() {
             throw SecurityError(
                 "this host's certificate '\(entry.name)' expired at \(PeerCertificateVerifier.format(entry.certificate.notValidAfter)): "
@@ -79,11 +160,12 @@ public struct MutualTLS: Sendable {
             // Requests (server) and requires a peer certificate; the chain itself is checked by `verifier`.
             configuration.certificateVerification = .noHostnameVerification
             configuration.trustRoots = .certificates([root])
-            return MutualTLS(
-                identity: entry.identity,
-                verifier: PeerCertificateVerifier(trustRoot: trustRoot, acceptedRoles: acceptedPeerRoles),
-                context: try NIOSSLContext(configuration: configuration)
+            let loaded = Loaded(
+                verifier: PeerCertificateVerifier(trustRoot: trustRoot, acceptedRoles: source.acceptedPeerRoles, revocations: revocations),
+                context: try NIOSSLContext(configuration: configuration),
+                certificate: entry.certificate
             )
+            return (entry.identity, loaded)
         } catch let error as SecurityError {
             throw error
         } catch {
@@ -112,6 +194,7 @@ public struct MutualTLS: Sendable {
                 promise.succeed(.failed)
                 return
             }
+            record.chain = chain
             promise.completeWithTask {
                 let outcome = await verifier.verify(chain: chain)
                 record.outcome = outcome
@@ -133,6 +216,7 @@ public struct MutualTLS: Sendable {
             ("UNSUPPORTED_PROTOCOL", "offered no TLS 1.3 (CamRig requires TLS 1.3)"),
             ("TLSV1_ALERT_PROTOCOL_VERSION", "refused TLS 1.3 (CamRig requires TLS 1.3)"),
             ("CERTIFICATE_EXPIRED", "the peer says this side's certificate has expired"),
+            ("CERTIFICATE_REVOKED", "the peer says this side's certificate was revoked"),
             ("ALERT_UNKNOWN_CA", "the peer does not trust this side's CA"),
             ("ALERT_BAD_CERTIFICATE", "the peer refused this side's certificate (see the peer's log for why)"),
             ("ALERT_CERTIFICATE_UNKNOWN", "the peer refused this side's certificate (see the peer's log for why)"),
@@ -152,8 +236,15 @@ public struct MutualTLS: Sendable {
 /// thread), read by the connection's handlers once TLS completes or fails.
 public final class PeerVerificationRecord: Sendable {
     private let box = NIOLockedValueBox<PeerCertificateVerifier.Outcome?>(nil)
+    private let chainBox = NIOLockedValueBox<[Certificate]>([])
 
     public init() {}
+
+    /// The chain the peer presented, kept so that it can be judged again after a reload.
+    public var chain: [Certificate] {
+        get { chainBox.withLockedValue { $0 } }
+        set { chainBox.withLockedValue { $0 = newValue } }
+    }
 
     /// The verdict, once the peer's certificate was judged.
     public var outcome: PeerCertificateVerifier.Outcome? {

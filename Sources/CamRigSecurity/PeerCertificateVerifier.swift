@@ -12,6 +12,8 @@ public struct PeerRefusal: Error, Sendable, Hashable, CustomStringConvertible {
         case notYetValid = "not-yet-valid"
         /// The certificate was not signed by this rig's CA.
         case unknownAuthority = "unknown-authority"
+        /// The rig's CA revoked the certificate (it is on the revocation list, `crl.pem`).
+        case revoked
         /// The certificate names no CamRig role.
         case noRole = "no-role"
         /// The role is not one this side accepts (e.g. a viewer certificate presented by an "agent").
@@ -34,20 +36,24 @@ public struct PeerRefusal: Error, Sendable, Hashable, CustomStringConvertible {
 /// Decides whether a peer's certificate chain belongs to this rig, and who the peer is.
 ///
 /// Checks, in order: a certificate is present; it is within its validity period; it was issued by the
-/// rig's CA (subject match and signature, via swift-certificates' RFC 5280 verifier); it names a CamRig
-/// role; that role is one this side accepts. The first failed check is the reason given.
+/// rig's CA (subject match and signature, via swift-certificates' RFC 5280 verifier); the CA has not
+/// revoked it; it names a CamRig role; that role is one this side accepts. The first failed check is the
+/// reason given.
 public struct PeerCertificateVerifier: Sendable {
     public let trustRoot: Certificate
     public let acceptedRoles: Set<PeerRole>
+    /// The CA's revocation list, already verified against `trustRoot`; `nil` when the rig has none.
+    public let revocations: RevocationList?
 
     public enum Outcome: Sendable, Hashable {
         case accepted(PeerIdentity)
         case refused(PeerRefusal)
     }
 
-    public init(trustRoot: Certificate, acceptedRoles: Set<PeerRole>) {
+    public init(trustRoot: Certificate, acceptedRoles: Set<PeerRole>, revocations: RevocationList? = nil) {
         self.trustRoot = trustRoot
         self.acceptedRoles = acceptedRoles
+        self.revocations = revocations
     }
 
     public func verify(chain: [Certificate], at now: Date = Date()) async -> Outcome {
@@ -93,6 +99,16 @@ public struct PeerCertificateVerifier: Sendable {
                     .unknownAuthority,
                     "certificate '\(name)' names this rig's CA '\(trustRoot.subject)' as issuer but does not verify against it"
                         + " (signed by another CA of the same name?)\(detail)"
+                )
+            )
+        }
+        if let revoked = revocations?.entry(for: leaf.serialNumber) {
+            let why = revoked.reason.map { " (\($0))" } ?? ""
+            return .refused(
+                PeerRefusal(
+                    .revoked,
+                    "certificate '\(name)' (serial \(leaf.serialNumber.hexadecimal)) was revoked by this rig's CA on \(Self.format(revoked.revokedAt))\(why); "
+                        + "issue a new one with `camrig certs issue`"
                 )
             )
         }

@@ -10,8 +10,11 @@ import X509
 ///     ca-key.pem        the CA private key (mode 0600): needed only where certificates are issued
 ///     NAME.pem          a certificate issued to NAME (its role is in the subject's OU)
 ///     NAME-key.pem      its private key (mode 0600)
+///     crl.pem           the CA's revocation list, once a certificate was revoked (`camrig certs revoke`)
+///     revoked/          revoked certificates and keys, kept as NAME-SERIAL.pem for the record
 ///
-/// A camera host needs only `ca.pem` and its own `NAME.pem` / `NAME-key.pem`.
+/// A camera host needs only `ca.pem` and its own `NAME.pem` / `NAME-key.pem`, plus `crl.pem` once
+/// there is one.
 public struct TLSDirectory: Sendable {
     public static let caCertificateFile = "ca.pem"
     public static let caKeyFile = "ca-key.pem"
@@ -46,6 +49,59 @@ public struct TLSDirectory: Sendable {
     public func certificateFile(for name: String) -> String { file("\(name).pem") }
     public func keyFile(for name: String) -> String { file("\(name)-key.pem") }
     public var caCertificatePath: String { file(Self.caCertificateFile) }
+    public var revocationListPath: String { file(RevocationList.fileName) }
+
+    // MARK: Revoking
+
+    /// Revokes `name`'s certificate: adds its serial number to the CA's revocation list (`crl.pem`,
+    /// re-signed, replaced by rename) and moves its files to `revoked/`, so the name can be issued again.
+    /// Peers refuse it once they have the new `crl.pem` (copy it to each host's TLS directory; agents
+    /// re-read theirs on SIGHUP).
+    @discardableResult
+    public func revoke(
+        name: String,
+        reason: RevocationList.Reason? = nil,
+        now: Date = Date()
+    ) throws -> (certificate: Certificate, list: RevocationList) {
+        guard let entry = try entries().first(where: { $0.name == name }) else {
+            throw SecurityError("no certificate '\(name)' in \(path): `camrig certs list --dir \(path)` lists them")
+        }
+        let authority = try loadAuthority()
+        let previous = try revocationList(verifiedBy: authority.certificate)
+        let (list, pem) = try RevocationList.issue(
+            by: authority,
+            previous: previous,
+            adding: [RevocationList.Entry(serialNumber: entry.certificate.serialNumber, revokedAt: now, reason: reason)]
+        )
+        let staging = file(RevocationList.fileName + ".new-\(UInt32.random(in: 0...UInt32.max))")
+        try write(pem: pem, to: staging, secret: false)
+        guard rename(staging, revocationListPath) == 0 else {
+            throw SecurityError("cannot replace \(revocationListPath): \(String(cString: strerror(errno)))")
+        }
+        let archive = file("revoked")
+        try FileManager.default.createDirectory(atPath: archive, withIntermediateDirectories: true)
+        let serial = entry.certificate.serialNumber.bytes.map { String(format: "%02x", $0) }.joined()
+        let archived = (archive as NSString).appendingPathComponent("\(name)-\(serial)")
+        for (from, to) in [(certificateFile(for: name), archived + ".pem"), (keyFile(for: name), archived + "-key.pem")]
+        where FileManager.default.fileExists(atPath: from) {
+            guard rename(from, to) == 0 else {
+                throw SecurityError("revoked, but cannot move \(from) to \(to): \(String(cString: strerror(errno)))")
+            }
+        }
+        return (entry.certificate, list)
+    }
+
+    /// The CA's revocation list, verified against `trustRoot`; `nil` when there is no `crl.pem`.
+    ///
+    /// - Throws: when the file exists but is not a list the rig's CA signed: a peer must not run on with
+    ///   a revocation list it cannot trust.
+    public func revocationList(verifiedBy trustRoot: Certificate) throws -> RevocationList? {
+        guard FileManager.default.fileExists(atPath: revocationListPath) else { return nil }
+        guard let pem = try? String(contentsOfFile: revocationListPath, encoding: .utf8) else {
+            throw SecurityError("cannot read \(revocationListPath)")
+        }
+        return try RevocationList(pem: pem, verifiedBy: trustRoot, source: revocationListPath)
+    }
 
     // MARK: Creating
 
@@ -127,7 +183,7 @@ public struct TLSDirectory: Sendable {
         try write(pem: try issued.certificate.serializeAsPEM().pemString, to: certificateFile(for: name), secret: false)
     }
 
-    private func write(pem: String, to file: String, secret: Bool) throws {
+    func write(pem: String, to file: String, secret: Bool) throws {
         let created = FileManager.default.createFile(
             atPath: file,
             contents: Data(pem.utf8),

@@ -10,6 +10,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import ServiceLifecycle
+import UnixSignals
 
 /// `camrig-agent`: serves this host's cameras to the rig's coordinator.
 @main
@@ -261,9 +262,13 @@ struct AgentCommand: AsyncParsableCommand {
             ),
             logger: logger
         )
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: server)]
+        if !settings.insecure {
+            services.append(.init(service: ReloadOnHangup(server: server, logger: logger), successTerminationBehavior: .gracefullyShutdownGroup))
+        }
         let group = ServiceGroup(
             configuration: .init(
-                services: [.init(service: server)],
+                services: services,
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger
             )
@@ -278,3 +283,18 @@ struct AgentCommand: AsyncParsableCommand {
     }
 }
 
+
+/// Re-reads the TLS directory on SIGHUP (`systemctl reload camrig-agent`): a renewed certificate, a new
+/// `crl.pem`. Connections stay up unless their peer's certificate is now revoked.
+struct ReloadOnHangup: Service {
+    let server: AgentServer
+    let logger: Logger
+
+    func run() async throws {
+        for await _ in await UnixSignalsSequence(trapping: .sighup).cancelOnGracefulShutdown() {
+            logger.info("SIGHUP: re-reading the TLS directory")
+            // A failed reload is logged by the server and leaves the previous certificates in use.
+            _ = try? await server.reloadTLS()
+        }
+    }
+}

@@ -7,7 +7,7 @@ extension Certs {
     struct Renew: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Re-issue a certificate with the same name, role and host names, and a new key.",
-            discussion: "Run where the CA's key is. The new files replace the old ones; copy them to the holder and restart it."
+            discussion: "Run where the CA's key is. The new files replace the old ones; copy them to the holder and reload it (agents re-read their TLS directory on SIGHUP: `systemctl reload camrig-agent`)."
         )
 
         @Option(name: .long, help: ArgumentHelp("Directory holding the CA (ca.pem, ca-key.pem) and the certificate.", valueName: "dir"))

@@ -53,4 +53,24 @@ struct InitOutput: Encodable {
     var ca: String
     var directory: String
     var certificates: [CertificateSummary]
+    /// The serial numbers on the CA's revocation list (`certs list` only).
+    var revoked: [RevokedSummary]? = nil
+}
+
+/// One entry of the CA's revocation list, as `certs list` shows it.
+struct RevokedSummary: Encodable {
+    var serial: String
+    var revokedAt: String
+    var reason: String?
+
+    init(_ entry: RevocationList.Entry) {
+        serial = entry.serialNumber.hexadecimal
+        revokedAt = ISO8601DateFormatter().string(from: entry.revokedAt)
+        reason = entry.reason?.description
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case serial, reason
+        case revokedAt = "revoked_at"
+    }
 }
