@@ -109,6 +109,7 @@ let package = Package(
             dependencies: [
                 "CZlib", "CamRigDevices", "CamRigCapture",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
         .target(

@@ -26,6 +26,70 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
     /// Frames delivered but in no set (each with why).
     public var unmatched: [Frame]
     public var summary: Summary
+    /// Whether the capture holds everything it was meant to: `in_progress` while the coordinator is
+    /// at it (a manifest left so says the coordinator stopped; `camrig captures recover` finishes it),
+    /// `complete`, or `incomplete` with what is missing in `missing`. Absent in manifests written
+    /// before CamRig recorded it.
+    public var state: State?
+    /// For photos: the trigger every agent fired, and when (coordinator clock).
+    public var triggerId: String?
+    public var fireAtNs: Int64?
+    /// For photos: whether `fire_at_ns` was a frame-grid instant (phase-locked cameras).
+    public var onGrid: Bool?
+    /// What the capture lacks: one entry per camera whose result is not here, saying why and whether
+    /// its agent may still hold it.
+    public var missing: [Missing]?
+    /// Results stored in this capture that their agents were not told to delete (the connection failed
+    /// after storing): a collector acknowledges them, so they are never offered twice.
+    public var unacknowledged: [Unacknowledged]?
+
+    /// A stored result its agent still holds.
+    public struct Unacknowledged: Codable, Sendable, Equatable {
+        public var agent: String
+        public var sessionId: String
+        public var resultId: String
+
+        public init(agent: String, sessionId: String, resultId: String) {
+            self.agent = agent
+            self.sessionId = sessionId
+            self.resultId = resultId
+        }
+    }
+
+    /// A capture's progress.
+    public enum State: String, Codable, Sendable {
+        case inProgress = "in_progress"
+        case complete
+        case incomplete
+    }
+
+    /// A camera's result the capture does not have.
+    public struct Missing: Codable, Sendable, Equatable {
+        public var camera: Int
+        public var agent: String
+        public var device: String
+        /// Where the agent keeps it: results are fetched by session and matched by trigger and device.
+        public var sessionId: String
+        public var triggerId: String
+        public var reason: String
+        /// The agent may still hold the result in its spool: it is fetched when the agent is reachable
+        /// again (the next capture with this captures directory, or `camrig captures recover`). `false`
+        /// when it is known to be lost (the agent refused the trigger, or holds nothing of it).
+        public var collectable: Bool
+
+        public init(camera: Int, agent: String, device: String, sessionId: String, triggerId: String, reason: String, collectable: Bool) {
+            self.camera = camera
+            self.agent = agent
+            self.device = device
+            self.sessionId = sessionId
+            self.triggerId = triggerId
+            self.reason = reason
+            self.collectable = collectable
+        }
+    }
+
+    /// Results that may still be collected from their agents.
+    public var collectable: [Missing] { (missing ?? []).filter(\.collectable) }
 
     public init(id: String, kind: String, created: String, sessionId: String, framesPerSecond: Double? = nil, frameDuration: Rational? = nil, cameras: [Camera], sets: [SyncSet], unmatched: [Frame], summary: Summary) {
         self.id = id

@@ -39,6 +39,72 @@ public protocol CaptureSink: Sendable {
     /// Stores the capture's manifest, durably with every file it lists, and lists the capture (in a
     /// catalog, if the sink keeps one).
     func finish(_ manifest: CaptureManifest, in capture: CaptureHandle) async throws
+
+    /// Stores the manifest of a capture that has just begun (state `in_progress`, everything missing),
+    /// durably and listed, so that a coordinator that dies during the capture leaves a manifest saying
+    /// what it was doing.
+    func started(_ manifest: CaptureManifest, in capture: CaptureHandle) async throws
+    /// Records one stored result durably, before its agent is told to delete it: what a manifest is
+    /// rebuilt from when the coordinator died before writing it.
+    func journal(_ entry: JournalEntry, in capture: CaptureHandle) async throws
+    /// Captures started but not complete (`in_progress` or `incomplete`), with what each journaled.
+    func unfinished() async throws -> [UnfinishedCapture]
+    /// Takes `capture` for this caller alone (to collect its missing results); `nil` when a capture in
+    /// progress or another collector, in this process or another, has it.
+    func claim(_ capture: CaptureHandle) async -> CaptureClaim?
+    /// The capture failed before `finish`: gives up this process's hold on it, leaving its manifest
+    /// `in_progress` for a collector to finish.
+    func abandon(_ capture: CaptureHandle) async
+}
+
+/// A capture held by one collector until `release()`.
+public final class CaptureClaim: Sendable {
+    private let onRelease: @Sendable () -> Void
+
+    public init(onRelease: @escaping @Sendable () -> Void = {}) {
+        self.onRelease = onRelease
+    }
+
+    public func release() { onRelease() }
+}
+
+extension CaptureSink {
+    /// A sink that keeps no manifests until `finish` records nothing here.
+    public func started(_ manifest: CaptureManifest, in capture: CaptureHandle) async throws {}
+    /// A sink without a journal.
+    public func journal(_ entry: JournalEntry, in capture: CaptureHandle) async throws {}
+    /// A sink that cannot resume captures has none unfinished.
+    public func unfinished() async throws -> [UnfinishedCapture] { [] }
+    /// A sink without locks: every claim succeeds.
+    public func claim(_ capture: CaptureHandle) async -> CaptureClaim? { CaptureClaim() }
+    public func abandon(_ capture: CaptureHandle) async {}
+}
+
+/// One stored result, as the capture's journal keeps it.
+public struct JournalEntry: Codable, Sendable, Equatable {
+    /// The agent's id of the result (acknowledged once this entry is durable).
+    public var resultId: String
+    public var agent: String
+    public var frame: CaptureManifest.Frame
+
+    public init(resultId: String, agent: String, frame: CaptureManifest.Frame) {
+        self.resultId = resultId
+        self.agent = agent
+        self.frame = frame
+    }
+}
+
+/// A capture that was started and is not complete: its manifest as last written and its journal.
+public struct UnfinishedCapture: Sendable {
+    public var handle: CaptureHandle
+    public var manifest: CaptureManifest
+    public var journal: [JournalEntry]
+
+    public init(handle: CaptureHandle, manifest: CaptureManifest, journal: [JournalEntry]) {
+        self.handle = handle
+        self.manifest = manifest
+        self.journal = journal
+    }
 }
 
 /// What a capture is: one photo per camera, or a recording matched into sync sets.

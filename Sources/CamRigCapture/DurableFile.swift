@@ -97,6 +97,27 @@ public enum DurableFile {
 
     /// Flushes a directory's entries to the disk, so that files created, renamed or removed in it stay
     /// so after a power cut.
+    /// Appends `bytes` to the file at `url` (created if needed) and flushes it to the disk, with its
+    /// directory when the file is new. A crash during the append leaves at most a torn last record,
+    /// which a reader of line-based records skips.
+    public static func append(_ bytes: [UInt8], to url: URL, permissions: mode_t = 0o644) throws {
+        let existed = FileManager.default.fileExists(atPath: url.path)
+        let fd = open(url.path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, permissions)
+        guard fd >= 0 else { throw DurableFileError(.create, path: url.path, errno: errno) }
+        defer { close(fd) }
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes.withUnsafeBytes { Foundation.write(fd, $0.baseAddress! + offset, bytes.count - offset) }
+            if written < 0 {
+                if errno == EINTR { continue }
+                throw DurableFileError(.write, path: url.path, errno: errno)
+            }
+            offset += written
+        }
+        guard fsync(fd) == 0 else { throw DurableFileError(.flush, path: url.path, errno: errno) }
+        if !existed { try flushDirectory(url.deletingLastPathComponent()) }
+    }
+
     public static func flushDirectory(_ directory: URL) throws {
         let fd = open(directory.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw DurableFileError(.flushDirectory, path: directory.path, errno: errno) }

@@ -23,6 +23,11 @@ public final class CaptureCatalog: Sendable {
         public var droppedFrames: Int
         public var skewP50Ns: Int64
         public var skewMaxNs: Int64
+        /// `in_progress`, `complete` or `incomplete` (the manifest's `state`).
+        public var state: String
+        /// Results the capture lacks (the manifest's `missing`), and results stored whose agents still
+        /// hold them (`unacknowledged`).
+        public var missing: Int
 
         public init(manifest: CaptureManifest, directory: String) {
             id = manifest.id
@@ -38,6 +43,8 @@ public final class CaptureCatalog: Sendable {
             droppedFrames = manifest.summary.droppedFrames
             skewP50Ns = manifest.summary.skewP50Ns
             skewMaxNs = manifest.summary.skewMaxNs
+            state = (manifest.state ?? .complete).rawValue
+            missing = (manifest.missing?.count ?? 0) + (manifest.unacknowledged?.count ?? 0)
         }
 
         enum CodingKeys: String, CodingKey {
@@ -49,6 +56,7 @@ public final class CaptureCatalog: Sendable {
             case droppedFrames = "dropped_frames"
             case skewP50Ns = "skew_p50_ns"
             case skewMaxNs = "skew_max_ns"
+            case state, missing
         }
     }
 
@@ -78,6 +86,12 @@ public final class CaptureCatalog: Sendable {
                     table.column("skew_max_ns", .integer).notNull()
                 }
             }
+            migrator.registerMigration("v2: state and missing results") { db in
+                try db.alter(table: "capture") { table in
+                    table.add(column: "state", .text).notNull().defaults(to: "complete")
+                    table.add(column: "missing", .integer).notNull().defaults(to: 0)
+                }
+            }
             try migrator.migrate(database)
         } catch {
             throw StorageError("cannot open the capture catalog \(path): \(error)")
@@ -97,6 +111,18 @@ public final class CaptureCatalog: Sendable {
     public func list() throws -> [Entry] {
         do {
             return try database.read { db in try Entry.order(Column("created").desc, Column("id").desc).fetchAll(db) }
+        } catch {
+            throw StorageError("cannot read the capture catalog \(path): \(error)")
+        }
+    }
+
+    /// Captures not complete: started (`in_progress`) or missing results (`incomplete`), or with results
+    /// not yet acknowledged to their agents; oldest first.
+    public func unfinished() throws -> [Entry] {
+        do {
+            return try database.read { db in
+                try Entry.filter(Column("state") != "complete" || Column("missing") > 0).order(Column("created"), Column("id")).fetchAll(db)
+            }
         } catch {
             throw StorageError("cannot read the capture catalog \(path): \(error)")
         }

@@ -1,6 +1,7 @@
 import CamRigCapture
 import CamRigDevices
 import Foundation
+import NIOConcurrencyHelpers
 
 /// A captures directory: one subdirectory per capture (frames and `manifest.json`) and
 /// `catalog.sqlite` listing them all.
@@ -48,16 +49,8 @@ public struct CaptureStore: Sendable {
     /// Writes `manifest.json` into the capture's directory, durably with every file already in it, and
     /// records the capture in the catalog.
     public func finish(_ manifest: CaptureManifest, in directory: URL) throws {
-        let encoder = JSONEncoder()
-        encoder.keyEncodingStrategy = .convertToSnakeCase
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         let target = directory.appendingPathComponent("manifest.json")
-        let json: Data
-        do {
-            json = try encoder.encode(manifest)
-        } catch {
-            throw StorageError("cannot encode the manifest of \(manifest.id): \(error)")
-        }
+        let json = try Self.encode(manifest)
         // Frames converted after a recording were written without flushing their directories; flushed
         // here, once per directory, so that a capture with a manifest has every frame it lists.
         let subdirectories =
@@ -70,6 +63,111 @@ public struct CaptureStore: Sendable {
         try DurableFile.write(json, to: target)
         try DurableFile.flushDirectory(directory.deletingLastPathComponent())
         try catalog.record(CaptureCatalog.Entry(manifest: manifest, directory: directory.lastPathComponent))
+        Self.letGo(directory)
+    }
+
+    /// The journal of stored results in a capture's directory (one JSON `JournalEntry` per line).
+    public static let journalFile = "journal.jsonl"
+
+    /// The lock a capture's writer holds from `started` to `finish` (`flock`, so a writer killed with -9
+    /// lets go of it), and a collector while it works on the capture.
+    public static let lockFile = ".capture.lock"
+
+    /// Locks this process holds for captures it is writing, by directory path.
+    private static let held = NIOLockedValueBox<[String: Int32]>([:])
+
+    /// Takes the capture's lock if nobody holds it; the file descriptor holding it, or `nil`.
+    static func tryLock(_ directory: URL) -> Int32? {
+        let fd = open(directory.appendingPathComponent(lockFile).path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { return nil }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            close(fd)
+            return nil
+        }
+        return fd
+    }
+
+    private static func hold(_ directory: URL) {
+        guard let fd = tryLock(directory) else { return }
+        if let previous = held.withLockedValue({ held in
+            defer { held[directory.path] = fd }
+            return held[directory.path]
+        }) {
+            close(previous)
+        }
+    }
+
+    private static func letGo(_ directory: URL) {
+        if let fd = held.withLockedValue({ $0.removeValue(forKey: directory.path) }) { close(fd) }
+    }
+
+    /// Writes the manifest of a capture just begun and lists it in the catalog.
+    public func started(_ manifest: CaptureManifest, in directory: URL) throws {
+        Self.hold(directory)
+        try DurableFile.write(try Self.encode(manifest), to: directory.appendingPathComponent("manifest.json"))
+        try DurableFile.flushDirectory(directory.deletingLastPathComponent())
+        try catalog.record(CaptureCatalog.Entry(manifest: manifest, directory: directory.lastPathComponent))
+    }
+
+    /// Appends `entry` to the capture's journal, durably.
+    public func journal(_ entry: JournalEntry, in directory: URL) throws {
+        let encoder = JSONEncoder()
+        encoder.keyEncodingStrategy = .convertToSnakeCase
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        var line = Array(try encoder.encode(entry))
+        line.append(UInt8(ascii: "\n"))
+        try DurableFile.append(line, to: directory.appendingPathComponent(Self.journalFile))
+    }
+
+    /// The journal of the capture in `directory`: every whole record (a torn last line is skipped).
+    public func journal(in directory: URL) -> [JournalEntry] {
+        guard let data = FileManager.default.contents(atPath: directory.appendingPathComponent(Self.journalFile).path) else { return [] }
+        let decoder = JSONDecoder()
+        decoder.keyDecodingStrategy = .convertFromSnakeCase
+        return data.split(separator: UInt8(ascii: "\n")).compactMap { try? decoder.decode(JournalEntry.self, from: Data($0)) }
+    }
+
+    /// Captures listed as not complete, each with its manifest and journal. A capture whose manifest
+    /// cannot be read is left out (and stays listed).
+    ///
+    /// A capture folder with a manifest but no catalog entry (the coordinator died between writing the
+    /// one and the other) is listed in the catalog now, and returned when it is not complete.
+    public func unfinishedCaptures() throws -> [UnfinishedCapture] {
+        var unfinished = try catalog.unfinished().compactMap { entry -> UnfinishedCapture? in
+            guard let manifest = try? manifest(of: entry) else { return nil }
+            return self.unfinished(manifest, directory: entry.directory)
+        }
+        let listed = Set(try catalog.list().map(\.directory))
+        let folders = (try? FileManager.default.contentsOfDirectory(atPath: root.path)) ?? []
+        for folder in folders.sorted() where !listed.contains(folder) {
+            let url = root.appendingPathComponent(folder).appendingPathComponent("manifest.json")
+            guard let data = FileManager.default.contents(atPath: url.path) else { continue }
+            let decoder = JSONDecoder()
+            decoder.keyDecodingStrategy = .convertFromSnakeCase
+            guard let manifest = try? decoder.decode(CaptureManifest.self, from: data) else { continue }
+            try catalog.record(CaptureCatalog.Entry(manifest: manifest, directory: folder))
+            if let capture = self.unfinished(manifest, directory: folder) { unfinished.append(capture) }
+        }
+        return unfinished
+    }
+
+    private func unfinished(_ manifest: CaptureManifest, directory: String) -> UnfinishedCapture? {
+        guard let kind = CaptureKind(rawValue: manifest.kind) else { return nil }
+        let complete = (manifest.state ?? .complete) == .complete && (manifest.missing ?? []).isEmpty && (manifest.unacknowledged ?? []).isEmpty
+        guard !complete else { return nil }
+        let url = root.appendingPathComponent(directory)
+        return UnfinishedCapture(handle: CaptureHandle(id: manifest.id, kind: kind, location: url), manifest: manifest, journal: journal(in: url))
+    }
+
+    static func encode(_ manifest: CaptureManifest) throws -> Data {
+        let encoder = JSONEncoder()
+        encoder.keyEncodingStrategy = .convertToSnakeCase
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        do {
+            return try encoder.encode(manifest)
+        } catch {
+            throw StorageError("cannot encode the manifest of \(manifest.id): \(error)")
+        }
     }
 
     /// Reads a capture's manifest.
@@ -214,5 +312,26 @@ extension CaptureStore: CaptureSink {
     /// Writes `manifest.json` durably and records the capture in the catalog.
     public func finish(_ manifest: CaptureManifest, in capture: CaptureHandle) async throws {
         try await BlockingWork.run { try finish(manifest, in: capture.location) }
+    }
+
+    public func started(_ manifest: CaptureManifest, in capture: CaptureHandle) async throws {
+        try await BlockingWork.run { try started(manifest, in: capture.location) }
+    }
+
+    public func journal(_ entry: JournalEntry, in capture: CaptureHandle) async throws {
+        try await BlockingWork.run { try journal(entry, in: capture.location) }
+    }
+
+    public func unfinished() async throws -> [UnfinishedCapture] {
+        try await BlockingWork.run { try unfinishedCaptures() }
+    }
+
+    public func claim(_ capture: CaptureHandle) async -> CaptureClaim? {
+        guard let fd = Self.tryLock(capture.location) else { return nil }
+        return CaptureClaim { close(fd) }
+    }
+
+    public func abandon(_ capture: CaptureHandle) async {
+        Self.letGo(capture.location)
     }
 }

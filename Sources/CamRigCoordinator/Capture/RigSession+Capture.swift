@@ -69,9 +69,20 @@ struct CaptureRig: Sendable {
     /// The name a camera's files start with: `cam0-AGENT_DEVICE`, unique in the capture and safe as a
     /// file name.
     func fileStem(camera index: Int) -> String {
-        let safe = String(
-            inputs[index].name.map { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" || $0 == "." ? $0 : "_" })
+        Self.fileStem(camera: index, name: inputs[index].name)
+    }
+
+    /// The file stem of camera `index` named `name` (`AGENT/DEVICE`).
+    static func fileStem(camera index: Int, name: String) -> String {
+        let safe = String(name.map { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" || $0 == "." ? $0 : "_" })
         return "cam\(index)-\(safe)"
+    }
+
+    /// Camera `camera`'s result of `triggerID`, as the manifest lists it while it is missing.
+    func missing(camera: Int, triggerID: String, reason: String, collectable: Bool) -> CaptureManifest.Missing {
+        CaptureManifest.Missing(
+            camera: camera, agent: inputs[camera].agentID, device: inputs[camera].deviceID, sessionId: sessionID,
+            triggerId: triggerID, reason: reason, collectable: collectable)
     }
 
     /// Now as the manifest's `created`: ISO 8601, UTC.

@@ -36,21 +36,42 @@ extension RigSession {
         var cameraFailures: [Int: String] = [:]
         /// About the agent as a whole.
         var failure: String?
+        /// Results stored whose acknowledgement did not reach the agent.
+        var unacknowledged: [String] = []
     }
 
     private static func capturePhoto(_ rig: CaptureRig, settings: WirePhotoSettings, into sink: some CaptureSink)
         async throws
         -> CaptureReport
     {
-        let plan = CapturePlan.photo(at: HostClock.monotonicNow(), roundTrips: rig.roundTrips, grid: rig.grid)
         let triggerID = "photo-" + String(UInt64.random(in: 0...UInt64.max), radix: 36)
-        async let begun = sink.begin(.photo)
+        // The capture's manifest is on disk before any agent is asked to fire: a coordinator that dies
+        // from here on leaves a manifest naming the trigger whose results the agents keep.
+        let capture = try await sink.begin(.photo)
+        let startEstimates = try rig.clockEstimates()
+        var started = rig.manifestBuilder(for: capture, estimates: startEstimates).photo(
+            Array(repeating: nil, count: rig.inputs.count), fireAt: 0, failures: [:])
+        started.state = .inProgress
+        started.triggerId = triggerID
+        started.missing = rig.inputs.indices.map { camera in
+            rig.missing(camera: camera, triggerID: triggerID, reason: "the capture was under way", collectable: true)
+        }
+        try await sink.started(started, in: capture)
+
+        let plan = CapturePlan.photo(at: HostClock.monotonicNow(), roundTrips: rig.roundTrips, grid: rig.grid)
         let firings = await fire(rig, plan: plan, triggerID: triggerID, settings: settings)
-        let capture = try await begun
-        let estimates = try rig.clockEstimates()
+        let estimates: [ClockEstimate]
+        do {
+            estimates = try rig.clockEstimates()
+        } catch {
+            await sink.abandon(capture)
+            throw error
+        }
 
         var frames: [SyncFrame<StoredFrame>?] = Array(repeating: nil, count: rig.inputs.count)
         var cameraFailures: [Int: String] = [:]
+        /// Cameras whose agent answered the trigger with an error: nothing of theirs is in a spool.
+        var refused: Set<Int> = []
         var failures: [String] = []
         let gathered = await withTaskGroup(of: (String, Gathered).self) { group in
             for (agentID, cameras) in rig.camerasByAgent {
@@ -64,7 +85,11 @@ extension RigSession {
                     }
                 case .failure(let error)?:
                     failures.append("agent \(agentID): \(message(error))")
-                    for camera in cameras { cameraFailures[camera] = "trigger failed: \(message(error))" }
+                    let answered = (error as? AgentClientError)?.kind == .remoteError
+                    for camera in cameras {
+                        cameraFailures[camera] = "trigger failed: \(message(error))"
+                        if answered { refused.insert(camera) }
+                    }
                 case nil:
                     break
                 }
@@ -73,7 +98,11 @@ extension RigSession {
             for await outcome in group { all.append(outcome) }
             return all.sorted { $0.0 < $1.0 }
         }
+        var unacknowledged: [CaptureManifest.Unacknowledged] = []
         for (agentID, outcome) in gathered {
+            unacknowledged += outcome.unacknowledged.map {
+                CaptureManifest.Unacknowledged(agent: agentID, sessionId: rig.sessionID, resultId: $0)
+            }
             for (camera, frame) in outcome.frames { frames[camera] = frame }
             cameraFailures.merge(outcome.cameraFailures) { first, _ in first }
             if let failure = outcome.failure { failures.append("agent \(agentID): \(failure)") }
@@ -82,7 +111,23 @@ extension RigSession {
         let builder = rig.manifestBuilder(for: capture, estimates: estimates)
         var manifest = builder.photo(frames, fireAt: plan.fireAt, onGrid: rig.grid != nil, failures: cameraFailures)
         manifest.record(phases: await rig.phases())
-        try await sink.finish(manifest, in: capture)
+        manifest.triggerId = triggerID
+        manifest.fireAtNs = plan.fireAt
+        manifest.onGrid = rig.grid != nil
+        let missing = rig.inputs.indices.filter { frames[$0] == nil }.map { camera in
+            rig.missing(
+                camera: camera, triggerID: triggerID, reason: cameraFailures[camera] ?? "no photo in the agent's results",
+                collectable: !refused.contains(camera))
+        }
+        manifest.missing = missing
+        manifest.unacknowledged = unacknowledged.isEmpty ? nil : unacknowledged
+        manifest.state = missing.isEmpty ? .complete : .incomplete
+        do {
+            try await sink.finish(manifest, in: capture)
+        } catch {
+            await sink.abandon(capture)
+            throw error
+        }
         if !failures.isEmpty && frames.allSatisfy({ $0 == nil }) {
             throw CommitError(
                 description: "no camera delivered a photo:\n" + failures.map { "  \($0)" }.joined(separator: "\n"),
@@ -192,6 +237,11 @@ extension RigSession {
                                         lateness: firing.latenessNs
                                     )
                                 )
+                                // Journaled before it is acknowledged: once the agent deletes its copy,
+                                // the capture's folder says everything the manifest needs of it.
+                                try await sink.journal(
+                                    JournalEntry(resultId: result.resultID, agent: rig.inputs[camera].agentID, frame: ManifestBuilder.entry(frame)),
+                                    in: capture)
                                 return (camera, result.resultID, .success(frame))
                             } catch {
                                 return (camera, result.resultID, .failure(error))
@@ -226,7 +276,14 @@ extension RigSession {
             if !stored.isEmpty {
                 var acknowledge = WireAcknowledgeResults()
                 acknowledge.resultIds = stored
-                _ = try await client.request(.acknowledgeResults(acknowledge))
+                do {
+                    _ = try await client.request(.acknowledgeResults(acknowledge))
+                } catch {
+                    // Stored and journaled, but the agent still holds them: acknowledged later by a
+                    // collector (`camrig captures recover`, or the next capture).
+                    gathered.unacknowledged = stored
+                    throw error
+                }
             }
         } catch {
             // Not connected, or the acknowledgement failed: stored photos stay in the capture (and in

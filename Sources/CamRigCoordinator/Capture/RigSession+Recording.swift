@@ -34,6 +34,10 @@ extension RigSession {
     ) async throws -> CaptureReport {
         let estimates = try rig.clockEstimates()
         let capture = try await sink.begin(.recording)
+        var started = rig.manifestBuilder(for: capture, estimates: estimates).recording(
+            frameDuration: frameDuration, sets: [], unmatched: [], streams: [])
+        started.state = .inProgress
+        try await sink.started(started, in: capture)
         let plan = CapturePlan.recording(
             at: HostClock.monotonicNow(), roundTrips: rig.roundTrips, duration: duration, frameDuration: frameDuration, grid: rig.grid)
         guard let cutOffs = plan.recording else { preconditionFailure("a recording plan has cut-offs") }
@@ -99,7 +103,18 @@ extension RigSession {
         var manifest = builder.recording(
             frameDuration: frameDuration, grid: rig.grid, sets: sets, unmatched: unmatched, streams: tally.streams)
         manifest.record(phases: await rig.phases())
-        try await sink.finish(manifest, in: capture)
+        // A recording's frames are streamed, never kept by the agents: nothing of it can be collected
+        // later. It is incomplete when a set lacks a frame or a camera's stream fell short.
+        manifest.missing = []
+        let fellShort = manifest.summary.incompleteSets > 0 || manifest.summary.droppedFrames > 0
+            || manifest.cameras.contains { $0.error != nil }
+        manifest.state = fellShort ? .incomplete : .complete
+        do {
+            try await sink.finish(manifest, in: capture)
+        } catch {
+            await sink.abandon(capture)
+            throw error
+        }
         if delivered.allSatisfy({ $0 == 0 }) {
             let failures = tally.streams.indices.compactMap { camera in
                 tally.streams[camera].failure.map { "  \(rig.inputs[camera].name): \($0)" }

@@ -26,6 +26,7 @@ struct Capture: AsyncParsableCommand {
         do {
             let store = try captures.store()
             let report = try await rig.withPool(logger: logger) { pool in
+                await captures.collectEarlier(pool: pool, store: store, logger: logger)
                 let rigSession = try await session.makeSession(pool: pool, preset: session.size == nil ? .inputPriority : .photo, fps: nil, logger: logger)
                 do {
                     let report = try await rigSession.capturePhoto(into: store)

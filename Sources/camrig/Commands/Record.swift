@@ -35,6 +35,7 @@ struct Record: AsyncParsableCommand {
         do {
             let store = try captures.store()
             let report = try await rig.withPool(logger: logger) { pool in
+                await captures.collectEarlier(pool: pool, store: store, logger: logger)
                 let rigSession = try await session.makeSession(pool: pool, preset: .high, fps: rate, logger: logger)
                 do {
                     let report = try await rigSession.record(duration: .milliseconds(Int64(duration * 1000)), into: store) { progress in

@@ -1,6 +1,8 @@
 import ArgumentParser
+import CamRigCoordinator
 import CamRigStorage
 import Foundation
+import Logging
 
 /// Where captures and their catalog live.
 struct CaptureOptions: ParsableArguments {
@@ -13,5 +15,20 @@ struct CaptureOptions: ParsableArguments {
     func store() throws -> CaptureStore {
         let path = out ?? ProcessInfo.processInfo.environment["CAMRIG_CAPTURES"] ?? "captures"
         return try CaptureStore(root: URL(fileURLWithPath: path))
+    }
+
+    /// Collects into `store` the results earlier captures lack from the agents of `pool` that hold them
+    /// (an agent back after a cut or a restart), and says so on standard error. A failure is logged: it
+    /// never stops the capture about to be made.
+    func collectEarlier(pool: AgentPool, store: CaptureStore, logger: Logger) async {
+        do {
+            let report = try await MissingResultCollector(pool: pool, sink: store, logger: logger).collect()
+            for capture in report.captures where !capture.collected.isEmpty || capture.resumed {
+                let what = capture.collected.isEmpty ? "" : "collected \(capture.collected.count) result(s) its agents still held; "
+                FileHandle.standardError.write(Data("earlier capture \(capture.id): \(what)now \(capture.state)\n".utf8))
+            }
+        } catch {
+            logger.warning("cannot collect the results earlier captures lack", metadata: ["error": "\(error)"])
+        }
     }
 }

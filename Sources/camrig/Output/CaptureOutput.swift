@@ -32,6 +32,11 @@ struct CaptureOutput: Encodable {
     var skewP99Us: Double
     var maxSkewUs: Double
     var cameras: [Camera]
+    /// `complete`, `incomplete` or `in_progress`.
+    var state: String
+    /// Results missing that their agents may still hold, and those known lost.
+    var waitingResults: Int
+    var lostResults: Int
     /// Skew in real time, where the truth is known (`camrig demo`).
     var trueSkew: TrueSkew?
 
@@ -54,6 +59,9 @@ struct CaptureOutput: Encodable {
         skewP50Us = Double(manifest.summary.skewP50Ns) / 1000
         skewP99Us = Double(manifest.summary.skewP99Ns) / 1000
         maxSkewUs = Double(manifest.summary.skewMaxNs) / 1000
+        state = (manifest.state ?? .complete).rawValue
+        waitingResults = manifest.collectable.count
+        lostResults = (manifest.missing ?? []).count - manifest.collectable.count
         cameras = manifest.cameras.map {
             Camera(
                 camera: $0.name, framesDelivered: $0.framesDelivered, droppedFrames: $0.framesDropped, unmatchedFrames: $0.framesUnmatched,
@@ -64,7 +72,7 @@ struct CaptureOutput: Encodable {
     }
 
     var text: String {
-        var lines = ["\(kind) \(id) in \(directory)"]
+        var lines = ["\(kind) \(id) in \(directory) (\(state))"]
         lines.append("  sets \(sets) (complete \(completeSets), incomplete \(incompleteSets)); frames \(framesDelivered) delivered, \(droppedFrames) dropped, \(unmatchedFrames) unmatched")
         lines.append("  skew p50 \(String(format: "%.1f", skewP50Us)) µs, p99 \(String(format: "%.1f", skewP99Us)) µs, max \(String(format: "%.1f", maxSkewUs)) µs (coordinator clock; each frame's uncertainty adds the clock error)")
         if let trueSkew {
@@ -79,6 +87,9 @@ struct CaptureOutput: Encodable {
             }
         ))
         for camera in cameras { if let error = camera.error { lines.append("  \(camera.camera): \(error)") } }
+        if waitingResults > 0 {
+            lines.append("  \(waitingResults) result(s) still held by their agents: they are collected into this capture by the next capture to this directory once the agents are back, or by `camrig captures recover`")
+        }
         for camera in cameras where camera.phaseLock != nil && camera.phaseLock != "locked" {
             lines.append("  \(camera.camera): not phase-locked (\(camera.phaseLock ?? "")): \(camera.phaseLockReason ?? "no reason given"); its frames may be up to a frame period off the others'")
         }

@@ -1,0 +1,268 @@
+import CamRigCapture
+import CamRigClock
+import CamRigWire
+import CamRigWireModel
+import Logging
+
+/// Finishes captures that lack results: photos whose agents were cut off, restarted or unreachable
+/// while the capture gathered, and captures a coordinator left `in_progress` when it died.
+///
+/// For each unfinished capture of `sink`: the manifest is first brought up to date with the capture's
+/// journal (every result stored before its agent deleted it), then every result the manifest lists as
+/// collectable is fetched from its agent, when the agent is connected in `pool`: stored under the
+/// capture's file name, journaled, acknowledged, and put into the capture's sync set. When the agent
+/// holds nothing of the trigger, the result is marked lost with the reason. The manifest and the
+/// catalog then say `complete`, or `incomplete` with what is still missing and why.
+///
+/// A capture another process is writing (its sink holds the capture's lock) is left alone.
+public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
+    public let pool: AgentPool
+    public let sink: Sink
+    public let logger: Logger
+
+    public init(pool: AgentPool, sink: Sink, logger: Logger) {
+        self.pool = pool
+        self.sink = sink
+        self.logger = logger
+    }
+
+    /// What one capture got.
+    public struct CaptureOutcome: Sendable, Encodable {
+        public var id: String
+        public var directory: String
+        /// `complete` or `incomplete`, after collecting.
+        public var state: String
+        /// Cameras (`AGENT/DEVICE`) whose results were collected now.
+        public var collected: [String]
+        /// Results still missing that their agents may hold (agent not connected now).
+        public var waiting: [String]
+        /// Results known to be lost, with why.
+        public var lost: [String]
+        /// The coordinator had died during this capture: its manifest was rebuilt from the journal.
+        public var resumed: Bool
+    }
+
+    /// What a collection did.
+    public struct Report: Sendable, Encodable {
+        public var captures: [CaptureOutcome] = []
+        public var collected: Int { captures.map(\.collected.count).reduce(0, +) }
+        public var waiting: Int { captures.map(\.waiting.count).reduce(0, +) }
+        public var lost: Int { captures.map(\.lost.count).reduce(0, +) }
+
+        enum CodingKeys: String, CodingKey { case captures, collected, waiting, lost }
+
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(captures, forKey: .captures)
+            try container.encode(collected, forKey: .collected)
+            try container.encode(waiting, forKey: .waiting)
+            try container.encode(lost, forKey: .lost)
+        }
+    }
+
+    /// Collects what can be collected now. Never throws for one capture's or one agent's failure: those
+    /// stay missing, logged, for the next time.
+    public func collect() async throws -> Report {
+        var report = Report()
+        for unfinished in try await sink.unfinished() {
+            guard let outcome = await collect(unfinished) else { continue }
+            report.captures.append(outcome)
+        }
+        return report
+    }
+
+    private func collect(_ unfinished: UnfinishedCapture) async -> CaptureOutcome? {
+        guard let claim = await sink.claim(unfinished.handle) else {
+            logger.debug("capture in use elsewhere; left alone", metadata: ["capture": "\(unfinished.handle.id)"])
+            return nil
+        }
+        defer { claim.release() }
+        var manifest = unfinished.manifest
+        let resumed = manifest.state == .inProgress
+        var collectedNames: [String] = []
+        let kind = unfinished.handle.kind
+        guard kind == .photo else {
+            // A recording's frames were streamed: none can be collected. One left in progress is closed
+            // as incomplete, saying why.
+            if resumed {
+                manifest.state = .incomplete
+                manifest.missing = []
+                for index in manifest.cameras.indices where manifest.cameras[index].error == nil {
+                    manifest.cameras[index].error = "the coordinator stopped during the recording; its frames were not matched into sets"
+                }
+                await finish(manifest, unfinished.handle)
+            }
+            return outcome(manifest, unfinished.handle, collected: [], resumed: resumed)
+        }
+
+        // Start from the journal: every photo stored, whatever the manifest got to say.
+        var frames: [Int: CaptureManifest.Frame] = [:]
+        for frame in manifest.sets.first?.frames ?? [] { frames[frame.camera] = frame }
+        for entry in unfinished.journal where manifest.cameras.indices.contains(entry.frame.camera) {
+            frames[entry.frame.camera] = entry.frame
+        }
+        var missing = (manifest.missing ?? []).filter { frames[$0.camera] == nil }
+        if resumed {
+            for index in missing.indices where missing[index].reason == "the capture was under way" {
+                missing[index].reason = "the coordinator stopped before gathering it"
+            }
+        }
+
+        // Results stored earlier whose agents were not told: acknowledge them now.
+        var unacknowledged = manifest.unacknowledged ?? []
+        for (agentID, entries) in Dictionary(grouping: unacknowledged, by: \.agent).sorted(by: { $0.key < $1.key }) {
+            guard let client = try? pool.agents.first(where: { $0.snapshot.agentID == agentID })?.client() else { continue }
+            var acknowledge = WireAcknowledgeResults()
+            acknowledge.resultIds = entries.map(\.resultId)
+            do {
+                _ = try await client.request(.acknowledgeResults(acknowledge))
+                unacknowledged.removeAll { $0.agent == agentID }
+            } catch let error as AgentClientError where error.code == .notFound {
+                // Deleted already (the agent names what it no longer had): nothing to acknowledge.
+                unacknowledged.removeAll { $0.agent == agentID }
+            } catch {
+                logger.warning("cannot acknowledge stored results yet", metadata: ["agent": "\(agentID)", "error": "\(error)"])
+            }
+        }
+
+        // Fetch what the agents that are back still hold.
+        let byAgent = Dictionary(grouping: missing.indices.filter { missing[$0].collectable }, by: { missing[$0].agent })
+        for (agentID, indices) in byAgent.sorted(by: { $0.key < $1.key }) {
+            guard let agent = pool.agents.first(where: { $0.snapshot.agentID == agentID }),
+                let client = try? agent.client(), let estimate = try? agent.clockEstimate()
+            else { continue }
+            for sessionID in Set(indices.map { missing[$0].sessionId }).sorted() {
+                let wanted = indices.filter { missing[$0].sessionId == sessionID }
+                do {
+                    let (found, notAcknowledged) = try await fetch(
+                        from: client, agentID: agentID, sessionID: sessionID, wanted: wanted.map { missing[$0] },
+                        estimate: estimate, manifest: manifest, capture: unfinished.handle)
+                    unacknowledged += notAcknowledged.map {
+                        CaptureManifest.Unacknowledged(agent: agentID, sessionId: sessionID, resultId: $0)
+                    }
+                    for index in wanted {
+                        let camera = missing[index].camera
+                        if let frame = found[camera] {
+                            frames[camera] = frame
+                            collectedNames.append(manifest.cameras[camera].name)
+                        } else {
+                            missing[index].collectable = false
+                            missing[index].reason =
+                                "agent \(agentID) holds no result of trigger \(missing[index].triggerId) for \(missing[index].device): it never fired there, or its result was already taken"
+                        }
+                    }
+                } catch {
+                    logger.warning(
+                        "cannot collect results yet",
+                        metadata: ["capture": "\(unfinished.handle.id)", "agent": "\(agentID)", "error": "\(error)"])
+                }
+            }
+        }
+        missing.removeAll { frames[$0.camera] != nil }
+
+        // The capture's set again, with every photo it now has.
+        var cameras = manifest.cameras
+        for index in cameras.indices where frames[index] != nil { cameras[index].error = nil }
+        let builder = ManifestBuilder(
+            id: manifest.id, kind: .photo, created: manifest.created, sessionID: manifest.sessionId, cameras: cameras)
+        let syncFrames: [SyncFrame<StoredFrame>?] = cameras.indices.map { index in
+            frames[index].map { frame in
+                SyncFrame(
+                    camera: index, sequence: frame.sequence, timestamp: frame.timestampNs, uncertainty: frame.uncertaintyNs,
+                    payload: StoredFrame(
+                        file: frame.file, agentTimestamp: frame.agentTimestampNs, marks: frame.marks, lateness: frame.latenessNs))
+            }
+        }
+        let times = frames.values.map(\.timestampNs).sorted()
+        let fireAt = manifest.fireAtNs ?? (times.isEmpty ? 0 : times[times.count / 2])
+        var rebuilt = builder.photo(
+            syncFrames, fireAt: fireAt, onGrid: manifest.onGrid ?? false,
+            failures: Dictionary(missing.map { ($0.camera, $0.reason) }, uniquingKeysWith: { first, _ in first }))
+        rebuilt.triggerId = manifest.triggerId
+        rebuilt.fireAtNs = manifest.fireAtNs
+        rebuilt.onGrid = manifest.onGrid
+        rebuilt.missing = missing
+        rebuilt.unacknowledged = unacknowledged.isEmpty ? nil : unacknowledged
+        rebuilt.state = missing.isEmpty ? .complete : .incomplete
+        if rebuilt != manifest {
+            await finish(rebuilt, unfinished.handle)
+        }
+        return outcome(rebuilt, unfinished.handle, collected: collectedNames, resumed: resumed)
+    }
+
+    /// Fetches `sessionID`'s results from one agent and stores those `wanted`; returns them by camera.
+    /// A result is acknowledged only once stored and journaled.
+    private func fetch(
+        from client: AgentClient,
+        agentID: String,
+        sessionID: String,
+        wanted: [CaptureManifest.Missing],
+        estimate: ClockEstimate,
+        manifest: CaptureManifest,
+        capture: CaptureHandle
+    ) async throws -> (found: [Int: CaptureManifest.Frame], notAcknowledged: [String]) {
+        var fetch = WireFetchResults()
+        fetch.sessionID = sessionID
+        var found: [Int: CaptureManifest.Frame] = [:]
+        var stored: [String] = []
+        for try await frame in client.stream(.fetchResults(fetch)) {
+            guard case .photoResult(let result) = frame.envelope.body, let payload = frame.payload,
+                let entry = wanted.first(where: { $0.triggerId == result.triggerID && $0.device == result.deviceID }),
+                found[entry.camera] == nil
+            else { continue }
+            let camera = entry.camera
+            let (timestamp, uncertainty) = CaptureRig.coordinatorTime(
+                of: result.hasExposureStart ? result.exposureStart : result.captureTime, estimate: estimate)
+            do {
+                let file = try await sink.write(
+                    PayloadBytes(payload),
+                    layout: CaptureRig.layout(
+                        pixelFormat: result.pixelFormat, dimensions: result.dimensions, bytesPerLine: result.bytesPerLine),
+                    named: CaptureRig.fileStem(camera: camera, name: manifest.cameras[camera].name),
+                    in: capture)
+                let stamp = CaptureManifest.Frame(
+                    camera: camera, sequence: result.sequence, file: file, timestampNs: timestamp,
+                    agentTimestampNs: result.captureTime.nanoseconds, marks: result.captureTime.marks.name,
+                    uncertaintyNs: uncertainty)
+                try await sink.journal(JournalEntry(resultId: result.resultID, agent: agentID, frame: stamp), in: capture)
+                found[camera] = stamp
+                stored.append(result.resultID)
+            } catch {
+                logger.warning(
+                    "a collected photo could not be stored; it stays in the agent's spool",
+                    metadata: ["capture": "\(capture.id)", "agent": "\(agentID)", "error": "\(error)"])
+            }
+        }
+        if !stored.isEmpty {
+            var acknowledge = WireAcknowledgeResults()
+            acknowledge.resultIds = stored
+            do {
+                _ = try await client.request(.acknowledgeResults(acknowledge))
+            } catch {
+                return (found, stored)
+            }
+        }
+        return (found, [])
+    }
+
+    private func finish(_ manifest: CaptureManifest, _ capture: CaptureHandle) async {
+        do {
+            try await sink.finish(manifest, in: capture)
+        } catch {
+            logger.error("cannot update the manifest", metadata: ["capture": "\(capture.id)", "error": "\(error)"])
+        }
+    }
+
+    private func outcome(_ manifest: CaptureManifest, _ capture: CaptureHandle, collected: [String], resumed: Bool) -> CaptureOutcome {
+        let missing = manifest.missing ?? []
+        return CaptureOutcome(
+            id: manifest.id,
+            directory: capture.location.path,
+            state: (manifest.state ?? .complete).rawValue,
+            collected: collected,
+            waiting: missing.filter(\.collectable).map { "\(manifest.cameras[$0.camera].name): \($0.reason)" },
+            lost: missing.filter { !$0.collectable }.map { "\(manifest.cameras[$0.camera].name): \($0.reason)" },
+            resumed: resumed
+        )
+    }
+}
