@@ -76,6 +76,7 @@ public final class NetworkedRig: @unchecked Sendable {
     public let relayGroup = MultiThreadedEventLoopGroup(numberOfThreads: 2)
     private let agentExecutable: URL
     private let ownsWork: Bool
+    private let logLevel: String
 
     /// Builds the network and starts one agent per spec. `seed` seeds the relays' delays and losses.
     public init(agents specs: [AgentSpec], agentExecutable: URL, seed: UInt64 = 1, work: URL? = nil, logLevel: String = "warning") throws {
@@ -83,6 +84,7 @@ public final class NetworkedRig: @unchecked Sendable {
         ownsWork = work == nil
         self.work = work ?? URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-rig-\(UUID().uuidString)")
         self.agentExecutable = agentExecutable
+        self.logLevel = logLevel
         tls = TLSDirectory(path: self.work.appendingPathComponent("tls").path)
         epoch = HostClock.monotonicNow()
         do {
@@ -141,6 +143,37 @@ public final class NetworkedRig: @unchecked Sendable {
 
     /// The member called `name`.
     public func member(named name: String) -> Member? { members.first { $0.name == name } }
+
+    /// Kills the member's agent with SIGKILL: a crash, with no chance to clean up.
+    public func crash(_ member: Member) { member.process.crash() }
+
+    /// Starts the member's agent again on its host, with its port, certificate, clock and spool, as a
+    /// service manager would after a crash; `extraArguments` are added (a clock step, say). Returns the
+    /// member as it now is. Not safe to call concurrently with itself.
+    @discardableResult
+    public func restart(_ member: Member, extraArguments: [String] = []) throws -> Member {
+        guard let index = members.firstIndex(where: { $0.name == member.name }) else {
+            throw HostNetworkError("no member \(member.name) in this rig")
+        }
+        member.process.crash()
+        let arguments = member.spec.agent.arguments(
+            name: member.name, index: index, listen: "\(member.host.address):\(WireProtocol.defaultPort)", tls: tls, work: work,
+            epoch: epoch, logLevel: logLevel
+        ) + extraArguments
+        let command = network.command(on: member.host, agentExecutable.path, arguments)
+        let process = try LocalAgentProcess.startBlocking(
+            executable: command.executable, arguments: command.arguments,
+            logFile: work.appendingPathComponent("\(member.name)-restart-\(UUID().uuidString.prefix(8)).log")
+        )
+        members[index].process = process
+        return members[index]
+    }
+
+    /// `restart` for async code: the agent is started on a thread of its own.
+    @discardableResult
+    public func relaunch(_ member: Member, extraArguments: [String] = []) async throws -> Member {
+        try await onDedicatedThread("camrig-agent-restart") { try self.restart(member, extraArguments: extraArguments) }
+    }
 
     /// Cuts the member's host off the network (as a pulled cable); `restore` brings it back.
     public func cut(_ member: Member) throws { try network.cut(member.host) }

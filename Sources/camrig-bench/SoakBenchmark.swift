@@ -1,0 +1,394 @@
+import ArgumentParser
+import CamRigCLI
+import CamRigCapture
+import CamRigClock
+import CamRigCoordinator
+import CamRigDevices
+import CamRigLocalRig
+import CamRigStorage
+import CamRigWire
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+
+/// `camrig-bench soak`: hosts in network namespaces run through repeated photos and recordings while
+/// faults are injected (agent kill -9 and restart, link cuts, 5% loss on some links, clock steps), then
+/// every result is accounted for: delivered once, or reported lost with a reason. Memory of the
+/// coordinator and the agents is sampled over the run.
+struct SoakBenchmark: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "soak",
+        abstract: "Photos and recordings under injected faults; every result accounted for, memory over time.",
+        discussion: "Needs root (network namespaces)."
+    )
+
+    @Option(name: .long, help: "Minutes of captures under faults.")
+    var minutes = 5.0
+
+    @Option(name: .long, help: "Hosts, one synthetic camera each.")
+    var agents = 8
+
+    @Option(name: .long, help: "Hosts whose links lose this share of packets each way (the first ones).")
+    var lossHosts = 2
+
+    @Option(name: .long, help: "Share of packets lost on those links.")
+    var loss = 0.05
+
+    @Option(name: .long, help: "Mean seconds between faults.")
+    var faultEvery = 15.0
+
+    @Option(name: .long, help: "Every Nth capture is a recording (the others are photos).")
+    var recordEvery = 4
+
+    @Option(name: .long, help: "Seconds per recording.")
+    var recordSeconds = 3.0
+
+    @Option(name: .long, help: "Seed of the fault schedule and the links.")
+    var seed: UInt64 = 1
+
+    @OptionGroup var options: BenchOptions
+
+    struct Fault: Encodable {
+        var kind: String
+        var agent: String
+        var atSeconds: Double
+        var forSeconds: Double
+    }
+
+    struct MemorySample: Encodable {
+        var atSeconds: Double
+        var coordinatorKb: Int
+        var agentMedianKb: Int
+        var agentMaxKb: Int
+    }
+
+    struct Accounting: Encodable {
+        var photos: Int
+        var photoResultsExpected: Int
+        var photoResultsDelivered: Int
+        /// Delivered by a later collection (their agent was cut off, restarted or down while the photo
+        /// was gathered).
+        var photoResultsCollectedLater: Int
+        var photoResultsLost: Int
+        var lostReasons: [String: Int]
+        var recordings: Int
+        var recordingFramesDelivered: Int
+        var recordingFramesReportedDropped: Int
+        var incompleteRecordings: Int
+        /// Results neither delivered nor reported lost: must be 0.
+        var unaccounted: Int
+        /// Results stored twice: must be 0.
+        var duplicates: Int
+        /// Results left in the agents' spools at the end: must be 0.
+        var leftInSpools: Int
+        /// Captures that did not finish within a minute: must be 0.
+        var hung: Int
+        var roundsSkipped: Int
+        var skipReasons: [String: Int]
+    }
+
+    struct Result: BenchResult {
+        var scenario = "soak"
+        var machine: MachineDescription
+        var agents: Int
+        var minutes: Double
+        var lossHosts: Int
+        var loss: Double
+        var faults: [Fault]
+        var accounting: Accounting
+        var memory: [MemorySample]
+
+        var text: String {
+            let a = accounting
+            var lines = [
+                "soak: \(agents) hosts in namespaces, \(String(format: "%.0f", minutes)) min, \(lossHosts) links at \(Int(loss * 100))% loss; \(machine.text)"
+            ]
+            let kinds = Dictionary(grouping: faults, by: \.kind).mapValues(\.count).sorted { $0.key < $1.key }
+            lines.append("faults: " + kinds.map { "\($0.value) \($0.key)" }.joined(separator: ", "))
+            lines.append(table(
+                ["CAPTURES", "RESULTS", "DELIVERED", "OF WHICH LATER", "LOST (REPORTED)", "UNACCOUNTED", "DUPLICATES", "LEFT IN SPOOLS", "HUNG"],
+                [[
+                    "\(a.photos) photos, \(a.recordings) recordings", "\(a.photoResultsExpected) photos", "\(a.photoResultsDelivered)",
+                    "\(a.photoResultsCollectedLater)", "\(a.photoResultsLost)", "\(a.unaccounted)", "\(a.duplicates)", "\(a.leftInSpools)", "\(a.hung)",
+                ]]))
+            lines.append("recording frames: \(a.recordingFramesDelivered) delivered, \(a.recordingFramesReportedDropped) reported dropped; \(a.incompleteRecordings) of \(a.recordings) recordings incomplete")
+            for (reason, count) in a.lostReasons.sorted(by: { $0.value > $1.value }) { lines.append("  lost \(count)× \(reason)") }
+            if a.roundsSkipped > 0 {
+                lines.append("rounds skipped (no session could be committed): \(a.roundsSkipped)")
+                for (reason, count) in a.skipReasons.sorted(by: { $0.value > $1.value }) { lines.append("  \(count)× \(reason)") }
+            }
+            lines.append(table(
+                ["MINUTE", "COORDINATOR RSS MB", "AGENT RSS MB median", "max"],
+                memory.map { [String(format: "%.1f", $0.atSeconds / 60), mb($0.coordinatorKb), mb($0.agentMedianKb), mb($0.agentMaxKb)] }))
+            return lines.joined(separator: "\n")
+        }
+
+        func mb(_ kb: Int) -> String { String(format: "%.1f", Double(kb) / 1024) }
+    }
+
+    func validate() throws {
+        guard minutes > 0, (2...16).contains(agents), (0...agents).contains(lossHosts), faultEvery > 1, recordEvery >= 1 else {
+            throw ValidationError("--minutes > 0, --agents 2…16, --loss-hosts ≤ --agents, --fault-every > 1, --record-every ≥ 1")
+        }
+    }
+
+    func run() async throws {
+        if let reason = HostNetwork.unavailableReason { throw CommandFailure("the soak needs network namespaces: \(reason)") }
+        let logger = options.makeLogger("camrig.bench")
+        let specs = (0..<agents).map { index in
+            let error = HostClock.simulatedError(host: index)
+            return NetworkedRig.AgentSpec(
+                cameras: 1, clockOffsetMicroseconds: error.offsetMicroseconds, clockDriftPPM: error.driftPPM,
+                conditions: .lan(delay: .microseconds(250), jitter: .microseconds(50), loss: index < lossHosts ? loss : 0))
+        }
+        options.say("starting \(agents) hosts in namespaces")
+        let rig = try await NetworkedRig.start(agents: specs, agentExecutable: try LocalAgentProcess.executable(), seed: seed)
+        defer { rig.shutdown() }
+        var timing = RemoteAgent.Timing()
+        timing.probeInterval = .milliseconds(200)
+        timing.maximumBackoff = .seconds(2)
+        let pool = AgentPool(endpoints: rig.endpoints, security: try rig.clientSecurity(), timing: timing, logger: logger)
+        pool.start()
+        let notReady = await pool.waitUntilReady(clockSamples: 16, timeout: .seconds(30))
+        guard notReady.isEmpty else { throw CommandFailure("agents not ready: \(notReady.map(\.name).joined(separator: ", "))\n\(rig.logs())") }
+        let store = try CaptureStore(root: rig.work.appendingPathComponent("captures"))
+        let collector = MissingResultCollector(pool: pool, sink: store, logger: logger)
+
+        let start = ContinuousClock.now
+        let deadline = start + .seconds(minutes * 60)
+        let pids = NIOLockedValueBox(rig.members.map { $0.process.process.processIdentifier })
+        let injector = FaultInjector(rig: rig, seed: seed, meanInterval: faultEvery, start: start, pids: pids, say: options.say)
+        let faults = Task { await injector.run(until: deadline) }
+        let sampler = Task { () -> [MemorySample] in
+            var samples: [MemorySample] = []
+            while ContinuousClock.now < deadline + .seconds(60) {
+                let agentsKb = pids.withLockedValue { $0 }.compactMap { ResidentMemory.kilobytes(pid: $0) }.sorted()
+                samples.append(
+                    MemorySample(
+                        atSeconds: (ContinuousClock.now - start).seconds, coordinatorKb: ResidentMemory.kilobytes() ?? 0,
+                        agentMedianKb: agentsKb.isEmpty ? 0 : agentsKb[agentsKb.count / 2], agentMaxKb: agentsKb.last ?? 0))
+                try? await Task.sleep(for: .seconds(30))
+                if Task.isCancelled { break }
+            }
+            return samples
+        }
+
+        var round = 0
+        var hung = 0
+        var skipped: [String: Int] = [:]
+        var collectedLater = 0
+        while ContinuousClock.now < deadline {
+            round += 1
+            let recording = round % recordEvery == 0
+            let outcome = await withTaskGroup(of: String?.self) { group -> String? in
+                group.addTask {
+                    do {
+                        // Every camera whose agent is up now (one that is down is not asked, and its
+                        // absence is no lost result).
+                        let (devices, _) = await RigDiscovery.devices(in: pool)
+                        guard !devices.isEmpty else { return "no agent connected" }
+                        let session = RigSession(pool: pool, logger: logger)
+                        for camera in devices { try await session.addInput(camera) }
+                        await session.addPhotoOutput()
+                        await session.addFrameOutput()
+                        await session.beginConfiguration()
+                        await session.setPreset(.high)
+                        await session.setFrameRate(
+                            .init(dimensions: Dimensions(width: 640, height: 480), pixelFormat: .yuyv, frameDuration: FrameDuration(framesPerSecond: 15)))
+                        do {
+                            try await session.commitConfiguration()
+                            if recording {
+                                _ = try await session.record(duration: .milliseconds(Int64(recordSeconds * 1000)), into: store)
+                            } else {
+                                _ = try await session.capturePhoto(into: store)
+                            }
+                        } catch {
+                            await session.stop()
+                            throw error
+                        }
+                        await session.stop()
+                        return nil
+                    } catch {
+                        return Self.reasonClass("\(error)")
+                    }
+                }
+                group.addTask {
+                    try? await Task.sleep(for: .seconds(60))
+                    return "hung"
+                }
+                let first = await group.next() ?? nil
+                group.cancelAll()
+                return first
+            }
+            if outcome == "hung" { hung += 1 } else if let outcome { skipped[outcome, default: 0] += 1 }
+            if let report = try? await collector.collect() { collectedLater += report.collected }
+            if round % 20 == 0 {
+                options.say(String(format: "  %.1f min: %d captures", (ContinuousClock.now - start).seconds / 60, round))
+            }
+            try await Task.sleep(for: .milliseconds(500))
+        }
+        let faultLog = await faults.value
+
+        // Every host back, then whatever the agents still hold is collected.
+        options.say("faults over: restoring every host and collecting what the agents hold")
+        try await injector.healAll()
+        _ = await pool.waitUntilReady(clockSamples: 4, timeout: .seconds(60))
+        for _ in 0..<30 {
+            let report = try await collector.collect()
+            collectedLater += report.collected
+            if report.waiting == 0 { break }
+            try await Task.sleep(for: .seconds(2))
+        }
+        sampler.cancel()
+        let memory = await sampler.value
+        var accounting = try await account(store: store, pool: pool)
+        accounting.hung = hung
+        accounting.photoResultsCollectedLater = collectedLater
+        accounting.roundsSkipped = skipped.values.reduce(0, +)
+        accounting.skipReasons = skipped
+        await pool.stop()
+        try options.emit(
+            Result(
+                machine: .current, agents: agents, minutes: minutes, lossHosts: lossHosts, loss: loss, faults: faultLog, accounting: accounting,
+                memory: memory))
+    }
+
+    /// A failure's message without the ids that make every one different.
+    static func reasonClass(_ text: String) -> String {
+        var words = text.split(separator: " ").map(String.init)
+        for index in words.indices where words[index].contains(where: \.isNumber) && words[index].count > 6 {
+            words[index] = "…"
+        }
+        return String(words.joined(separator: " ").prefix(140))
+    }
+
+    /// Reads every capture back and counts what was delivered, reported lost, or neither.
+    func account(store: CaptureStore, pool: AgentPool) async throws -> Accounting {
+        var a = Accounting(
+            photos: 0, photoResultsExpected: 0, photoResultsDelivered: 0, photoResultsCollectedLater: 0, photoResultsLost: 0, lostReasons: [:],
+            recordings: 0, recordingFramesDelivered: 0, recordingFramesReportedDropped: 0, incompleteRecordings: 0, unaccounted: 0,
+            duplicates: 0, leftInSpools: 0, hung: 0, roundsSkipped: 0, skipReasons: [:])
+        var seen: [String: Int] = [:]
+        for entry in try store.catalog.list() {
+            let manifest = try store.manifest(of: entry)
+            let folder = store.root.appendingPathComponent(entry.directory)
+            if manifest.kind == CaptureKind.photo.rawValue {
+                a.photos += 1
+                a.photoResultsExpected += manifest.cameras.count
+                let frames = manifest.sets.first?.frames ?? []
+                a.photoResultsDelivered += frames.count
+                if Set(frames.map(\.camera)).count != frames.count { a.duplicates += frames.count - Set(frames.map(\.camera)).count }
+                for frame in frames where !FileManager.default.fileExists(atPath: folder.appendingPathComponent(frame.file).path) {
+                    a.unaccounted += 1
+                }
+                let missing = manifest.missing ?? []
+                for lost in missing where !lost.collectable {
+                    a.photoResultsLost += 1
+                    a.lostReasons[Self.reasonClass(lost.reason), default: 0] += 1
+                }
+                a.unaccounted += missing.filter(\.collectable).count
+                if manifest.state == .inProgress { a.unaccounted += manifest.cameras.count - frames.count }
+                // Cameras neither in the set nor listed missing.
+                a.unaccounted += max(0, manifest.cameras.count - frames.count - missing.count)
+                for item in store.journal(in: folder) { seen["\(item.agent)/\(item.resultId)", default: 0] += 1 }
+            } else {
+                a.recordings += 1
+                if manifest.state != .complete { a.incompleteRecordings += 1 }
+                if manifest.state == .inProgress { a.unaccounted += 1 }
+                let frames = manifest.sets.flatMap(\.frames) + manifest.unmatched
+                for camera in manifest.cameras {
+                    let own = frames.filter { $0.camera == camera.index }.map(\.sequence)
+                    a.recordingFramesDelivered += own.count
+                    a.recordingFramesReportedDropped += camera.framesDropped
+                    a.duplicates += own.count - Set(own).count
+                    guard let low = own.min(), let high = own.max() else { continue }
+                    let span = Int(high - low) + 1
+                    a.unaccounted += max(0, span - own.count - camera.framesDropped)
+                }
+            }
+        }
+        a.duplicates += seen.values.filter { $0 > 1 }.map { $0 - 1 }.reduce(0, +)
+        for agent in pool.agents {
+            guard let client = try? agent.client() else { continue }
+            for try await frame in client.stream(.fetchResults(WireFetchResults())) {
+                if case .photoResult = frame.envelope.body { a.leftInSpools += 1 }
+            }
+        }
+        return a
+    }
+}
+
+/// Injects one fault at a time into a random host: kill -9 and restart (sometimes with a clock step),
+/// or a link cut; keeps the agents' pids for memory sampling.
+actor FaultInjector {
+    let rig: NetworkedRig
+    var random: SeededRandom
+    let meanInterval: Double
+    let start: ContinuousClock.Instant
+    let pids: NIOLockedValueBox<[Int32]>
+    let say: @Sendable (String) -> Void
+    var log: [SoakBenchmark.Fault] = []
+    var down: Set<String> = []
+    var cut: Set<String> = []
+
+    init(rig: NetworkedRig, seed: UInt64, meanInterval: Double, start: ContinuousClock.Instant, pids: NIOLockedValueBox<[Int32]>, say: @escaping @Sendable (String) -> Void) {
+        self.rig = rig
+        self.random = SeededRandom(seed: seed &* 7919)
+        self.meanInterval = meanInterval
+        self.start = start
+        self.pids = pids
+        self.say = say
+    }
+
+    func run(until deadline: ContinuousClock.Instant) async -> [SoakBenchmark.Fault] {
+        while ContinuousClock.now < deadline {
+            let wait = Double.random(in: 0.5 * meanInterval...1.5 * meanInterval, using: &random)
+            try? await Task.sleep(for: .seconds(wait))
+            guard ContinuousClock.now < deadline else { break }
+            let member = rig.members[Int.random(in: 0..<rig.members.count, using: &random)]
+            let at = (ContinuousClock.now - start).seconds
+            let outage = Double.random(in: 2...8, using: &random)
+            switch Int.random(in: 0..<3, using: &random) {
+            case 0, 1:
+                let step = Int.random(in: 0..<2, using: &random) == 1
+                let kind = step ? "kill -9, restart with a clock step" : "kill -9, restart"
+                say("  fault at \(String(format: "%.0f", at)) s: \(kind) \(member.name)")
+                rig.crash(member)
+                try? await Task.sleep(for: .seconds(outage))
+                let stepMicroseconds = Int.random(in: -3000...3000, using: &random)
+                let extra = step ? ["--simulate-clock-step-us=\(stepMicroseconds)", "--simulate-clock-step-after", "2"] : []
+                await restart(member, extra: extra)
+                log.append(.init(kind: kind, agent: member.name, atSeconds: at, forSeconds: outage))
+            default:
+                say("  fault at \(String(format: "%.0f", at)) s: link of \(member.name) cut for \(String(format: "%.1f", outage)) s")
+                try? rig.cut(member)
+                try? await Task.sleep(for: .seconds(outage))
+                try? rig.restore(member)
+                log.append(.init(kind: "link cut", agent: member.name, atSeconds: at, forSeconds: outage))
+            }
+        }
+        return log
+    }
+
+    private func restart(_ member: NetworkedRig.Member, extra: [String]) async {
+        let rig = self.rig
+        do {
+            let restarted = try await rig.relaunch(member, extraArguments: extra)
+            pids.withLockedValue { pids in
+                if let index = rig.members.firstIndex(where: { $0.name == member.name }) {
+                    pids[index] = restarted.process.process.processIdentifier
+                }
+            }
+        } catch {
+            say("  restart of \(member.name) failed: \(error)")
+        }
+    }
+
+    /// Every link up and every agent running.
+    func healAll() async throws {
+        for member in rig.members {
+            try? rig.restore(member)
+            if !member.process.isRunning { await restart(member, extra: []) }
+        }
+    }
+}
