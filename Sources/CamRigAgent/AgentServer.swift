@@ -350,7 +350,9 @@ final class ConnectionRegistry: Sendable {
             }
         }
         var refusals: [PeerRefusal] = []
-        for (channel, record) in open where record.acceptedIdentity != nil {
+        // Accepted peers, and peers whose certificate is being judged right now (possibly with the list
+        // from before the reload).
+        for (channel, record) in open where record.acceptedIdentity != nil || (record.outcome == nil && !record.chain.isEmpty) {
             let outcome = await verifier.verify(chain: record.chain)
             guard case .refused(let refusal) = outcome else { continue }
             record.outcome = outcome

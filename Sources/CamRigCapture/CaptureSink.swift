@@ -49,6 +49,8 @@ public protocol CaptureSink: Sendable {
     func journal(_ entry: JournalEntry, in capture: CaptureHandle) async throws
     /// Captures started but not complete (`in_progress` or `incomplete`), with what each journaled.
     func unfinished() async throws -> [UnfinishedCapture]
+    /// `capture` as it is on disk now, if it is still unfinished (`nil` once complete).
+    func reread(_ capture: CaptureHandle) async throws -> UnfinishedCapture?
     /// Takes `capture` for this caller alone (to collect its missing results); `nil` when a capture in
     /// progress or another collector, in this process or another, has it.
     func claim(_ capture: CaptureHandle) async -> CaptureClaim?
@@ -75,6 +77,8 @@ extension CaptureSink {
     public func journal(_ entry: JournalEntry, in capture: CaptureHandle) async throws {}
     /// A sink that cannot resume captures has none unfinished.
     public func unfinished() async throws -> [UnfinishedCapture] { [] }
+    /// A sink that cannot resume captures has none to read again.
+    public func reread(_ capture: CaptureHandle) async throws -> UnfinishedCapture? { nil }
     /// A sink without locks: every claim succeeds.
     public func claim(_ capture: CaptureHandle) async -> CaptureClaim? { CaptureClaim() }
     public func abandon(_ capture: CaptureHandle) async {}

@@ -100,11 +100,18 @@ public enum DurableFile {
     /// Appends `bytes` to the file at `url` (created if needed) and flushes it to the disk, with its
     /// directory when the file is new. A crash during the append leaves at most a torn last record,
     /// which a reader of line-based records skips.
-    public static func append(_ bytes: [UInt8], to url: URL, permissions: mode_t = 0o644) throws {
+    public static func append(_ record: [UInt8], to url: URL, permissions: mode_t = 0o644) throws {
         let existed = FileManager.default.fileExists(atPath: url.path)
-        let fd = open(url.path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, permissions)
+        let fd = open(url.path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, permissions)
         guard fd >= 0 else { throw DurableFileError(.create, path: url.path, errno: errno) }
         defer { close(fd) }
+        // A record torn by a crash has no line end: end it, so this record starts on a line of its own.
+        var bytes = record
+        let size = lseek(fd, 0, SEEK_END)
+        if size > 0 {
+            var last: UInt8 = 0
+            if pread(fd, &last, 1, size - 1) == 1, last != UInt8(ascii: "\n") { bytes.insert(UInt8(ascii: "\n"), at: 0) }
+        }
         var offset = 0
         while offset < bytes.count {
             let written = bytes.withUnsafeBytes { Foundation.write(fd, $0.baseAddress! + offset, bytes.count - offset) }

@@ -61,6 +61,14 @@ public struct MutualTLS: Sendable {
                     + "as '\(identity.name)' (\(identity.role.rawValue)): restart it to change identity"
             )
         }
+        let loadedNumber = loaded.withLockedValue { $0.verifier.revocations?.number ?? 0 }
+        let freshNumber = fresh.loaded.verifier.revocations?.number ?? 0
+        guard freshNumber >= loadedNumber else {
+            throw SecurityError(
+                "\(source.directory.revocationListPath) is number \(freshNumber), older than the list in use (number \(loadedNumber)): "
+                    + "it would take back revocations; copy the rig's newest crl.pem"
+            )
+        }
         let previous = loaded.withLockedValue { current in
             let previous = current.certificate
             current = fresh.loaded
@@ -184,8 +192,11 @@ public struct MutualTLS: Sendable {
     }
 
     private func verificationCallback(_ record: PeerVerificationRecord) -> NIOSSLCustomVerificationCallback {
-        let verifier = self.verifier
+        let loaded = self.loaded
         return { certificates, promise in
+            // Read when the peer's certificate arrives, not when the connection was accepted: a list
+            // reloaded in between applies.
+            let verifier = loaded.withLockedValue { $0.verifier }
             let chain: [Certificate]
             do {
                 chain = try certificates.map { try Certificate(derEncoded: try $0.toDERBytes()) }

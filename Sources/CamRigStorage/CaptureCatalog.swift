@@ -25,8 +25,8 @@ public final class CaptureCatalog: Sendable {
         public var skewMaxNs: Int64
         /// `in_progress`, `complete` or `incomplete` (the manifest's `state`).
         public var state: String
-        /// Results the capture lacks (the manifest's `missing`), and results stored whose agents still
-        /// hold them (`unacknowledged`).
+        /// Results its agents still hold: missing ones that may be collected, and stored ones not yet
+        /// acknowledged. Results known lost are in the manifest, not counted here.
         public var missing: Int
 
         public init(manifest: CaptureManifest, directory: String) {
@@ -44,7 +44,7 @@ public final class CaptureCatalog: Sendable {
             skewP50Ns = manifest.summary.skewP50Ns
             skewMaxNs = manifest.summary.skewMaxNs
             state = (manifest.state ?? .complete).rawValue
-            missing = (manifest.missing?.count ?? 0) + (manifest.unacknowledged?.count ?? 0)
+            missing = manifest.collectable.count + (manifest.unacknowledged?.count ?? 0)
         }
 
         enum CodingKeys: String, CodingKey {
@@ -116,12 +116,11 @@ public final class CaptureCatalog: Sendable {
         }
     }
 
-    /// Captures not complete: started (`in_progress`) or missing results (`incomplete`), or with results
-    /// not yet acknowledged to their agents; oldest first.
+    /// Captures a coordinator left `in_progress`, or whose agents still hold results of them; oldest first.
     public func unfinished() throws -> [Entry] {
         do {
             return try database.read { db in
-                try Entry.filter(Column("state") != "complete" || Column("missing") > 0).order(Column("created"), Column("id")).fetchAll(db)
+                try Entry.filter(Column("state") == "in_progress" || Column("missing") > 0).order(Column("created"), Column("id")).fetchAll(db)
             }
         } catch {
             throw StorageError("cannot read the capture catalog \(path): \(error)")

@@ -87,8 +87,10 @@ public struct CaptureStore: Sendable {
         return fd
     }
 
-    private static func hold(_ directory: URL) {
-        guard let fd = tryLock(directory) else { return }
+    private static func hold(_ directory: URL) throws {
+        guard let fd = tryLock(directory) else {
+            throw StorageError("cannot lock \(directory.appendingPathComponent(lockFile).path): \(String(cString: strerror(errno)))")
+        }
         if let previous = held.withLockedValue({ held in
             defer { held[directory.path] = fd }
             return held[directory.path]
@@ -103,7 +105,7 @@ public struct CaptureStore: Sendable {
 
     /// Writes the manifest of a capture just begun and lists it in the catalog.
     public func started(_ manifest: CaptureManifest, in directory: URL) throws {
-        Self.hold(directory)
+        try Self.hold(directory)
         try DurableFile.write(try Self.encode(manifest), to: directory.appendingPathComponent("manifest.json"))
         try DurableFile.flushDirectory(directory.deletingLastPathComponent())
         try catalog.record(CaptureCatalog.Entry(manifest: manifest, directory: directory.lastPathComponent))
@@ -127,7 +129,8 @@ public struct CaptureStore: Sendable {
         return data.split(separator: UInt8(ascii: "\n")).compactMap { try? decoder.decode(JournalEntry.self, from: Data($0)) }
     }
 
-    /// Captures listed as not complete, each with its manifest and journal. A capture whose manifest
+    /// Captures a coordinator left in progress or whose agents still hold results of them, each with its
+    /// manifest and journal. A capture whose manifest
     /// cannot be read is left out (and stays listed).
     ///
     /// A capture folder with a manifest but no catalog entry (the coordinator died between writing the
@@ -153,11 +156,15 @@ public struct CaptureStore: Sendable {
 
     private func unfinished(_ manifest: CaptureManifest, directory: String) -> UnfinishedCapture? {
         guard let kind = CaptureKind(rawValue: manifest.kind) else { return nil }
-        let complete = (manifest.state ?? .complete) == .complete && (manifest.missing ?? []).isEmpty && (manifest.unacknowledged ?? []).isEmpty
-        guard !complete else { return nil }
+        // Unfinished: a coordinator was at it when it stopped, or agents still hold results of it.
+        let unfinished = manifest.state == .inProgress || !manifest.collectable.isEmpty || !(manifest.unacknowledged ?? []).isEmpty
+        guard unfinished else { return nil }
         let url = root.appendingPathComponent(directory)
         return UnfinishedCapture(handle: CaptureHandle(id: manifest.id, kind: kind, location: url), manifest: manifest, journal: journal(in: url))
     }
+
+    /// The bytes `manifest.json` holds for `manifest`.
+    public static func manifestJSON(_ manifest: CaptureManifest) throws -> Data { try encode(manifest) }
 
     static func encode(_ manifest: CaptureManifest) throws -> Data {
         let encoder = JSONEncoder()
@@ -324,6 +331,22 @@ extension CaptureStore: CaptureSink {
 
     public func unfinished() async throws -> [UnfinishedCapture] {
         try await BlockingWork.run { try unfinishedCaptures() }
+    }
+
+    public func reread(_ capture: CaptureHandle) async throws -> UnfinishedCapture? {
+        try await BlockingWork.run {
+            let url = capture.location.appendingPathComponent("manifest.json")
+            let decoder = JSONDecoder()
+            decoder.keyDecodingStrategy = .convertFromSnakeCase
+            guard let data = FileManager.default.contents(atPath: url.path) else { return nil }
+            let manifest: CaptureManifest
+            do {
+                manifest = try decoder.decode(CaptureManifest.self, from: data)
+            } catch {
+                throw StorageError("cannot read \(url.path): \(error)")
+            }
+            return unfinished(manifest, directory: capture.location.lastPathComponent)
+        }
     }
 
     public func claim(_ capture: CaptureHandle) async -> CaptureClaim? {

@@ -262,10 +262,11 @@ struct AgentCommand: AsyncParsableCommand {
             ),
             logger: logger
         )
-        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: server)]
-        if !settings.insecure {
-            services.append(.init(service: ReloadOnHangup(server: server, logger: logger), successTerminationBehavior: .gracefullyShutdownGroup))
-        }
+        // SIGHUP never ends the agent (`systemctl reload`); without TLS there is nothing to re-read.
+        let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+            .init(service: server),
+            .init(service: ReloadOnHangup(server: server, logger: logger), successTerminationBehavior: .gracefullyShutdownGroup),
+        ]
         let group = ServiceGroup(
             configuration: .init(
                 services: services,
@@ -293,8 +294,13 @@ struct ReloadOnHangup: Service {
     func run() async throws {
         for await _ in await UnixSignalsSequence(trapping: .sighup).cancelOnGracefulShutdown() {
             logger.info("SIGHUP: re-reading the TLS directory")
-            // A failed reload is logged by the server and leaves the previous certificates in use.
-            _ = try? await server.reloadTLS()
+            do {
+                try await server.reloadTLS()
+            } catch let error as AgentServerError {
+                logger.notice("SIGHUP ignored: \(error)")
+            } catch {
+                // Logged by the server; the previous certificates stay in use.
+            }
         }
     }
 }

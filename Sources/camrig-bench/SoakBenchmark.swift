@@ -83,6 +83,11 @@ struct SoakBenchmark: AsyncParsableCommand {
         var leftInSpools: Int
         /// Captures that did not finish within a minute: must be 0.
         var hung: Int
+        /// Agents not reachable at the end, whose spools could not be checked: must be empty.
+        var spoolsUnchecked: [String] = []
+        /// Recording frames a camera did not deliver because its stream ended early (agent killed,
+        /// link cut), each camera's manifest entry saying why.
+        var recordingFramesLost = 0
         var roundsSkipped: Int
         var skipReasons: [String: Int]
     }
@@ -111,7 +116,8 @@ struct SoakBenchmark: AsyncParsableCommand {
                     "\(a.photos) photos, \(a.recordings) recordings", "\(a.photoResultsExpected) photos", "\(a.photoResultsDelivered)",
                     "\(a.photoResultsCollectedLater)", "\(a.photoResultsLost)", "\(a.unaccounted)", "\(a.duplicates)", "\(a.leftInSpools)", "\(a.hung)",
                 ]]))
-            lines.append("recording frames: \(a.recordingFramesDelivered) delivered, \(a.recordingFramesReportedDropped) reported dropped; \(a.incompleteRecordings) of \(a.recordings) recordings incomplete")
+            lines.append("recording frames: \(a.recordingFramesDelivered) delivered, \(a.recordingFramesReportedDropped) reported dropped, \(a.recordingFramesLost) lost with their stream (reason in the manifest); \(a.incompleteRecordings) of \(a.recordings) recordings incomplete")
+            if !a.spoolsUnchecked.isEmpty { lines.append("SPOOLS NOT CHECKED (agents unreachable at the end): \(a.spoolsUnchecked.joined(separator: ", "))") }
             for (reason, count) in a.lostReasons.sorted(by: { $0.value > $1.value }) { lines.append("  lost \(count)× \(reason)") }
             if a.roundsSkipped > 0 {
                 lines.append("rounds skipped (no session could be committed): \(a.roundsSkipped)")
@@ -180,46 +186,39 @@ struct SoakBenchmark: AsyncParsableCommand {
         while ContinuousClock.now < deadline {
             round += 1
             let recording = round % recordEvery == 0
-            let outcome = await withTaskGroup(of: String?.self) { group -> String? in
-                group.addTask {
+            let capture = Task { () -> String? in
+                do {
+                    // Every camera whose agent is up now (one that is down is not asked, and its
+                    // absence is no lost result).
+                    let (devices, _) = await RigDiscovery.devices(in: pool)
+                    guard !devices.isEmpty else { return "no agent connected" }
+                    let session = RigSession(pool: pool, logger: logger)
+                    for camera in devices { try await session.addInput(camera) }
+                    await session.addPhotoOutput()
+                    await session.addFrameOutput()
+                    await session.beginConfiguration()
+                    await session.setPreset(.high)
+                    await session.setFrameRate(
+                        .init(dimensions: Dimensions(width: 640, height: 480), pixelFormat: .yuyv, frameDuration: FrameDuration(framesPerSecond: 15)))
                     do {
-                        // Every camera whose agent is up now (one that is down is not asked, and its
-                        // absence is no lost result).
-                        let (devices, _) = await RigDiscovery.devices(in: pool)
-                        guard !devices.isEmpty else { return "no agent connected" }
-                        let session = RigSession(pool: pool, logger: logger)
-                        for camera in devices { try await session.addInput(camera) }
-                        await session.addPhotoOutput()
-                        await session.addFrameOutput()
-                        await session.beginConfiguration()
-                        await session.setPreset(.high)
-                        await session.setFrameRate(
-                            .init(dimensions: Dimensions(width: 640, height: 480), pixelFormat: .yuyv, frameDuration: FrameDuration(framesPerSecond: 15)))
-                        do {
-                            try await session.commitConfiguration()
-                            if recording {
-                                _ = try await session.record(duration: .milliseconds(Int64(recordSeconds * 1000)), into: store)
-                            } else {
-                                _ = try await session.capturePhoto(into: store)
-                            }
-                        } catch {
-                            await session.stop()
-                            throw error
+                        try await session.commitConfiguration()
+                        if recording {
+                            _ = try await session.record(duration: .milliseconds(Int64(recordSeconds * 1000)), into: store)
+                        } else {
+                            _ = try await session.capturePhoto(into: store)
                         }
-                        await session.stop()
-                        return nil
                     } catch {
-                        return Self.reasonClass("\(error)")
+                        await session.stop()
+                        throw error
                     }
+                    await session.stop()
+                    return nil
+                } catch {
+                    return Self.reasonClass("\(error)")
                 }
-                group.addTask {
-                    try? await Task.sleep(for: .seconds(60))
-                    return "hung"
-                }
-                let first = await group.next() ?? nil
-                group.cancelAll()
-                return first
             }
+            // A capture that has not ended after a minute is counted as hung and left behind.
+            let outcome = await Self.first(of: capture, orAfter: .seconds(60))
             if outcome == "hung" { hung += 1 } else if let outcome { skipped[outcome, default: 0] += 1 }
             if let report = try? await collector.collect() { collectedLater += report.collected }
             if round % 20 == 0 {
@@ -232,7 +231,7 @@ struct SoakBenchmark: AsyncParsableCommand {
         // Every host back, then whatever the agents still hold is collected.
         options.say("faults over: restoring every host and collecting what the agents hold")
         try await injector.healAll()
-        _ = await pool.waitUntilReady(clockSamples: 4, timeout: .seconds(60))
+        let stillDown = await pool.waitUntilReady(clockSamples: 4, timeout: .seconds(60))
         for _ in 0..<30 {
             let report = try await collector.collect()
             collectedLater += report.collected
@@ -243,6 +242,7 @@ struct SoakBenchmark: AsyncParsableCommand {
         let memory = await sampler.value
         var accounting = try await account(store: store, pool: pool)
         accounting.hung = hung
+        accounting.spoolsUnchecked = stillDown.map(\.name)
         accounting.photoResultsCollectedLater = collectedLater
         accounting.roundsSkipped = skipped.values.reduce(0, +)
         accounting.skipReasons = skipped
@@ -251,6 +251,22 @@ struct SoakBenchmark: AsyncParsableCommand {
             Result(
                 machine: .current, agents: agents, minutes: minutes, lossHosts: lossHosts, loss: loss, faults: faultLog, accounting: accounting,
                 memory: memory))
+    }
+
+    /// `task`'s value, or "hung" when it has not ended after `timeout` (the task is left running).
+    static func first(of task: Task<String?, Never>, orAfter timeout: Duration) async -> String? {
+        let box = NIOLockedValueBox<CheckedContinuation<String?, Never>?>(nil)
+        return await withCheckedContinuation { continuation in
+            box.withLockedValue { $0 = continuation }
+            Task {
+                let value = await task.value
+                box.withLockedValue { $0.take() }?.resume(returning: value)
+            }
+            Task {
+                try? await Task.sleep(for: timeout)
+                box.withLockedValue { $0.take() }?.resume(returning: "hung")
+            }
+        }
     }
 
     /// A failure's message without the ids that make every one different.
@@ -296,14 +312,25 @@ struct SoakBenchmark: AsyncParsableCommand {
                 if manifest.state != .complete { a.incompleteRecordings += 1 }
                 if manifest.state == .inProgress { a.unaccounted += 1 }
                 let frames = manifest.sets.flatMap(\.frames) + manifest.unmatched
+                let expected = Int((recordSeconds * 15).rounded())
                 for camera in manifest.cameras {
                     let own = frames.filter { $0.camera == camera.index }.map(\.sequence)
                     a.recordingFramesDelivered += own.count
                     a.recordingFramesReportedDropped += camera.framesDropped
                     a.duplicates += own.count - Set(own).count
-                    guard let low = own.min(), let high = own.max() else { continue }
-                    let span = Int(high - low) + 1
-                    a.unaccounted += max(0, span - own.count - camera.framesDropped)
+                    // Every frame of the recording's span: delivered, reported dropped, or (its stream
+                    // having ended early, the camera saying why) lost with a reason; one frame's leeway
+                    // at the span's edges.
+                    let shortfall = expected - own.count - camera.framesDropped
+                    if let error = camera.error {
+                        a.recordingFramesLost += max(0, shortfall)
+                        if shortfall > 0 { a.lostReasons["recording: " + Self.reasonClass(error), default: 0] += shortfall }
+                    } else {
+                        a.unaccounted += max(0, shortfall - 1)
+                    }
+                    if let low = own.min(), let high = own.max() {
+                        a.unaccounted += max(0, Int(high - low) + 1 - own.count - camera.framesDropped)
+                    }
                 }
             }
         }

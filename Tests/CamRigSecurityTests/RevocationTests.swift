@@ -127,3 +127,23 @@ struct RevocationTests {
         #expect(error?.message.contains("'agent-1' was revoked") == true)
     }
 }
+
+@Suite("Revocation list reload", .timeLimit(.minutes(1)))
+struct RevocationReloadTests {
+    @Test("a reload takes a newer list, and refuses an older one that would take revocations back")
+    func olderListRefused() throws {
+        let pki = try TestPKI(viewers: ["viewer-1", "viewer-2"])
+        defer { pki.remove() }
+        try pki.directory.revoke(name: "viewer-1")
+        let first = try String(contentsOfFile: pki.directory.revocationListPath, encoding: .utf8)
+        let tls = try MutualTLS.agent(directory: pki.directory)
+        #expect(tls.verifier.revocations?.number == 1)
+        try pki.directory.revoke(name: "viewer-2")
+        let newer = try tls.reload()
+        #expect(newer.revocationListNumber == 2 && newer.revokedCount == 2)
+        try Data(first.utf8).write(to: URL(fileURLWithPath: pki.directory.revocationListPath))
+        let error = #expect(throws: SecurityError.self) { try tls.reload() }
+        #expect(error?.message.contains("older than the list in use") == true)
+        #expect(tls.verifier.revocations?.number == 2, "the newer list stays in force")
+    }
+}

@@ -107,4 +107,52 @@ struct CaptureStoreSinkTests {
             }
         }
     }
+
+    @Test("the journal keeps every whole record, even one appended after a record torn by a crash")
+    func journalAfterTornRecord() async throws {
+        let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-journal-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let store = try CaptureStore(root: root)
+        let capture = try await store.begin(.photo)
+        let frame = CaptureManifest.Frame(camera: 0, sequence: 7, file: "cam0.png", timestampNs: 1, agentTimestampNs: 2, marks: "dequeue", uncertaintyNs: 3)
+        try await store.journal(JournalEntry(resultId: "r-1", agent: "agent-1", frame: frame), in: capture)
+        // A crash in the middle of the next append leaves half a record without its line end.
+        let handle = try FileHandle(forWritingTo: capture.location.appendingPathComponent(CaptureStore.journalFile))
+        handle.seekToEndOfFile()
+        handle.write(Data("{\"agent\":\"agent-2\",\"fra".utf8))
+        try handle.close()
+        var second = frame
+        second.camera = 1
+        try await store.journal(JournalEntry(resultId: "r-2", agent: "agent-3", frame: second), in: capture)
+        let entries = store.journal(in: capture.location)
+        #expect(entries.map(\.resultId) == ["r-1", "r-2"])
+        #expect(entries.last?.frame.camera == 1)
+    }
+
+    @Test("a capture begun is listed in_progress and unfinished until finished; a folder left without a catalog entry is found")
+    func unfinishedCaptures() async throws {
+        let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-unfinished-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let store = try CaptureStore(root: root)
+        let capture = try await store.begin(.photo)
+        var manifest = Self.manifest(id: capture.id, kind: .photo, file: "cam0.png")
+        manifest.state = .inProgress
+        try await store.started(manifest, in: capture)
+        #expect(try store.catalog.list().first?.state == "in_progress")
+        #expect(await store.claim(capture) == nil, "the writer holds the capture")
+        #expect(try await store.unfinished().map(\.handle.id) == [capture.id])
+        manifest.state = .complete
+        try await store.finish(manifest, in: capture)
+        #expect(try await store.unfinished().isEmpty)
+        let claim = try #require(await store.claim(capture), "a finished capture can be claimed")
+        claim.release()
+
+        // A folder whose manifest was written but whose catalog entry was not (a crash in between).
+        let orphan = try await store.begin(.photo)
+        var left = Self.manifest(id: orphan.id, kind: .photo, file: "cam0.png")
+        left.state = .inProgress
+        try CaptureStore.manifestJSON(left).write(to: orphan.location.appendingPathComponent("manifest.json"))
+        #expect(try await store.unfinished().map(\.handle.id) == [orphan.id])
+        #expect(try store.catalog.entry(orphan.id)?.state == "in_progress", "listed in the catalog once found")
+    }
 }

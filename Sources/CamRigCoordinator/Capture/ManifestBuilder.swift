@@ -20,6 +20,15 @@ public struct StoredFrame: Sendable, Hashable {
     }
 }
 
+extension SyncFrame where Payload == StoredFrame {
+    /// A frame as a manifest listed it, to build a manifest again.
+    init(_ frame: CaptureManifest.Frame) {
+        self.init(
+            camera: frame.camera, sequence: frame.sequence, timestamp: frame.timestampNs, uncertainty: frame.uncertaintyNs,
+            payload: StoredFrame(file: frame.file, agentTimestamp: frame.agentTimestampNs, marks: frame.marks, lateness: frame.latenessNs))
+    }
+}
+
 /// Builds a capture's manifest from what the capture observed. Pure: no clock, no files.
 public struct ManifestBuilder: Sendable {
     public var id: String

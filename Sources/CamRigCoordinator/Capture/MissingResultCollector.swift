@@ -2,6 +2,7 @@ import CamRigCapture
 import CamRigClock
 import CamRigWire
 import CamRigWireModel
+import Foundation
 import Logging
 
 /// Finishes captures that lack results: photos whose agents were cut off, restarted or unreachable
@@ -77,7 +78,9 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
             return nil
         }
         defer { claim.release() }
-        var manifest = unfinished.manifest
+        // Read again now that it is ours: its writer may have finished it since the list was made.
+        guard let current = try? await sink.reread(unfinished.handle) else { return nil }
+        var manifest = current.manifest
         let resumed = manifest.state == .inProgress
         var collectedNames: [String] = []
         let kind = unfinished.handle.kind
@@ -98,7 +101,7 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
         // Start from the journal: every photo stored, whatever the manifest got to say.
         var frames: [Int: CaptureManifest.Frame] = [:]
         for frame in manifest.sets.first?.frames ?? [] { frames[frame.camera] = frame }
-        for entry in unfinished.journal where manifest.cameras.indices.contains(entry.frame.camera) {
+        for entry in current.journal where manifest.cameras.indices.contains(entry.frame.camera) {
             frames[entry.frame.camera] = entry.frame
         }
         var missing = (manifest.missing ?? []).filter { frames[$0.camera] == nil }
@@ -108,8 +111,15 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
             }
         }
 
-        // Results stored earlier whose agents were not told: acknowledge them now.
+        // Results stored earlier whose agents were not told: acknowledge them now. A coordinator that
+        // died may have journaled results it never acknowledged: all of its journal is acknowledged
+        // again (what the agent no longer holds is answered NOT_FOUND, and done).
         var unacknowledged = manifest.unacknowledged ?? []
+        if resumed {
+            for entry in current.journal where !unacknowledged.contains(where: { $0.agent == entry.agent && $0.resultId == entry.resultId }) {
+                unacknowledged.append(.init(agent: entry.agent, sessionId: manifest.sessionId, resultId: entry.resultId))
+            }
+        }
         for (agentID, entries) in Dictionary(grouping: unacknowledged, by: \.agent).sorted(by: { $0.key < $1.key }) {
             guard let client = try? pool.agents.first(where: { $0.snapshot.agentID == agentID })?.client() else { continue }
             var acknowledge = WireAcknowledgeResults()
@@ -133,28 +143,23 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
             else { continue }
             for sessionID in Set(indices.map { missing[$0].sessionId }).sorted() {
                 let wanted = indices.filter { missing[$0].sessionId == sessionID }
-                do {
-                    let (found, notAcknowledged) = try await fetch(
-                        from: client, agentID: agentID, sessionID: sessionID, wanted: wanted.map { missing[$0] },
-                        estimate: estimate, manifest: manifest, capture: unfinished.handle)
-                    unacknowledged += notAcknowledged.map {
-                        CaptureManifest.Unacknowledged(agent: agentID, sessionId: sessionID, resultId: $0)
+                let fetched = await fetch(
+                    from: client, agentID: agentID, sessionID: sessionID, wanted: wanted.map { missing[$0] },
+                    estimate: estimate, manifest: manifest, capture: unfinished.handle)
+                unacknowledged += fetched.notAcknowledged.map {
+                    CaptureManifest.Unacknowledged(agent: agentID, sessionId: sessionID, resultId: $0)
+                }
+                for index in wanted {
+                    let camera = missing[index].camera
+                    if let frame = fetched.found[camera] {
+                        frames[camera] = frame
+                        collectedNames.append(manifest.cameras[camera].name)
+                    } else if fetched.complete, !fetched.failedToStore.contains(camera), !Self.recent(manifest) {
+                        // The agent offered every result of the session it holds, and not this one.
+                        missing[index].collectable = false
+                        missing[index].reason =
+                            "agent \(agentID) holds no result of trigger \(missing[index].triggerId) for \(missing[index].device); at the capture: \(missing[index].reason)"
                     }
-                    for index in wanted {
-                        let camera = missing[index].camera
-                        if let frame = found[camera] {
-                            frames[camera] = frame
-                            collectedNames.append(manifest.cameras[camera].name)
-                        } else {
-                            missing[index].collectable = false
-                            missing[index].reason =
-                                "agent \(agentID) holds no result of trigger \(missing[index].triggerId) for \(missing[index].device): it never fired there, or its result was already taken"
-                        }
-                    }
-                } catch {
-                    logger.warning(
-                        "cannot collect results yet",
-                        metadata: ["capture": "\(unfinished.handle.id)", "agent": "\(agentID)", "error": "\(error)"])
                 }
             }
         }
@@ -165,14 +170,7 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
         for index in cameras.indices where frames[index] != nil { cameras[index].error = nil }
         let builder = ManifestBuilder(
             id: manifest.id, kind: .photo, created: manifest.created, sessionID: manifest.sessionId, cameras: cameras)
-        let syncFrames: [SyncFrame<StoredFrame>?] = cameras.indices.map { index in
-            frames[index].map { frame in
-                SyncFrame(
-                    camera: index, sequence: frame.sequence, timestamp: frame.timestampNs, uncertainty: frame.uncertaintyNs,
-                    payload: StoredFrame(
-                        file: frame.file, agentTimestamp: frame.agentTimestampNs, marks: frame.marks, lateness: frame.latenessNs))
-            }
-        }
+        let syncFrames: [SyncFrame<StoredFrame>?] = cameras.indices.map { frames[$0].map(SyncFrame.init) }
         let times = frames.values.map(\.timestampNs).sorted()
         let fireAt = manifest.fireAtNs ?? (times.isEmpty ? 0 : times[times.count / 2])
         var rebuilt = builder.photo(
@@ -190,8 +188,35 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
         return outcome(rebuilt, unfinished.handle, collected: collectedNames, resumed: resumed)
     }
 
-    /// Fetches `sessionID`'s results from one agent and stores those `wanted`; returns them by camera.
-    /// A result is acknowledged only once stored and journaled.
+    /// What one fetch from an agent gave.
+    private struct Fetched {
+        var found: [Int: CaptureManifest.Frame] = [:]
+        /// Stored and journaled, but the acknowledgement did not reach the agent.
+        var notAcknowledged: [String] = []
+        /// Offered, but not stored here (a local failure): still the agent's.
+        var failedToStore: Set<Int> = []
+        /// The agent offered everything it holds of the session (the fetch ended normally).
+        var complete = false
+    }
+
+    /// Whether the capture's agents may still be about to store its photos: an agent fires a trigger it
+    /// accepted even after its coordinator is gone, so what it does not hold yet is not lost yet. Until
+    /// 3 s after the trigger instant; for a capture whose coordinator died before writing that instant,
+    /// until 10 s after the capture began (the trigger instant is at most a lead after it).
+    static func recent(_ manifest: CaptureManifest) -> Bool {
+        if let fireAt = manifest.fireAtNs {
+            let now = HostClock.monotonicNow()
+            // An instant ahead of now is from before this machine restarted: long past.
+            return fireAt <= now && now - fireAt < 3_000_000_000
+        }
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        guard let created = formatter.date(from: manifest.created) else { return false }
+        return Date().timeIntervalSince(created) < 10
+    }
+
+    /// Fetches `sessionID`'s results from one agent and stores those `wanted`. A result is acknowledged
+    /// only once stored and journaled.
     private func fetch(
         from client: AgentClient,
         agentID: String,
@@ -200,38 +225,37 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
         estimate: ClockEstimate,
         manifest: CaptureManifest,
         capture: CaptureHandle
-    ) async throws -> (found: [Int: CaptureManifest.Frame], notAcknowledged: [String]) {
+    ) async -> Fetched {
         var fetch = WireFetchResults()
         fetch.sessionID = sessionID
-        var found: [Int: CaptureManifest.Frame] = [:]
+        var fetched = Fetched()
         var stored: [String] = []
-        for try await frame in client.stream(.fetchResults(fetch)) {
-            guard case .photoResult(let result) = frame.envelope.body, let payload = frame.payload,
-                let entry = wanted.first(where: { $0.triggerId == result.triggerID && $0.device == result.deviceID }),
-                found[entry.camera] == nil
-            else { continue }
-            let camera = entry.camera
-            let (timestamp, uncertainty) = CaptureRig.coordinatorTime(
-                of: result.hasExposureStart ? result.exposureStart : result.captureTime, estimate: estimate)
-            do {
-                let file = try await sink.write(
-                    PayloadBytes(payload),
-                    layout: CaptureRig.layout(
-                        pixelFormat: result.pixelFormat, dimensions: result.dimensions, bytesPerLine: result.bytesPerLine),
-                    named: CaptureRig.fileStem(camera: camera, name: manifest.cameras[camera].name),
-                    in: capture)
-                let stamp = CaptureManifest.Frame(
-                    camera: camera, sequence: result.sequence, file: file, timestampNs: timestamp,
-                    agentTimestampNs: result.captureTime.nanoseconds, marks: result.captureTime.marks.name,
-                    uncertaintyNs: uncertainty)
-                try await sink.journal(JournalEntry(resultId: result.resultID, agent: agentID, frame: stamp), in: capture)
-                found[camera] = stamp
-                stored.append(result.resultID)
-            } catch {
-                logger.warning(
-                    "a collected photo could not be stored; it stays in the agent's spool",
-                    metadata: ["capture": "\(capture.id)", "agent": "\(agentID)", "error": "\(error)"])
+        do {
+            for try await frame in client.stream(.fetchResults(fetch)) {
+                guard case .photoResult(let result) = frame.envelope.body, let payload = frame.payload,
+                    let entry = wanted.first(where: { $0.triggerId == result.triggerID && $0.device == result.deviceID }),
+                    fetched.found[entry.camera] == nil
+                else { continue }
+                let camera = entry.camera
+                do {
+                    let stamp = try await CaptureRig.store(
+                        result, payload: payload, camera: camera,
+                        stem: CaptureRig.fileStem(camera: camera, name: manifest.cameras[camera].name), estimate: estimate, lateness: nil,
+                        into: sink, capture: capture)
+                    try await sink.journal(JournalEntry(resultId: result.resultID, agent: agentID, frame: stamp), in: capture)
+                    fetched.found[camera] = stamp
+                    stored.append(result.resultID)
+                } catch {
+                    fetched.failedToStore.insert(camera)
+                    logger.warning(
+                        "a collected photo could not be stored; it stays in the agent's spool",
+                        metadata: ["capture": "\(capture.id)", "agent": "\(agentID)", "error": "\(error)"])
+                }
             }
+            fetched.complete = true
+        } catch {
+            logger.warning(
+                "cannot collect results yet", metadata: ["capture": "\(capture.id)", "agent": "\(agentID)", "error": "\(error)"])
         }
         if !stored.isEmpty {
             var acknowledge = WireAcknowledgeResults()
@@ -239,10 +263,10 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
             do {
                 _ = try await client.request(.acknowledgeResults(acknowledge))
             } catch {
-                return (found, stored)
+                fetched.notAcknowledged = stored
             }
         }
-        return (found, [])
+        return fetched
     }
 
     private func finish(_ manifest: CaptureManifest, _ capture: CaptureHandle) async {

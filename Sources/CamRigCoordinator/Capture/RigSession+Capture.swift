@@ -1,8 +1,10 @@
 import CamRigCapture
+import CamRigClock
 import CamRigDevices
 import CamRigWire
 import CamRigWireModel
 import Foundation
+import NIOCore
 
 /// What a capture needs from its session, taken from the actor once: the capture then runs in tasks of
 /// its own, so that the session keeps renewing leases and answering while frames are stored.
@@ -99,6 +101,32 @@ struct CaptureRig: Sendable {
     ) {
         let timestamp = estimate.coordinatorTime(atAgent: stamp.nanoseconds)
         return (timestamp, Int64(estimate.errorBound(atCoordinator: timestamp)) + Int64(clamping: stamp.uncertaintyNs))
+    }
+
+    /// Stores a fetched photo as `stem` in `capture` and describes it as the manifest lists it: its
+    /// exposure on the coordinator's clock through `estimate`, with the uncertainty there.
+    static func store(
+        _ result: WirePhotoResult,
+        payload: ByteBuffer,
+        camera: Int,
+        stem: String,
+        estimate: ClockEstimate,
+        lateness: Int64?,
+        into sink: some CaptureSink,
+        capture: CaptureHandle
+    ) async throws -> CaptureManifest.Frame {
+        let (timestamp, uncertainty) = coordinatorTime(
+            of: result.hasExposureStart ? result.exposureStart : result.captureTime, estimate: estimate)
+        let file = try await sink.write(
+            PayloadBytes(payload),
+            layout: layout(pixelFormat: result.pixelFormat, dimensions: result.dimensions, bytesPerLine: result.bytesPerLine),
+            named: stem,
+            in: capture
+        )
+        return CaptureManifest.Frame(
+            camera: camera, sequence: result.sequence, file: file, timestampNs: timestamp,
+            agentTimestampNs: result.captureTime.nanoseconds, marks: result.captureTime.marks.name,
+            uncertaintyNs: uncertainty, latenessNs: lateness)
     }
 
     /// How a frame described on the wire is laid out.

@@ -56,7 +56,12 @@ extension RigSession {
         started.missing = rig.inputs.indices.map { camera in
             rig.missing(camera: camera, triggerID: triggerID, reason: "the capture was under way", collectable: true)
         }
-        try await sink.started(started, in: capture)
+        do {
+            try await sink.started(started, in: capture)
+        } catch {
+            await sink.abandon(capture)
+            throw error
+        }
 
         let plan = CapturePlan.photo(at: HostClock.monotonicNow(), roundTrips: rig.roundTrips, grid: rig.grid)
         let firings = await fire(rig, plan: plan, triggerID: triggerID, settings: settings)
@@ -70,8 +75,6 @@ extension RigSession {
 
         var frames: [SyncFrame<StoredFrame>?] = Array(repeating: nil, count: rig.inputs.count)
         var cameraFailures: [Int: String] = [:]
-        /// Cameras whose agent answered the trigger with an error: nothing of theirs is in a spool.
-        var refused: Set<Int> = []
         var failures: [String] = []
         let gathered = await withTaskGroup(of: (String, Gathered).self) { group in
             for (agentID, cameras) in rig.camerasByAgent {
@@ -85,11 +88,10 @@ extension RigSession {
                     }
                 case .failure(let error)?:
                     failures.append("agent \(agentID): \(message(error))")
-                    let answered = (error as? AgentClientError)?.kind == .remoteError
-                    for camera in cameras {
-                        cameraFailures[camera] = "trigger failed: \(message(error))"
-                        if answered { refused.insert(camera) }
-                    }
+                    // Even a trigger the agent answered with an error may have stored some of its
+                    // cameras' photos first: every camera stays collectable, and a collector that finds
+                    // nothing of it on the agent marks it lost.
+                    for camera in cameras { cameraFailures[camera] = "trigger failed: \(message(error))" }
                 case nil:
                     break
                 }
@@ -117,7 +119,7 @@ extension RigSession {
         let missing = rig.inputs.indices.filter { frames[$0] == nil }.map { camera in
             rig.missing(
                 camera: camera, triggerID: triggerID, reason: cameraFailures[camera] ?? "no photo in the agent's results",
-                collectable: !refused.contains(camera))
+                collectable: true)
         }
         manifest.missing = missing
         manifest.unacknowledged = unacknowledged.isEmpty ? nil : unacknowledged
@@ -212,37 +214,15 @@ extension RigSession {
                         else { continue }
                         let estimate = estimates[camera]
                         group.addTask {
-                            let (timestamp, uncertainty) = CaptureRig.coordinatorTime(
-                                of: result.hasExposureStart ? result.exposureStart : result.captureTime, estimate: estimate)
                             do {
-                                let file = try await sink.write(
-                                    PayloadBytes(payload),
-                                    layout: CaptureRig.layout(
-                                        pixelFormat: result.pixelFormat,
-                                        dimensions: result.dimensions,
-                                        bytesPerLine: result.bytesPerLine
-                                    ),
-                                    named: rig.fileStem(camera: camera),
-                                    in: capture
-                                )
-                                let frame = SyncFrame(
-                                    camera: camera,
-                                    sequence: result.sequence,
-                                    timestamp: timestamp,
-                                    uncertainty: uncertainty,
-                                    payload: StoredFrame(
-                                        file: file,
-                                        agentTimestamp: result.captureTime.nanoseconds,
-                                        marks: result.captureTime.marks.name,
-                                        lateness: firing.latenessNs
-                                    )
-                                )
+                                let stored = try await CaptureRig.store(
+                                    result, payload: payload, camera: camera, stem: rig.fileStem(camera: camera), estimate: estimate,
+                                    lateness: firing.latenessNs, into: sink, capture: capture)
                                 // Journaled before it is acknowledged: once the agent deletes its copy,
                                 // the capture's folder says everything the manifest needs of it.
                                 try await sink.journal(
-                                    JournalEntry(resultId: result.resultID, agent: rig.inputs[camera].agentID, frame: ManifestBuilder.entry(frame)),
-                                    in: capture)
-                                return (camera, result.resultID, .success(frame))
+                                    JournalEntry(resultId: result.resultID, agent: rig.inputs[camera].agentID, frame: stored), in: capture)
+                                return (camera, result.resultID, .success(SyncFrame(stored)))
                             } catch {
                                 return (camera, result.resultID, .failure(error))
                             }

@@ -37,7 +37,12 @@ extension RigSession {
         var started = rig.manifestBuilder(for: capture, estimates: estimates).recording(
             frameDuration: frameDuration, sets: [], unmatched: [], streams: [])
         started.state = .inProgress
-        try await sink.started(started, in: capture)
+        do {
+            try await sink.started(started, in: capture)
+        } catch {
+            await sink.abandon(capture)
+            throw error
+        }
         let plan = CapturePlan.recording(
             at: HostClock.monotonicNow(), roundTrips: rig.roundTrips, duration: duration, frameDuration: frameDuration, grid: rig.grid)
         guard let cutOffs = plan.recording else { preconditionFailure("a recording plan has cut-offs") }

@@ -16,7 +16,7 @@ extension Captures {
                     try printJSON(["captures": entries])
                 } else {
                     print(table(
-                        ["ID", "KIND", "STATE", "CREATED", "CAMERAS", "MISSING", "SETS", "INCOMPLETE", "DROPPED", "SKEW p50 µs", "SKEW max µs"],
+                        ["ID", "KIND", "STATE", "CREATED", "CAMERAS", "HELD BY AGENTS", "SETS", "INCOMPLETE", "DROPPED", "SKEW p50 µs", "SKEW max µs"],
                         entries.map { [$0.id, $0.kind, $0.state, $0.created, "\($0.cameras)", "\($0.missing)", "\($0.sets)", "\($0.incompleteSets)", "\($0.droppedFrames)", micros($0.skewP50Ns), micros($0.skewMaxNs)] }
                     ))
                 }

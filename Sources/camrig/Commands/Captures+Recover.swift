@@ -15,7 +15,8 @@ extension Captures {
                 capture leaves its manifest in_progress. This command rebuilds such manifests from each \
                 capture's journal, fetches every missing result its agent still holds into the capture's \
                 folder, and marks the capture complete, or says what is still missing and why. Every capture \
-                command does the same for the agents it connects to before it starts.
+                command does the same for the agents it connects to before it starts. Exit status 2 while agents \
+                still hold results the captures lack (agents down, or captures begun in the last seconds).
                 """
         )
 
@@ -32,6 +33,7 @@ extension Captures {
                 }
                 if output.json {
                     try printJSON(report, snakeCase: true)
+                    if report.waiting > 0 { throw ExitCode(2) }
                     return
                 }
                 if report.captures.isEmpty {
