@@ -167,6 +167,14 @@ public final class AgentClient: Sendable {
     }
 
     /// One ping; returns the round trip, from writing the ping to reading the pong on the event loop.
+    /// Tells the agent these results are stored here: it deletes them from its spool. Ids it no longer
+    /// holds are answered `NOT_FOUND` (the others deleted all the same).
+    public func acknowledge(_ resultIDs: [String]) async throws {
+        var acknowledge = WireAcknowledgeResults()
+        acknowledge.resultIds = resultIDs
+        _ = try await request(.acknowledgeResults(acknowledge))
+    }
+
     public func ping(timeout: TimeAmount = .seconds(5)) async throws -> Duration {
         var ping = WirePing()
         ping.nonce = UInt64.random(in: 1...UInt64.max)

@@ -274,22 +274,24 @@ public struct RevocationList: Sendable, Hashable {
     /// The CRL number from the `[0] Extensions`.
     private static func parseExtensions(_ node: ASN1Node) throws -> Int {
         try DER.explicitlyTagged(node, tagNumber: 0, tagClass: .contextSpecific) { inner in
-            var number = 0
-            try DER.sequence(inner, identifier: .sequence) { extensions in
-                while let ext = extensions.next() {
-                    try DER.sequence(ext, identifier: .sequence) { fields in
-                        let oid = try ASN1ObjectIdentifier(derEncoded: &fields)
-                        var value = fields.next()
-                        if value?.identifier == .boolean { value = fields.next() }
-                        if oid == crlNumberOID, let value {
-                            let octets = try ASN1OctetString(derEncoded: value)
-                            number = try Int(derEncoded: octets.bytes)
-                        }
-                    }
+            try extensionValues(inner)[crlNumberOID].map { try Int(derEncoded: $0) } ?? 0
+        }
+    }
+
+    /// An `Extensions` sequence: each extension's `extnValue` (the DER it wraps) by its OID.
+    static func extensionValues(_ node: ASN1Node) throws -> [ASN1ObjectIdentifier: ArraySlice<UInt8>] {
+        var values: [ASN1ObjectIdentifier: ArraySlice<UInt8>] = [:]
+        try DER.sequence(node, identifier: .sequence) { extensions in
+            while let ext = extensions.next() {
+                try DER.sequence(ext, identifier: .sequence) { fields in
+                    let oid = try ASN1ObjectIdentifier(derEncoded: &fields)
+                    var value = fields.next()
+                    if value?.identifier == .boolean { value = fields.next() }  // critical
+                    if let value { values[oid] = try ASN1OctetString(derEncoded: value).bytes }
                 }
             }
-            return number
         }
+        return values
     }
 
     static func parseTime(_ node: ASN1Node?) throws -> Date {
@@ -315,23 +317,10 @@ extension RevocationList.Entry: DERParseable {
             let serial = try ArraySlice<UInt8>(derEncoded: &fields)
             let revokedAt = try RevocationList.parseTime(fields.next())
             var reason: RevocationList.Reason?
-            if let extensions = fields.next() {
-                try DER.sequence(extensions, identifier: .sequence) { list in
-                    while let ext = list.next() {
-                        try DER.sequence(ext, identifier: .sequence) { parts in
-                            let oid = try ASN1ObjectIdentifier(derEncoded: &parts)
-                            var value = parts.next()
-                            if value?.identifier == .boolean { value = parts.next() }
-                            if oid == RevocationList.reasonCodeOID, let value {
-                                let octets = try ASN1OctetString(derEncoded: value)
-                                let inner = try DER.parse(octets.bytes)
-                                if case .primitive(let content) = inner.content, let code = content.last {
-                                    reason = RevocationList.Reason(rawValue: Int(code)) ?? .unspecified
-                                }
-                            }
-                        }
-                    }
-                }
+            if let extensions = fields.next(), let value = try RevocationList.extensionValues(extensions)[RevocationList.reasonCodeOID],
+                case .primitive(let content) = try DER.parse(value).content, let code = content.last
+            {
+                reason = RevocationList.Reason(rawValue: Int(code)) ?? .unspecified
             }
             return RevocationList.Entry(serialNumber: Certificate.SerialNumber(bytes: serial), revokedAt: revokedAt, reason: reason)
         }

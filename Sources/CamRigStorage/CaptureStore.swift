@@ -143,11 +143,7 @@ public struct CaptureStore: Sendable {
         let listed = Set(try catalog.list().map(\.directory))
         let folders = (try? FileManager.default.contentsOfDirectory(atPath: root.path)) ?? []
         for folder in folders.sorted() where !listed.contains(folder) {
-            let url = root.appendingPathComponent(folder).appendingPathComponent("manifest.json")
-            guard let data = FileManager.default.contents(atPath: url.path) else { continue }
-            let decoder = JSONDecoder()
-            decoder.keyDecodingStrategy = .convertFromSnakeCase
-            guard let manifest = try? decoder.decode(CaptureManifest.self, from: data) else { continue }
+            guard let manifest = try? Self.readManifest(in: root.appendingPathComponent(folder)) else { continue }
             try catalog.record(CaptureCatalog.Entry(manifest: manifest, directory: folder))
             if let capture = self.unfinished(manifest, directory: folder) { unfinished.append(capture) }
         }
@@ -179,13 +175,23 @@ public struct CaptureStore: Sendable {
 
     /// Reads a capture's manifest.
     public func manifest(of entry: CaptureCatalog.Entry) throws -> CaptureManifest {
-        let url = root.appendingPathComponent(entry.directory).appendingPathComponent("manifest.json")
+        let directory = root.appendingPathComponent(entry.directory)
+        guard let manifest = try Self.readManifest(in: directory) else {
+            throw StorageError("cannot read \(directory.appendingPathComponent("manifest.json").path): there is no such file")
+        }
+        return manifest
+    }
+
+    /// The manifest in a capture's directory; `nil` when it has none.
+    static func readManifest(in directory: URL) throws -> CaptureManifest? {
+        let url = directory.appendingPathComponent("manifest.json")
+        guard let data = FileManager.default.contents(atPath: url.path) else { return nil }
+        let decoder = JSONDecoder()
+        decoder.keyDecodingStrategy = .convertFromSnakeCase
         do {
-            let decoder = JSONDecoder()
-            decoder.keyDecodingStrategy = .convertFromSnakeCase
-            return try decoder.decode(CaptureManifest.self, from: Data(contentsOf: url))
+            return try decoder.decode(CaptureManifest.self, from: data)
         } catch {
-            throw StorageError("cannot read \(url.path): \(error.localizedDescription)")
+            throw StorageError("cannot read \(url.path): \(error)")
         }
     }
 
@@ -335,16 +341,7 @@ extension CaptureStore: CaptureSink {
 
     public func reread(_ capture: CaptureHandle) async throws -> UnfinishedCapture? {
         try await BlockingWork.run {
-            let url = capture.location.appendingPathComponent("manifest.json")
-            let decoder = JSONDecoder()
-            decoder.keyDecodingStrategy = .convertFromSnakeCase
-            guard let data = FileManager.default.contents(atPath: url.path) else { return nil }
-            let manifest: CaptureManifest
-            do {
-                manifest = try decoder.decode(CaptureManifest.self, from: data)
-            } catch {
-                throw StorageError("cannot read \(url.path): \(error)")
-            }
+            guard let manifest = try Self.readManifest(in: capture.location) else { return nil }
             return unfinished(manifest, directory: capture.location.lastPathComponent)
         }
     }

@@ -87,10 +87,14 @@ struct MachineDescription: Encodable {
     var text: String { "\(cpus) CPUs (\(cpuModel)), Linux \(kernel)" }
 }
 
-/// Opens a session over every camera of the pool, committed at `size` and `fps`.
-func openSession(pool: AgentPool, size: Dimensions, fps: UInt32, logger: Logger) async throws -> RigSession {
+/// Opens a session over every camera of the pool (with `skippingAbsentAgents`, of the agents that list
+/// their devices now), to be committed at `size` and `fps`.
+func openSession(pool: AgentPool, size: Dimensions, fps: UInt32, skippingAbsentAgents: Bool = false, logger: Logger) async throws -> RigSession {
     let (devices, failures) = await RigDiscovery.devices(in: pool)
-    if let failure = failures.first { throw CommandFailure("agent \(failure.agent) did not list its devices: \(failure.error)") }
+    if !skippingAbsentAgents, let failure = failures.first {
+        throw CommandFailure("agent \(failure.agent) did not list its devices: \(failure.error)")
+    }
+    guard !devices.isEmpty else { throw CommandFailure("no agent listed any device") }
     let session = RigSession(pool: pool, logger: logger)
     for camera in devices { try await session.addInput(camera) }
     await session.addPhotoOutput()

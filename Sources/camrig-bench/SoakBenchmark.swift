@@ -190,16 +190,8 @@ struct SoakBenchmark: AsyncParsableCommand {
                 do {
                     // Every camera whose agent is up now (one that is down is not asked, and its
                     // absence is no lost result).
-                    let (devices, _) = await RigDiscovery.devices(in: pool)
-                    guard !devices.isEmpty else { return "no agent connected" }
-                    let session = RigSession(pool: pool, logger: logger)
-                    for camera in devices { try await session.addInput(camera) }
-                    await session.addPhotoOutput()
-                    await session.addFrameOutput()
-                    await session.beginConfiguration()
-                    await session.setPreset(.high)
-                    await session.setFrameRate(
-                        .init(dimensions: Dimensions(width: 640, height: 480), pixelFormat: .yuyv, frameDuration: FrameDuration(framesPerSecond: 15)))
+                    let session = try await openSession(
+                        pool: pool, size: Dimensions(width: 640, height: 480), fps: 15, skippingAbsentAgents: true, logger: logger)
                     do {
                         try await session.commitConfiguration()
                         if recording {

@@ -59,6 +59,12 @@ struct RecoveryTests {
         ((try? JSONSerialization.jsonObject(with: Data(json.utf8))) as? [String: Any])?["collected"] as? Int ?? 0
     }
 
+    /// `camrig-agent` arguments for `name` with one synthetic camera, and its spool in `spool` when given
+    /// (so that a restarted agent finds what it held).
+    static func agent(_ name: String, _ pki: TestPKI, spool: String? = nil) -> [String] {
+        ["--tls-dir", pki.path, "--identity", name, "--synthetic", "1"] + (spool.map { ["--spool-dir", $0] } ?? [])
+    }
+
     static func session(_ pool: AgentPool) async throws -> RigSession {
         let (devices, _) = await RigDiscovery.devices(in: pool)
         let session = RigSession(pool: pool, logger: Logger(label: "test"))
@@ -75,9 +81,9 @@ struct RecoveryTests {
         defer { pki.remove() }
         let spool = NSTemporaryDirectory() + "camrig-spool-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: spool) }
-        let first = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "1"])
+        let first = try AgentProcess(Self.agent("agent-1", pki))
         defer { first.stop() }
-        var second = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-2", "--synthetic", "1", "--spool-dir", spool])
+        var second = try AgentProcess(Self.agent("agent-2", pki, spool: spool))
         let out = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-recover-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: out) }
         let store = try CaptureStore(root: out)
@@ -101,7 +107,7 @@ struct RecoveryTests {
 
         // The agent is killed and comes back with its spool; a new coordinator connects to both.
         second.crash()
-        second = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-2", "--synthetic", "1", "--spool-dir", spool])
+        second = try AgentProcess(Self.agent("agent-2", pki, spool: spool))
         defer { second.stop() }
         sink.failing.withLockedValue { $0 = nil }
         let again = try await SessionTests.readyPool([first, second], pki: pki)
@@ -132,9 +138,9 @@ struct RecoveryTests {
         defer { pki.remove() }
         let spool = NSTemporaryDirectory() + "camrig-spool-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: spool) }
-        let first = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "1"])
+        let first = try AgentProcess(Self.agent("agent-1", pki))
         defer { first.stop() }
-        var second = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-2", "--synthetic", "1", "--spool-dir", spool])
+        var second = try AgentProcess(Self.agent("agent-2", pki, spool: spool))
         let out = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-recover-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: out) }
         let store = try CaptureStore(root: out)
@@ -148,7 +154,7 @@ struct RecoveryTests {
         let missing = try #require(report.manifest.missing?.first)
         #expect(report.manifest.state == .incomplete && missing.agent == "agent-2" && missing.collectable)
 
-        second = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-2", "--synthetic", "1", "--spool-dir", spool])
+        second = try AgentProcess(Self.agent("agent-2", pki, spool: spool))
         defer { second.stop() }
         let again = try await SessionTests.readyPool([first, second], pki: pki)
         let collector = MissingResultCollector(pool: again, sink: store, logger: Logger(label: "test"))
@@ -174,9 +180,9 @@ struct RecoveryTests {
     func coordinatorKilled() async throws {
         let pki = try TestPKI(agents: ["agent-1", "agent-2"])
         defer { pki.remove() }
-        let first = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "1"])
+        let first = try AgentProcess(Self.agent("agent-1", pki))
         defer { first.stop() }
-        let second = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-2", "--synthetic", "1"])
+        let second = try AgentProcess(Self.agent("agent-2", pki))
         defer { second.stop() }
         var collectedAny = false
         // The manifest is on disk before the triggers go out: killed at once, the agents may never fire;

@@ -122,10 +122,8 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
         }
         for (agentID, entries) in Dictionary(grouping: unacknowledged, by: \.agent).sorted(by: { $0.key < $1.key }) {
             guard let client = try? pool.agents.first(where: { $0.snapshot.agentID == agentID })?.client() else { continue }
-            var acknowledge = WireAcknowledgeResults()
-            acknowledge.resultIds = entries.map(\.resultId)
             do {
-                _ = try await client.request(.acknowledgeResults(acknowledge))
+                try await client.acknowledge(entries.map(\.resultId))
                 unacknowledged.removeAll { $0.agent == agentID }
             } catch let error as AgentClientError where error.code == .notFound {
                 // Deleted already (the agent names what it no longer had): nothing to acknowledge.
@@ -258,10 +256,8 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
                 "cannot collect results yet", metadata: ["capture": "\(capture.id)", "agent": "\(agentID)", "error": "\(error)"])
         }
         if !stored.isEmpty {
-            var acknowledge = WireAcknowledgeResults()
-            acknowledge.resultIds = stored
             do {
-                _ = try await client.request(.acknowledgeResults(acknowledge))
+                try await client.acknowledge(stored)
             } catch {
                 fetched.notAcknowledged = stored
             }

@@ -254,10 +254,8 @@ extension RigSession {
                 gathered.failure = "\(message(fetchFailure)) (its results stay in its spool)"
             }
             if !stored.isEmpty {
-                var acknowledge = WireAcknowledgeResults()
-                acknowledge.resultIds = stored
                 do {
-                    _ = try await client.request(.acknowledgeResults(acknowledge))
+                    try await client.acknowledge(stored)
                 } catch {
                     // Stored and journaled, but the agent still holds them: acknowledged later by a
                     // collector (`camrig captures recover`, or the next capture).
