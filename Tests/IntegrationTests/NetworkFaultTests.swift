@@ -126,12 +126,13 @@ struct NetworkFaultTests {
         // Four seconds of probes: a tenth of the lossy host's round trips are lost, and a busy machine
         // delays others, so both hosts get time to find their quick ones.
         try await Task.sleep(for: .seconds(4))
-        // Loss costs samples, not accuracy: the lossy host's estimate is as good as the clean one's. Both
-        // share whatever bias the machine puts on this path (up to ~130 µs seen in fresh-clone debug
-        // runs under load, 1–5 µs otherwise), so they are compared with each other, within the rig's
-        // 100 µs, and each is held to a loose absolute sanity limit.
+        // Loss costs samples, not accuracy: the lossy host's estimate is no worse than the clean one's,
+        // within the rig's 100 µs. Each host's path carries a bias of its own from user-space transmit
+        // stamps (up to ~130 µs seen in fresh-clone debug runs under load, on the clean host as well;
+        // issue 14 removes it), so the lossy host is held to the clean host's error plus 100 µs, and
+        // each to a loose absolute sanity limit.
         let errors = try zip(pool.agents, rig.members).map { agent, member in member.offsetError(of: try agent.clockEstimate()) }
-        #expect(abs(errors[1] - errors[0]) < 100_000, "clean host off by \(errors[0] / 1000) µs, lossy host by \(errors[1] / 1000) µs")
+        #expect(abs(errors[1]) < abs(errors[0]) + 100_000, "clean host off by \(errors[0] / 1000) µs, lossy host by \(errors[1] / 1000) µs")
         #expect(errors.allSatisfy { abs($0) < 500_000 }, "estimates off by \(errors.map { $0 / 1000 }) µs")
         #expect(pool.agents[1].snapshot.clockTransport != .tls, "the lossy host's clock probes fell back to TLS")
         let session = try await Self.session(pool)
