@@ -7,7 +7,8 @@
 //   CamRigClock        the one host clock (CLOCK_MONOTONIC, or a simulated host's skewed reading) and a
 //                      manual clock for tests
 //   CamRigWire         wire protocol, pure: schema (generated), frame codec, connection state machines
-//   CamRigClockSocket  the UDP clock channel's kernel-timestamping socket
+//   CLinux             Linux calls Swift does not import (prctl, socket timestamping constants)
+//   CamRigClockSocket  the UDP clock channel's kernel-timestamping socket (receive and transmit stamps)
 //   CamRigSecurity     certificate authority, peer roles, TLS 1.3 with client certificates
 //   CamRigDevices      the device model and its backends (synthetic, V4L2 through CLibV4L2)
 //   CamRigWireModel    the only mapping between wire messages and the device model
@@ -62,9 +63,10 @@ let package = Package(
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ]
         ),
+        .systemLibrary(name: "CLinux"),
         .target(
             name: "CamRigClockSocket",
-            dependencies: ["CamRigClock"]
+            dependencies: ["CamRigClock", "CLinux", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]
         ),
         .target(
             name: "CamRigSecurity",
@@ -116,7 +118,7 @@ let package = Package(
             name: "CamRigAgent",
             dependencies: [
                 "CamRigClock", "CamRigWire", "CamRigClockSocket", "CamRigSecurity", "CamRigDevices", "CamRigWireModel",
-                "CamRigCapture",
+                "CamRigCapture", "CLinux",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOTLS", package: "swift-nio"),

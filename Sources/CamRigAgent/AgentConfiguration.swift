@@ -43,6 +43,9 @@ public struct AgentConfiguration: Sendable {
     /// The host clock: `CLOCK_MONOTONIC`, or a simulated host's skewed clock (it must be the one the
     /// devices stamp frames with). Clock probes, triggers, leases and events are all on it.
     public var clock: HostClock
+    /// Whether the trigger thread asks for real-time priority and a 1 ns timer slack
+    /// (`RealtimeScheduling`); it logs what it was granted.
+    public var realtimeTriggers: Bool
 
     public init(
         host: String = "0.0.0.0",
@@ -58,8 +61,10 @@ public struct AgentConfiguration: Sendable {
         maxFrameLength: UInt32 = WireProtocol.minimumMaxFrameLength,
         devices: AgentDevices? = nil,
         spool: ResultSpool? = nil,
-        clock: HostClock? = nil
+        clock: HostClock? = nil,
+        realtimeTriggers: Bool = false
     ) {
+        self.realtimeTriggers = realtimeTriggers
         self.clock = clock ?? devices?.clock ?? .system
         self.devices = devices
         self.spool = spool

@@ -45,7 +45,9 @@ public final class AgentServer: Service, Sendable {
         }
         let capture: AgentCapture? =
             if let streams, let phaseLocks, let spool = configuration.spool {
-                AgentCapture(streams: streams, phaseLocks: phaseLocks, spool: spool, agentID: configuration.agentID, logger: logger)
+                AgentCapture(
+                    streams: streams, phaseLocks: phaseLocks, spool: spool, agentID: configuration.agentID,
+                    realtime: configuration.realtimeTriggers, logger: logger)
             } else {
                 nil
             }

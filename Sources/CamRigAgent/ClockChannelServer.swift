@@ -8,7 +8,9 @@ import Logging
 import NIOConcurrencyHelpers
 
 /// The agent's end of the UDP clock channel: answers authenticated clock probes on its own thread,
-/// with t2 from the kernel's receive timestamp, away from event loops and TLS.
+/// with t2 from the kernel's receive timestamp, away from event loops and TLS. A probe that asks for
+/// follow-ups gets, after its reply, the reply's kernel transmit stamp as t3 (two-step): the reply's
+/// own t3 is read before its MAC is computed and it is sent, so it is early by that work.
 ///
 /// Each TLS connection that asks (`OpenClockChannel`) gets a key of its own, forgotten when it closes;
 /// datagrams under no current key, malformed or forged, are dropped without an answer.
@@ -33,14 +35,14 @@ public final class ClockChannelServer: Sendable {
     /// Binds UDP `host:port` and starts answering. Failure is logged: clients then probe over TLS.
     func start(host: String, port: Int) {
         do {
-            let bound = try TimestampingUDPSocket(host: host, port: port)
+            let bound = try TimestampingUDPSocket(host: host, port: port, transmitTimestamps: true)
             socket.withLockedValue { $0 = bound }
             running.withLockedValue { $0 = true }
             let thread = Thread { [self] in self.serve(bound) }
             thread.name = "camrig-clock-udp"
             thread.qualityOfService = .userInteractive
             thread.start()
-            logger.info("clock channel listening", metadata: ["udp": "\(host):\(bound.localPort)", "kernel_timestamps": "\(bound.kernelTimestamps)"])
+            logger.info("clock channel listening", metadata: ["udp": "\(host):\(bound.localPort)", "kernel_timestamps": "\(bound.kernelTimestamps)", "transmit_timestamps": "\(bound.transmitTimestamps)"])
         } catch {
             logger.warning("no UDP clock channel; clients will probe over TLS", metadata: ["error": "\(error)"])
         }
@@ -92,9 +94,15 @@ public final class ClockChannelServer: Sendable {
                 }
                 continue
             }
-            var reply = ClockPacket(kind: .reply, keyID: keyID, sequence: probe.sequence, t1: probe.t1, t2: t2)
+            logger.trace("clock probe", metadata: ["kernel_stamped": "\(datagram.kernelStamped)", "woke_after_ns": "\(HostClock.monotonicNow() - datagram.receivedAt)"])
+            let followUp = probe.flags.contains(.followUps) && socket.transmitTimestamps
+            var reply = ClockPacket(kind: .reply, flags: followUp ? .followUp : [], keyID: keyID, sequence: probe.sequence, t1: probe.t1, t2: t2)
             reply.t3 = clock.now()
-            socket.send(reply.encoded(key: key), to: datagram.sender, length: datagram.senderLength)
+            guard let sent = socket.send(reply.encoded(key: key), to: datagram.sender, length: datagram.senderLength), followUp else { continue }
+            // Stamps of earlier sends (follow-ups, replies whose stamp came late) are read and let go here.
+            guard let counter = sent.key, let left = socket.transmitStamp(of: counter, wait: .milliseconds(2)) else { continue }
+            let precise = ClockPacket(kind: .followUp, keyID: keyID, sequence: probe.sequence, t3: clock.reading(atMonotonic: left))
+            socket.send(precise.encoded(key: key), to: datagram.sender, length: datagram.senderLength)
         }
     }
 }

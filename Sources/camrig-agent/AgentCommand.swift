@@ -91,6 +91,9 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("CLOCK_MONOTONIC instant from which the simulated drift accumulates (default: when the agent starts).", valueName: "ns"))
     var simulateClockEpochNs: Int64?
 
+    @Flag(name: .customLong("no-realtime"), help: "Do not ask for real-time priority (SCHED_FIFO) and a 1 ns timer slack for the trigger thread, nor to lock memory.")
+    var noRealtime = false
+
     @Flag(name: .long, help: "With --list-devices: print JSON.")
     var json = false
 
@@ -230,6 +233,14 @@ struct AgentCommand: AsyncParsableCommand {
             logger.info("results waiting in the spool from before", metadata: ["results": "\(spool.count)", "bytes": "\(spool.usedBytes)"])
         }
         logger.info("serving devices", metadata: ["devices": "\(discovery.devices.map(\.uniqueID).joined(separator: ", "))"])
+        if !noRealtime {
+            // Pages touched from now on stay resident: the trigger thread never waits for one to be read back.
+            if let refusal = RealtimeScheduling.lockMemory() {
+                logger.warning("memory not locked: a trigger may wait for paged-out memory", metadata: ["reason": "\(refusal)"])
+            } else {
+                logger.info("memory locked (pages stay resident once touched)")
+            }
+        }
 
         let security: AgentConfiguration.Security
         let agentName: String
@@ -258,7 +269,8 @@ struct AgentCommand: AsyncParsableCommand {
                 maxUnauthenticated: settings.maxUnauthenticated,
                 maxUnauthenticatedPerAddress: settings.maxUnauthenticatedPerAddress,
                 devices: AgentDevices(discovery: discovery, agentID: agentName, clock: settings.clock, logger: logger),
-                spool: spool
+                spool: spool,
+                realtimeTriggers: !noRealtime
             ),
             logger: logger
         )

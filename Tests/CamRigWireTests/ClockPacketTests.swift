@@ -22,6 +22,29 @@ struct ClockPacketTests {
         #expect(ClockPacket.decode(replyBytes, expected: .reply, key: key) == reply)
     }
 
+    @Test("flags and the follow-up: byte 6 carries the flags, a follow-up carries t3 at offset 24, and a probe is never taken for a follow-up of the same length")
+    func followUps() throws {
+        let probe = ClockPacket(kind: .probe, flags: .followUps, keyID: 5, sequence: 8, t1: 11)
+        let probeBytes = probe.encoded(key: key)
+        #expect(probeBytes[6] == 0x01)
+        #expect(ClockPacket.decode(probeBytes, expected: .probe, key: key)?.flags == .followUps)
+
+        let reply = ClockPacket(kind: .reply, flags: .followUp, keyID: 5, sequence: 8, t1: 11, t2: 20, t3: 30)
+        #expect(ClockPacket.decode(reply.encoded(key: key), expected: .reply, key: key)?.flags == .followUp)
+
+        let followUp = ClockPacket(kind: .followUp, keyID: 5, sequence: 8, t3: 31)
+        let bytes = followUp.encoded(key: key)
+        #expect(bytes.count == ClockPacket.followUpLength)
+        #expect(bytes[5] == 3 && bytes[6] == 0)
+        #expect(Array(bytes[24..<32]) == [0, 0, 0, 0, 0, 0, 0, 31])
+        let decoded = try #require(ClockPacket.decode(bytes, expected: .followUp, key: key))
+        #expect(decoded.t3 == 31 && decoded.sequence == 8 && decoded.t1 == 0)
+        #expect(ClockPacket.decode(bytes, expected: .probe, key: key) == nil)
+        #expect(ClockPacket.decode(probeBytes, expected: .followUp, key: key) == nil)
+        #expect(ClockPacket.sequence(of: bytes, kind: .probe) == nil)
+        #expect(ClockPacket.sequence(of: bytes, kind: .followUp) == 8)
+    }
+
     @Test("every single flipped bit, another key, another kind or another length is refused")
     func forgeries() {
         let bytes = ClockPacket(kind: .reply, keyID: 9, sequence: 3, t1: 100, t2: 200, t3: 300).encoded(key: key)

@@ -9,7 +9,7 @@ private let key = SymmetricKey(data: [UInt8](repeating: 7, count: 32))
 public func fuzzClockPacket(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
     let bytes = Array(UnsafeRawBufferPointer(start: start, count: count))
     _ = ClockPacket.keyID(of: bytes)
-    for kind in [ClockPacket.Kind.probe, .reply] {
+    for kind in [ClockPacket.Kind.probe, .reply, .followUp] {
         _ = ClockPacket.sequence(of: bytes, kind: kind)
         if let packet = ClockPacket.decode(bytes, expected: kind, key: key) {
             // Only possible if the input carries a valid MAC under the key: then it re-encodes to itself.

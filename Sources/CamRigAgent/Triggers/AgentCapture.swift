@@ -49,7 +49,7 @@ public final class AgentCapture: Sendable {
         }
     }
 
-    init(streams: AgentStreams, phaseLocks: AgentPhaseLocks, spool: ResultSpool, agentID: String, maxPendingTriggers: Int = 64, logger: Logger) {
+    init(streams: AgentStreams, phaseLocks: AgentPhaseLocks, spool: ResultSpool, agentID: String, maxPendingTriggers: Int = 64, realtime: Bool = false, logger: Logger) {
         self.streams = streams
         self.phaseLocks = phaseLocks
         self.spool = spool
@@ -63,6 +63,16 @@ public final class AgentCapture: Sendable {
             capacity: maxPendingTriggers,
             lead: Self.prepareNanoseconds,
             spinWindow: Self.spinNanoseconds,
+            realtime: realtime,
+            threadStarted: { outcome in
+                guard let outcome else { return }
+                switch outcome.priority {
+                case .success(let priority):
+                    logger.info("trigger thread runs with real-time priority", metadata: ["policy": "SCHED_FIFO", "priority": "\(priority)", "timer_slack_ns": "\(outcome.timerSlackNanoseconds)"])
+                case .failure(let refusal):
+                    logger.warning("trigger thread runs without real-time priority: triggers may fire late when the host is busy", metadata: ["reason": "\(refusal)", "timer_slack_ns": "\(outcome.timerSlackNanoseconds)"])
+                }
+            },
             prepare: { pending in owner.withLockedValue { $0.value }?.prepare(pending) },
             fire: { pending, firedAt in owner.withLockedValue { $0.value }?.fire(pending, firedAt: firedAt) }
         )

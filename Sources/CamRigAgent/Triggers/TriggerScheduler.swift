@@ -32,6 +32,8 @@ public final class TriggerScheduler<Payload: Sendable>: Sendable {
     private let prepare: @Sendable (Payload) -> Void
     private let fire: @Sendable (Payload, _ firedAt: Int64) -> Void
     private let finished = ConditionLock(value: false)
+    private let realtime: Bool
+    private let threadStarted: @Sendable (RealtimeScheduling.Outcome?) -> Void
     /// Read end (the thread polls it) and write end (`schedule` and `shutdown` write a byte).
     private let wakeRead: Int32
     private let wakeWrite: Int32
@@ -46,15 +48,21 @@ public final class TriggerScheduler<Payload: Sendable>: Sendable {
     ///   - prepare: called on the scheduler's thread a lead before a trigger's instant (and always before
     ///     it fires, even when it arrived too close to its instant for the full lead).
     ///   - fire: called on the scheduler's thread at the instant, with the clock's reading when it fired.
+    ///   - realtime: whether the thread asks for real-time priority and a 1 ns timer slack
+    ///     (`RealtimeScheduling`); `threadStarted` is then told what it got (`nil` when not asked).
     public init(
         clock: HostClock,
         capacity: Int,
         lead: Int64,
         spinWindow: Int64 = 300_000,
+        realtime: Bool = false,
+        threadStarted: @escaping @Sendable (RealtimeScheduling.Outcome?) -> Void = { _ in },
         prepare: @escaping @Sendable (Payload) -> Void,
         fire: @escaping @Sendable (Payload, _ firedAt: Int64) -> Void
     ) {
         self.clock = clock
+        self.realtime = realtime
+        self.threadStarted = threadStarted
         self.prepare = prepare
         self.fire = fire
         state = NIOLockedValueBox(State(schedule: TriggerSchedule(capacity: capacity, lead: lead, spinWindow: spinWindow)))
@@ -130,6 +138,8 @@ public final class TriggerScheduler<Payload: Sendable>: Sendable {
             finished.lock()
             finished.unlock(withValue: true)
         }
+        threadStarted(realtime ? RealtimeScheduling.promoteCurrentThread() : nil)
+        let yieldWhileSpinning = RealtimeScheduling.currentThreadIsRealtime
         while true {
             let now = clock.now()
             let (next, stopped) = state.withLockedValue { state in
@@ -142,7 +152,11 @@ public final class TriggerScheduler<Payload: Sendable>: Sendable {
             case .sleep(let reading):
                 wait(untilMonotonic: clock.monotonic(atReading: reading))
             case .spin(let reading):
-                while clock.now() < reading {}
+                // A FIFO thread is never preempted by another of its priority: yielding lets another
+                // agent's trigger thread on this core (a simulated rig) spin towards its instant too.
+                while clock.now() < reading {
+                    if yieldWhileSpinning { sched_yield() }
+                }
             case .prepare(let entries):
                 for entry in entries { prepare(entry.payload) }
             case .fire(let entries):

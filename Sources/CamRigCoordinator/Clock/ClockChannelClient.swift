@@ -39,11 +39,24 @@ public final class ClockChannelClient: Sendable {
         }
     }
 
+    /// What one probe measured.
+    public struct ProbeResult: Sendable {
+        public var sample: ClockSample
+        /// t2 and t4 are the kernel's receive stamps.
+        public var receiveStamped: Bool
+        /// t1 and t3 are the kernel's transmit stamps (t3 from the agent's follow-up).
+        public var transmitStamped: Bool
+    }
+
     private struct Pending: Sendable {
         var keyID: UInt32
         var key: SymmetricKey
         var deadline: Int64
-        var continuation: CheckedContinuation<(ClockSample, Bool), any Error>
+        var continuation: CheckedContinuation<ProbeResult, any Error>
+        /// The probe as handed to the kernel: the counter of its transmit stamp.
+        var sent: TimestampingUDPSocket.Sent?
+        /// The reply, while its follow-up is awaited.
+        var reply: (packet: ClockPacket, t1: Int64?, t4: Int64, receiveStamped: Bool)?
     }
 
     /// The process's clock channel client.
@@ -53,35 +66,37 @@ public final class ClockChannelClient: Sendable {
     private let nextSequence = NIOLockedValueBox<UInt64>(UInt64.random(in: 1...UInt64.max / 2))
     private let sockets = NIOLockedValueBox<[Int32: TimestampingUDPSocket]>([:])
 
+    /// How long a reply that announced a follow-up waits for it before it counts without it.
+    static let followUpWait: Int64 = 20_000_000
+
     private init() {}
 
-    /// One probe; returns the four timestamps and whether t4 is the kernel's receive timestamp.
+    /// One probe; returns the four timestamps and which of them the kernel took.
     ///
     /// - Throws: `AgentClientError(.timeout)` when no authenticated reply comes within `timeout`.
-    public func probe(_ channel: Channel, agent: String, timeout: Duration = .seconds(1)) async throws -> (ClockSample, Bool) {
+    public func probe(_ channel: Channel, agent: String, timeout: Duration = .seconds(1)) async throws -> ProbeResult {
         let sequence = nextSequence.withLockedValue { value -> UInt64 in
             value &+= 1
             return value
         }
         return try await withCheckedThrowingContinuation { continuation in
             let deadline = HostClock.monotonicNow() + timeout.nanoseconds
-            let socket: TimestampingUDPSocket
             do {
-                // Taken together with registering the probe, so an idle thread cannot retire the socket in between.
-                socket = try sockets.withLockedValue { sockets in
+                // Under the sockets' lock, so an idle thread cannot retire the socket in between; the send
+                // under the probes' lock, so a reply cannot be matched before its probe's counter is known.
+                try sockets.withLockedValue { sockets in
                     let socket = try self.socket(family: Int32(channel.address.ss_family), in: &sockets)
-                    pending.withLockedValue { $0[sequence] = Pending(keyID: channel.keyID, key: channel.key, deadline: deadline, continuation: continuation) }
-                    return socket
+                    pending.withLockedValue { pending in
+                        let probe = ClockPacket(kind: .probe, flags: .followUps, keyID: channel.keyID, sequence: sequence, t1: HostClock.monotonicNow())
+                        guard let sent = socket.send(probe.encoded(key: channel.key), to: channel.address, length: channel.addressLength) else {
+                            continuation.resume(throwing: AgentClientError(.connectFailed, agent: agent, "cannot send a UDP clock probe: \(String(cString: strerror(errno)))"))
+                            return
+                        }
+                        pending[sequence] = Pending(keyID: channel.keyID, key: channel.key, deadline: deadline, continuation: continuation, sent: sent)
+                    }
                 }
             } catch {
                 continuation.resume(throwing: error)
-                return
-            }
-            let probe = ClockPacket(kind: .probe, keyID: channel.keyID, sequence: sequence, t1: HostClock.monotonicNow())
-            if !socket.send(probe.encoded(key: channel.key), to: channel.address, length: channel.addressLength) {
-                if let entry = pending.withLockedValue({ $0.removeValue(forKey: sequence) }) {
-                    entry.continuation.resume(throwing: AgentClientError(.connectFailed, agent: agent, "cannot send a UDP clock probe: \(String(cString: strerror(errno)))"))
-                }
             }
         }
     }
@@ -91,7 +106,8 @@ public final class ClockChannelClient: Sendable {
 
     private func socket(family: Int32, in sockets: inout [Int32: TimestampingUDPSocket]) throws -> TimestampingUDPSocket {
         if let socket = sockets[family] { return socket }
-        let socket = try TimestampingUDPSocket(host: family == AF_INET6 ? "::" : "0.0.0.0", port: 0, receiveTimeout: .milliseconds(100))
+        let socket = try TimestampingUDPSocket(
+            host: family == AF_INET6 ? "::" : "0.0.0.0", port: 0, receiveTimeout: .milliseconds(20), transmitTimestamps: true)
         sockets[family] = socket
         let thread = Thread { [self] in self.receive(on: socket, family: family) }
         thread.name = "camrig-clock-udp"
@@ -100,25 +116,45 @@ public final class ClockChannelClient: Sendable {
         return socket
     }
 
-    /// Matches replies to probes and expires probes past their deadline, until no probe has been pending
-    /// for `idleLifetime`.
+    /// Matches replies and follow-ups to probes and expires probes past their deadline, until no probe
+    /// has been pending for `idleLifetime`.
     private func receive(on socket: TimestampingUDPSocket, family: Int32) {
         var busyAt = HostClock.monotonicNow()
+        // Transmit stamps by send counter, read off the error queue every turn (it shares the
+        // socket's receive budget, so it must not fill up).
+        var stamps: [UInt32: Int64] = [:]
         while true {
-            if let datagram = socket.receive(), let sequence = ClockPacket.sequence(of: datagram.bytes, kind: .reply),
-                let keyID = ClockPacket.keyID(of: datagram.bytes)
-            {
-                let match = pending.withLockedValue { pending -> (Pending, ClockPacket)? in
-                    guard let entry = pending[sequence], entry.keyID == keyID,
-                        let reply = ClockPacket.decode(datagram.bytes, expected: .reply, key: entry.key), reply.sequence == sequence
-                    else { return nil }
-                    pending.removeValue(forKey: sequence)
-                    return (entry, reply)
+            let datagram = socket.receive()
+            stamps.merge(socket.transmitStamps()) { _, new in new }
+            if let datagram, let keyID = ClockPacket.keyID(of: datagram.bytes) {
+                let finished = pending.withLockedValue { pending -> (Pending, ProbeResult)? in
+                    if let sequence = ClockPacket.sequence(of: datagram.bytes, kind: .reply), var entry = pending[sequence], entry.keyID == keyID,
+                        entry.reply == nil, let reply = ClockPacket.decode(datagram.bytes, expected: .reply, key: entry.key), reply.sequence == sequence
+                    {
+                        // t1: the kernel's stamp of the probe, when it has one that fits its send.
+                        let t1 = entry.sent?.key.flatMap { stamps.removeValue(forKey: $0) }.flatMap { stamp in
+                            stamp >= entry.sent!.before && stamp - entry.sent!.before < 100_000_000 ? stamp : nil
+                        }
+                        let receiveStamped = datagram.kernelStamped
+                        if reply.flags.contains(.followUp) {
+                            entry.reply = (reply, t1, datagram.receivedAt, receiveStamped)
+                            entry.deadline = min(entry.deadline, HostClock.monotonicNow() + Self.followUpWait)
+                            pending[sequence] = entry
+                            return nil
+                        }
+                        pending.removeValue(forKey: sequence)
+                        return (entry, Self.result(reply, t1: t1, t3: nil, t4: datagram.receivedAt, receiveStamped: receiveStamped))
+                    }
+                    if let sequence = ClockPacket.sequence(of: datagram.bytes, kind: .followUp), let entry = pending[sequence], entry.keyID == keyID,
+                        let (reply, t1, t4, receiveStamped) = entry.reply,
+                        let followUp = ClockPacket.decode(datagram.bytes, expected: .followUp, key: entry.key), followUp.sequence == sequence
+                    {
+                        pending.removeValue(forKey: sequence)
+                        return (entry, Self.result(reply, t1: t1, t3: followUp.t3, t4: t4, receiveStamped: receiveStamped))
+                    }
+                    return nil
                 }
-                if let (entry, reply) = match {
-                    let sample = ClockSample(coordinatorTransmit: reply.t1, agentReceive: reply.t2, agentTransmit: reply.t3, coordinatorReceive: datagram.receivedAt)
-                    entry.continuation.resume(returning: (sample, datagram.kernelStamped))
-                }
+                if let (entry, result) = finished { entry.continuation.resume(returning: result) }
             }
             let now = HostClock.monotonicNow()
             let expired = pending.withLockedValue { pending -> [Pending] in
@@ -127,8 +163,14 @@ public final class ClockChannelClient: Sendable {
                 return Array(late.values)
             }
             for entry in expired {
-                entry.continuation.resume(throwing: AgentClientError(.timeout, agent: "udp", "no answer to a UDP clock probe"))
+                if let (reply, t1, t4, receiveStamped) = entry.reply {
+                    // The follow-up was lost: the reply counts with its own, earlier, t3.
+                    entry.continuation.resume(returning: Self.result(reply, t1: t1, t3: nil, t4: t4, receiveStamped: receiveStamped))
+                } else {
+                    entry.continuation.resume(throwing: AgentClientError(.timeout, agent: "udp", "no answer to a UDP clock probe"))
+                }
             }
+            if stamps.count > 4096 { stamps.removeAll() }
             if pending.withLockedValue({ !$0.isEmpty }) {
                 busyAt = now
             } else if now - busyAt > Self.idleLifetime {
@@ -142,5 +184,15 @@ public final class ClockChannelClient: Sendable {
                 busyAt = now
             }
         }
+    }
+
+    /// A probe's result: t1 and t3 the kernel's transmit stamps where both are known, else the
+    /// readings each side took before sending (never one of each: their errors would not cancel).
+    private static func result(_ reply: ClockPacket, t1: Int64?, t3: Int64?, t4: Int64, receiveStamped: Bool) -> ProbeResult {
+        let stamped = t1 != nil && t3 != nil
+        let sample = ClockSample(
+            coordinatorTransmit: stamped ? t1! : reply.t1, agentReceive: reply.t2,
+            agentTransmit: stamped ? t3! : reply.t3, coordinatorReceive: t4)
+        return ProbeResult(sample: sample, receiveStamped: receiveStamped, transmitStamped: stamped)
     }
 }

@@ -170,7 +170,10 @@ public struct ClockEstimator: Sendable {
         /// Residuals within this many nanoseconds of the median residual are never dropped.
         public var outlierFloorNanoseconds: Double
         /// The assumed largest difference between the fastest forward and return paths, as a fraction
-        /// of the minimum round trip (see `ClockEstimate.errorBoundNanoseconds`).
+        /// of the minimum round trip (see `ClockEstimate.errorBoundNanoseconds`). The default, 1, assumes
+        /// nothing: even with the kernel's stamps on all four times, a loopback probe was seen to spend
+        /// its whole round trip on one leg (the receiving side's softirq deferred, 20–40 µs), so any
+        /// smaller fraction would be a bound the network can break.
         public var pathAsymmetryAllowance: Double
         /// Standard errors included in the error bound.
         public var coverageFactor: Double
@@ -195,7 +198,7 @@ public struct ClockEstimator: Sendable {
             jitterFloorNanoseconds: Double = 1_000,
             outlierThreshold: Double = 5,
             outlierFloorNanoseconds: Double = 5_000,
-            pathAsymmetryAllowance: Double = 0.5,
+            pathAsymmetryAllowance: Double = 1,
             coverageFactor: Double = 3,
             unfittedDriftUncertaintyPPM: Double = 100,
             driftUncertaintyFloorPPM: Double = 0.1,

@@ -226,27 +226,40 @@ public final class RemoteAgent: Sendable {
     }
 
     /// Clock probes over the connection until it closes or the task is cancelled.
+    ///
+    /// Over the UDP clock channel when the agent offers one. A channel that never answered is likely
+    /// filtered and is left after 3 probes; one that answered is on a lossy path and is kept through
+    /// bursts of up to 10 losses. Either way, while probing over TLS, every 16th probe tries UDP again,
+    /// and the channel is taken back as soon as it answers: a path that lost datagrams for a while (a
+    /// link cut, a relay restarting) must not leave the agent on the less accurate transport for the
+    /// connection's lifetime.
     private func probe(_ client: AgentClient) async {
         var sent = 0
-        var channel = await openClockChannel(client)
+        let opened = await openClockChannel(client)
+        var channel = opened
         var udpFailures = 0
-        // A channel that has never answered is likely filtered: give up on it quickly. One that has
-        // answered is on a lossy path: losses are only missing samples, so keep it through bursts.
         var udpAnswered = false
+        // Samples without the kernel's transmit stamps, while the estimate rests on samples with them.
+        var unstamped = 0
         while !Task.isCancelled {
             do {
                 let sample: ClockSample
                 let transport: ClockTransport
-                if let open = channel {
+                let retry = channel == nil && opened != nil && sent % 16 == 15
+                if let open = channel ?? (retry ? opened : nil) {
                     do {
-                        let (udpSample, kernelStamped) = try await ClockChannelClient.shared.probe(open, agent: name, timeout: .milliseconds(Int64(timing.probeTimeout.nanoseconds / 1_000_000)))
-                        sample = udpSample
-                        transport = kernelStamped && open.kernelTimestamps ? .udpKernel : .udp
+                        let result = try await ClockChannelClient.shared.probe(open, agent: name, timeout: .milliseconds(Int64(timing.probeTimeout.nanoseconds / 1_000_000)))
+                        sample = result.sample
+                        logger.trace("clock sample", metadata: ["agent": "\(name)", "t1": "\(sample.coordinatorTransmit)", "t2": "\(sample.agentReceive)", "t3": "\(sample.agentTransmit)", "t4": "\(sample.coordinatorReceive)", "rx": "\(result.receiveStamped)", "tx": "\(result.transmitStamped)", "offset": "\(sample.offset)", "rtt": "\(sample.roundTrip)"])
+                        let receiveStamped = result.receiveStamped && open.kernelTimestamps
+                        transport = receiveStamped && result.transmitStamped ? .udpKernelAll : receiveStamped ? .udpKernel : .udp
+                        if channel == nil { logger.notice("UDP clock probes answered again; probing over UDP", metadata: ["agent": "\(name)"]) }
+                        channel = open
                         udpFailures = 0
                         udpAnswered = true
                     } catch {
                         udpFailures += 1
-                        if udpFailures >= (udpAnswered ? 10 : 3) {
+                        if channel != nil, udpFailures >= (udpAnswered ? 10 : 3) {
                             logger.notice(
                                 udpAnswered ? "UDP clock probes stopped getting answers; probing over the TLS connection" : "UDP clock probes get no answer (a firewall?); probing over the TLS connection",
                                 metadata: ["agent": "\(name)"]
@@ -259,9 +272,15 @@ public final class RemoteAgent: Sendable {
                     sample = try await probeOnce(client)
                     transport = .tls
                 }
-                state.withLockedValue { state in
+                let added = state.withLockedValue { state -> Bool in
+                    // A lost follow-up leaves one sample without transmit stamps: skipped, unless they stop coming.
+                    if state.clockTransport == .udpKernelAll, transport == .udpKernel, unstamped < 8 {
+                        unstamped += 1
+                        return false
+                    }
+                    if transport == .udpKernelAll { unstamped = 0 }
                     if state.clockTransport != transport {
-                        // Paths differ in their asymmetry: samples of two transports do not mix.
+                        // Paths and stamps differ in their asymmetry: samples of two transports do not mix.
                         if state.clockTransport != nil { state.estimator.reset() }
                         state.clockTransport = transport
                     }
@@ -269,7 +288,9 @@ public final class RemoteAgent: Sendable {
                     state.lastSeen = Date()
                     state.recentRoundTrips.append(sample.roundTrip)
                     if state.recentRoundTrips.count > 64 { state.recentRoundTrips.removeFirst() }
+                    return true
                 }
+                if !added { logger.debug("clock sample without transmit stamps skipped", metadata: ["agent": "\(name)"]) }
             } catch {
                 if Task.isCancelled { return }
                 logger.debug("clock probe failed", metadata: ["agent": "\(name)", "error": "\(error)"])
@@ -324,4 +345,7 @@ public enum ClockTransport: String, Sendable, Codable {
     case udp
     /// The UDP clock channel with the kernel's receive timestamps for t2 and t4.
     case udpKernel = "udp-kernel"
+    /// The UDP clock channel with the kernel's timestamps for all four: transmit stamps for t1 and t3
+    /// (t3 in the agent's follow-up), receive stamps for t2 and t4.
+    case udpKernelAll = "udp-kernel-tx-rx"
 }
