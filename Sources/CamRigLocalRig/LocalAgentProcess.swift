@@ -15,11 +15,21 @@ public final class LocalAgentProcess: @unchecked Sendable {
     public let process: Process
     /// Where the agent's standard error goes.
     public let logFile: URL
+    /// For a process simulating many hosts (`camrig-agent --hosts N`): each host's name and where it
+    /// listens, in order; `endpoint` is the first one's. Empty for a process that is one agent.
+    public let hosts: [(name: String, endpoint: AgentEndpoint)]
 
-    private init(endpoint: AgentEndpoint, process: Process, logFile: URL) {
-        self.endpoint = endpoint
+    private init(listening: Listening, process: Process, logFile: URL) {
+        self.endpoint = listening.endpoint
+        self.hosts = listening.hosts
         self.process = process
         self.logFile = logFile
+    }
+
+    /// What the agent announced on its first line of output.
+    struct Listening {
+        var endpoint: AgentEndpoint
+        var hosts: [(name: String, endpoint: AgentEndpoint)] = []
     }
 
     /// The `camrig-agent` executable: `$CAMRIG_AGENT`, else next to this executable, else on `PATH`.
@@ -55,8 +65,8 @@ public final class LocalAgentProcess: @unchecked Sendable {
             reader.cancel()
         }
         switch Self.endpoint(from: outcome) {
-        case .success(let endpoint):
-            return LocalAgentProcess(endpoint: endpoint, process: process, logFile: logFile)
+        case .success(let listening):
+            return LocalAgentProcess(listening: listening, process: process, logFile: logFile)
         case .failure(let failure):
             await process.reap(grace: failure.grace)
             throw failure.error(process: process, logFile: logFile, timeout: timeout)
@@ -76,8 +86,8 @@ public final class LocalAgentProcess: @unchecked Sendable {
         }
         done.wait()  // the reader's own deadline bounds this
         switch Self.endpoint(from: result.withLockedValue { $0 } ?? .timedOut) {
-        case .success(let endpoint):
-            return LocalAgentProcess(endpoint: endpoint, process: process, logFile: logFile)
+        case .success(let listening):
+            return LocalAgentProcess(listening: listening, process: process, logFile: logFile)
         case .failure(let failure):
             process.reapBlocking(grace: failure.grace)
             throw failure.error(process: process, logFile: logFile, timeout: timeout)
@@ -168,13 +178,23 @@ public final class LocalAgentProcess: @unchecked Sendable {
         }
     }
 
-    private static func endpoint(from outcome: FirstLineReader.Outcome) -> Result<AgentEndpoint, StartFailure> {
+    private static func endpoint(from outcome: FirstLineReader.Outcome) -> Result<Listening, StartFailure> {
         switch outcome {
+        case .line(let line) where line.hasPrefix("hosts "):
+            // `hosts NAME=HOST:PORT …` from `camrig-agent --hosts N`.
+            var hosts: [(name: String, endpoint: AgentEndpoint)] = []
+            for entry in line.dropFirst("hosts ".count).split(separator: " ") {
+                let parts = entry.split(separator: "=", maxSplits: 1)
+                guard parts.count == 2, let endpoint = AgentEndpoint(String(parts[1])) else { return .failure(.exited(output: String(line.prefix(200)))) }
+                hosts.append((String(parts[0]), endpoint))
+            }
+            guard let first = hosts.first else { return .failure(.exited(output: line)) }
+            return .success(Listening(endpoint: first.endpoint, hosts: hosts))
         case .line(let line):
             guard line.hasPrefix("listening "), let endpoint = AgentEndpoint(String(line.dropFirst("listening ".count))) else {
                 return .failure(.exited(output: line))
             }
-            return .success(endpoint)
+            return .success(Listening(endpoint: endpoint))
         case .closed(let partial): return .failure(.exited(output: partial))
         case .timedOut: return .failure(.timedOut)
         case .cancelled: return .failure(.cancelled)

@@ -26,10 +26,10 @@ public final class LoopbackRig: Sendable {
         public var index: Int
         /// What it was started with.
         public var spec: LocalAgentSpec
-        /// The running process.
+        /// The running process (shared by every host of a host simulation).
         public var process: LocalAgentProcess
         /// Where the coordinator dials it.
-        public var endpoint: AgentEndpoint { process.endpoint }
+        public var endpoint: AgentEndpoint
         /// The simulated host clock: the truth an estimate is judged by.
         public var clock: HostClock
     }
@@ -82,7 +82,7 @@ public final class LoopbackRig: Sendable {
         // A rig dropped without `shutdown()`: nothing may outlive it.
         let (stopped, members) = state.withLockedValue { ($0.stopped, $0.members) }
         guard !stopped else { return }
-        for member in members { member.process.crash() }
+        for process in Self.processes(of: members) { process.crash() }
         if ownsWork { try? FileManager.default.removeItem(at: work) }
     }
 
@@ -168,7 +168,13 @@ public final class LoopbackRig: Sendable {
             return []
         }
         // Started while the rig shut down: they go at once.
-        for member in late { member.process.crash() }
+        for process in Self.processes(of: late) { process.crash() }
+    }
+
+    /// The members' processes, each once (the hosts of a host simulation share one).
+    public static func processes(of members: [Member]) -> [LocalAgentProcess] {
+        var seen = Set<ObjectIdentifier>()
+        return members.map(\.process).filter { seen.insert(ObjectIdentifier($0)).inserted }
     }
 
     private func launch(_ spec: LocalAgentSpec, index: Int, name: String) async throws -> Member {
@@ -178,7 +184,41 @@ public final class LoopbackRig: Sendable {
             arguments: spec.arguments(name: name, index: index, listen: "127.0.0.1:0", tls: pki.directory, work: work, epoch: epoch, logLevel: logLevel),
             logFile: work.appendingPathComponent("\(name).log")
         )
-        return Member(name: name, index: index, spec: spec, process: process, clock: spec.clock(epoch: epoch))
+        return Member(name: name, index: index, spec: spec, process: process, endpoint: process.endpoint, clock: spec.clock(epoch: epoch))
+    }
+
+    /// Starts `count` simulated hosts in one `camrig-agent --hosts` process, named `agent-N` like the
+    /// rig's other agents, each with `cameras` synthetic cameras and its own certificate, listener,
+    /// spool and clock (with `clockErrors`, host N gets `HostClock.simulatedError(host: N − 1)`, as
+    /// `LocalAgentSpec.simulated` gives separate processes). For many agents on one machine: a
+    /// thousand fit where a thousand processes would not.
+    @discardableResult
+    public func startHostSimulation(
+        count: Int, cameras: Int = 1, clockErrors: Bool = false, timeout: Duration = .seconds(300),
+        progress: (@Sendable (String) -> Void)? = nil
+    ) async throws -> [Member] {
+        let first = try reserve(count)
+        let names = (first..<(first + count)).map { "agent-\($0 + 1)" }
+        for (offset, name) in names.enumerated() {
+            try pki.issueAgent(name)
+            if (offset + 1) % 200 == 0 { progress?("certificates: \(offset + 1)/\(count)") }
+        }
+        var arguments = [
+            "--hosts", "\(count)", "--first-host", "\(first + 1)", "--identity", "agent", "--tls-dir", pki.path,
+            "--listen", "127.0.0.1:0", "--spool-dir", work.appendingPathComponent("spool-hosts-\(first + 1)").path, "--log-level", logLevel,
+        ]
+        if cameras > 0 { arguments += ["--synthetic", "\(cameras)"] }
+        if clockErrors { arguments += ["--simulate-host-clock-errors", "--simulate-clock-epoch-ns", "\(epoch)"] }
+        progress?("starting one process with \(count) simulated hosts")
+        let process = try await LocalAgentProcess.start(
+            executable: executable, arguments: arguments, logFile: work.appendingPathComponent("hosts-\(first + 1).log"), timeout: timeout)
+        let members = process.hosts.enumerated().map { offset, host in
+            let error = clockErrors ? HostClock.simulatedError(host: first + offset) : (offsetMicroseconds: 0, driftPPM: 0)
+            let spec = LocalAgentSpec(cameras: cameras, clockOffsetMicroseconds: error.offsetMicroseconds, clockDriftPPM: error.driftPPM)
+            return Member(name: host.name, index: first + offset, spec: spec, process: process, endpoint: host.endpoint, clock: spec.clock(epoch: epoch))
+        }
+        record(members)
+        return members
     }
 
     // MARK: Coordinator
@@ -258,7 +298,7 @@ public final class LoopbackRig: Sendable {
         }
         for pool in pools { await pool.stop() }
         await withTaskGroup(of: Void.self) { group in
-            for member in members { group.addTask { await member.process.stop(timeout: timeout) } }
+            for process in Self.processes(of: members) { group.addTask { await process.stop(timeout: timeout) } }
         }
         if ownsWork { try? FileManager.default.removeItem(at: work) }
     }

@@ -91,6 +91,15 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("CLOCK_MONOTONIC instant from which the simulated drift accumulates (default: when the agent starts).", valueName: "ns"))
     var simulateClockEpochNs: Int64?
 
+    @Option(name: .long, help: ArgumentHelp("Simulate N camera hosts in this one process (benchmarks of many agents): each an agent of its own with its own listener (on --listen's host, port 0 each), certificate (--identity PREFIX gives PREFIX-K, default agent-K), spool (under --spool-dir), clock and --synthetic cameras. Prints one line, 'hosts NAME=HOST:PORT …', once all listen.", valueName: "N"))
+    var hosts: Int?
+
+    @Option(name: .long, help: ArgumentHelp("With --hosts: the number K of the first simulated host (default 1).", valueName: "K"))
+    var firstHost = 1
+
+    @Flag(name: .long, help: "With --hosts: give simulated host K the clock error of the rig harness's host K (milliseconds of offset, tens of ppm of drift).")
+    var simulateHostClockErrors = false
+
     @Flag(name: .customLong("no-realtime"), help: "Do not ask for real-time priority (SCHED_FIFO) and a 1 ns timer slack for the trigger thread, nor to lock memory.")
     var noRealtime = false
 
@@ -180,6 +189,7 @@ struct AgentCommand: AsyncParsableCommand {
         else {
             throw ValidationError("timeouts and the connection limits must be positive")
         }
+        if let hosts, !(1...4000).contains(hosts) { throw ValidationError("--hosts must be within 1…4000") }
         if listDevices { return settings }
         settings.tlsDir = try tls.directory(fallback: file.tlsDir, fallbackInsecure: file.insecure == true, from: "the configuration file's tls_dir")
         return settings
@@ -213,6 +223,12 @@ struct AgentCommand: AsyncParsableCommand {
             } else {
                 print(listing.text)
             }
+            return
+        }
+        if let hosts {
+            try await HostSimulation(settings: settings, count: hosts, first: firstHost, clockErrors: simulateHostClockErrors,
+                epoch: simulateClockEpochNs ?? HostClock.monotonicNow()
+            ).run()
             return
         }
         let level = settings.logLevel

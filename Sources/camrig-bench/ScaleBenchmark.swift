@@ -23,6 +23,9 @@ struct ScaleBenchmark: AsyncParsableCommand {
     @Option(name: .long, help: "Synthetic cameras per agent.")
     var cameras = 2
 
+    @Flag(name: .long, help: "Run the agents as simulated hosts in one camrig-agent process (--hosts), not one process each: how 1000 agents fit on one machine.")
+    var oneProcess = false
+
     @OptionGroup var options: BenchOptions
 
     struct Result: BenchResult {
@@ -30,6 +33,8 @@ struct ScaleBenchmark: AsyncParsableCommand {
         var machine: MachineDescription
         var agents: Int
         var cameras: Int
+        /// "processes" (one per agent) or "one-process" (simulated hosts).
+        var agentProcesses: String
         var connectAllSeconds: Double
         var clocksReadySeconds: Double
         var commitSeconds: Double
@@ -45,7 +50,7 @@ struct ScaleBenchmark: AsyncParsableCommand {
 
         var text: String {
             [
-                "scale: one coordinator, \(agents) agent processes × \(cameras) synthetic cameras, TLS on loopback; \(machine.text)",
+                "scale: one coordinator, \(agents) agents (\(agentProcesses == "one-process" ? "simulated hosts in one process" : "one process each")) × \(cameras) synthetic cameras, TLS on loopback; \(machine.text)",
                 table(
                     ["MEASURE", "VALUE", "TARGET"],
                     [
@@ -57,7 +62,7 @@ struct ScaleBenchmark: AsyncParsableCommand {
                         ["sync set on disk, after T", String(format: "%.0f ms", gatherAfterTriggerMs), ""],
                         ["photos in the set", "\(photosDelivered)/\(agents * cameras)", ""],
                         ["coordinator memory per agent", String(format: "%.0f KB", coordinatorKbPerAgent), "< 200 KB"],
-                        ["agent process memory (median)", "\(agentRssKbMedian) KB", ""],
+                        [agentProcesses == "one-process" ? "agent memory per simulated host" : "agent process memory (median)", "\(agentRssKbMedian) KB", ""],
                     ]
                 ),
             ].joined(separator: "\n")
@@ -65,7 +70,7 @@ struct ScaleBenchmark: AsyncParsableCommand {
     }
 
     func validate() throws {
-        guard (1...2000).contains(agents) else { throw ValidationError("--agents must be within 1…2000") }
+        guard (1...4000).contains(agents) else { throw ValidationError("--agents must be within 1…4000") }
         guard (1...8).contains(cameras) else { throw ValidationError("--cameras must be within 1…8") }
     }
 
@@ -74,12 +79,17 @@ struct ScaleBenchmark: AsyncParsableCommand {
     }
 
     func measure(_ rig: LoopbackRig, logger: Logger) async throws -> Result {
-        options.say("starting \(agents) agent processes with \(cameras) synthetic cameras each")
         let total = agents
-        try await rig.startAgents(LocalAgentSpec.simulated(count: agents, cameras: cameras, clockErrors: false)) { [options] started in
-            if started % 50 == 0 || started == total { options.say("  \(started)/\(total)") }
+        if oneProcess {
+            options.say("starting \(agents) simulated hosts in one process with \(cameras) synthetic cameras each")
+            try await rig.startHostSimulation(count: agents, cameras: cameras) { [options] step in options.say("  \(step)") }
+        } else {
+            options.say("starting \(agents) agent processes with \(cameras) synthetic cameras each")
+            try await rig.startAgents(LocalAgentSpec.simulated(count: agents, cameras: cameras, clockErrors: false)) { [options] started in
+                if started % 50 == 0 || started == total { options.say("  \(started)/\(total)") }
+            }
         }
-        let processes = rig.members.map(\.process)
+        let processes = LoopbackRig.processes(of: rig.members)
         let before = ResidentMemory.kilobytes() ?? 0
 
         options.say("connecting")
@@ -119,9 +129,9 @@ struct ScaleBenchmark: AsyncParsableCommand {
         }
         await session.stop()
         await pool.stop()
-        let agentRSS = processes.compactMap(\.residentKilobytes).sorted()
+        let agentRSS = oneProcess ? processes.compactMap(\.residentKilobytes).map { $0 / agents } : processes.compactMap(\.residentKilobytes).sorted()
         return Result(
-            machine: .current, agents: agents, cameras: cameras,
+            machine: .current, agents: agents, cameras: cameras, agentProcesses: oneProcess ? "one-process" : "processes",
             connectAllSeconds: connectTime.seconds, clocksReadySeconds: readyTime.seconds, commitSeconds: commitTime.seconds,
             triggerLeadMs: Double((report.manifest.sets.first?.referenceTimeNs ?? photoStart) - photoStart) / 1e6,
             triggerFanOutMs: (report.triggerFanOut?.microseconds ?? .nan) / 1000,
