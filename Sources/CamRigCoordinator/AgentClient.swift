@@ -1,3 +1,4 @@
+import CamRigClock
 import CamRigSecurity
 import CamRigWire
 import Logging
@@ -32,6 +33,11 @@ public final class AgentClient: Sendable {
         self.channel = channel
         self.handler = handler
     }
+
+    /// The connection's event loop as a task executor: a task that makes requests one after another
+    /// runs `withTaskExecutorPreference(client.executor) { … }` to make them without a thread switch
+    /// (see `EventLoopTaskExecutor`).
+    public var executor: EventLoopTaskExecutor { EventLoopTaskExecutor(channel.eventLoop) }
 
     /// Connects, completes TLS (when `security` is `.tls`) and the hello/welcome handshake.
     ///
@@ -123,8 +129,13 @@ public final class AgentClient: Sendable {
         let promise = channel.eventLoop.makePromise(of: AgentReply.self)
         let handler = self.handler
         let agent = endpoint.description
-        channel.eventLoop.execute {
+        if channel.eventLoop.inEventLoop {
+            // Running on the connection's thread (see `executor`): written right here.
             handler.value.send(body, payload: payload, promise: promise)
+        } else {
+            channel.eventLoop.execute {
+                handler.value.send(body, payload: payload, promise: promise)
+            }
         }
         let timer = channel.eventLoop.scheduleTask(in: timeout) {
             if handler.value.abandon(promise) {
@@ -166,7 +177,39 @@ public final class AgentClient: Sendable {
         return stream
     }
 
-    /// One ping; returns the round trip, from writing the ping to reading the pong on the event loop.
+    /// Opens one stream on each of many connections at once: one task per event loop (not one per
+    /// connection) writes the requests of every connection it serves, back to back. This is how a
+    /// trigger reaches a thousand agents within milliseconds: no task switch or hop between two of them.
+    ///
+    /// Returns the streams in the order of `requests`, and a future with the time (`HostClock`) the last
+    /// request was handed to its socket.
+    public static func openStreams(
+        _ requests: [(client: AgentClient, body: WireEnvelope.OneOf_Body)],
+        buffering: AgentStream.Buffering = .default
+    ) -> (streams: [AgentStream], allWritten: EventLoopFuture<Int64>?) {
+        var streams: [AgentStream] = []
+        streams.reserveCapacity(requests.count)
+        var batches: [ObjectIdentifier: (loop: any EventLoop, opens: [@Sendable () -> Void])] = [:]
+        for (client, body) in requests {
+            let handler = client.handler
+            let (stream, source, token) = AgentStream.make(buffering: buffering, handler: handler)
+            streams.append(stream)
+            let loop = handler.eventLoop
+            batches[ObjectIdentifier(loop), default: (loop, [])].opens.append {
+                handler.value.openStream(body, source: source, token: token)
+            }
+        }
+        let written = batches.values.map { batch in
+            batch.loop.submit {
+                for open in batch.opens { open() }
+                return HostClock.monotonicNow()
+            }
+        }
+        guard let first = written.first else { return (streams, nil) }
+        let last = EventLoopFuture.whenAllSucceed(written, on: first.eventLoop).map { $0.max() ?? 0 }
+        return (streams, last)
+    }
+
     /// Tells the agent these results are stored here: it deletes them from its spool. Ids it no longer
     /// holds are answered `NOT_FOUND` (the others deleted all the same).
     public func acknowledge(_ resultIDs: [String]) async throws {
@@ -175,6 +218,7 @@ public final class AgentClient: Sendable {
         _ = try await request(.acknowledgeResults(acknowledge))
     }
 
+    /// One ping; returns the round trip, from writing the ping to reading the pong on the event loop.
     public func ping(timeout: TimeAmount = .seconds(5)) async throws -> Duration {
         var ping = WirePing()
         ping.nonce = UInt64.random(in: 1...UInt64.max)

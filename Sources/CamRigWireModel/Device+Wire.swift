@@ -197,16 +197,23 @@ extension WireDeviceState {
 }
 
 extension WireDeviceDescription {
+    /// The device as it is now: what it is and can do, its state, its controls' values and its lease.
     public init(device: CaptureDevice, agentID: String, lease: LeaseTable.Lease?) {
+        self.init(describing: device, agentID: agentID)
+        update(device: device, lease: lease)
+    }
+
+    /// What stays the same for the device's life: identity, formats, control descriptions and typed
+    /// control support, without the state, the controls' values or the lease (see `update`). An agent
+    /// keeps it per device, so a description costs a copy and the values that change.
+    public init(describing device: CaptureDevice, agentID: String) {
         self.init()
-        let values = (try? device.controlValues()) ?? [:]
         uniqueID = device.uniqueID
         localizedName = device.identity.localizedName
         modelID = device.identity.modelID
         deviceType = WireDeviceType(device.identity.deviceType)
         position = WireDevicePosition(device.identity.position)
         label = device.identity.label
-        connected = device.isConnected
         self.agentID = agentID
         backend = device.identity.backend
         formats = device.formats.map(WireFormat.init)
@@ -227,10 +234,6 @@ extension WireDeviceDescription {
                 entry.value = item.value ?? 0
                 return entry
             }
-            if let value = values[control.id] {
-                wire.current.id = control.id
-                wire.current.integer = value
-            }
             return wire
         }
         let support = device.typedControlSupport
@@ -240,7 +243,23 @@ extension WireDeviceDescription {
         controlSupport.whiteBalanceModes = WhiteBalanceMode.allCases.filter(support.whiteBalanceModes.contains).map(\.wire)
         controlSupport.zoom = support.zoom
         controlSupport.torch = support.torch
+    }
+
+    /// Fills in what changes: whether the device is connected, its state, its controls' current values
+    /// and its lease.
+    public mutating func update(device: CaptureDevice, lease: LeaseTable.Lease?) {
+        let values = (try? device.controlValues()) ?? [:]
+        connected = device.isConnected
+        for index in controls.indices {
+            let id = controls[index].id
+            if let value = values[id] {
+                controls[index].current.id = id
+                controls[index].current.integer = value
+            } else {
+                controls[index].clearCurrent()
+            }
+        }
         state = WireDeviceState(device: device, rawValues: values)
-        if let lease { self.lease = WireLeaseInfo(lease) }
+        if let lease { self.lease = WireLeaseInfo(lease) } else { clearLease() }
     }
 }

@@ -89,7 +89,9 @@ struct MachineDescription: Encodable {
 
 /// Opens a session over every camera of the pool (with `skippingAbsentAgents`, of the agents that list
 /// their devices now), to be committed at `size` and `fps`.
-func openSession(pool: AgentPool, size: Dimensions, fps: UInt32, skippingAbsentAgents: Bool = false, logger: Logger) async throws -> RigSession {
+func openSession(
+    pool: AgentPool, size: Dimensions, pixelFormat: PixelFormat = .yuyv, fps: UInt32, skippingAbsentAgents: Bool = false, logger: Logger
+) async throws -> RigSession {
     let (devices, failures) = await RigDiscovery.devices(in: pool)
     if !skippingAbsentAgents, let failure = failures.first {
         throw CommandFailure("agent \(failure.agent) did not list its devices: \(failure.error)")
@@ -101,6 +103,6 @@ func openSession(pool: AgentPool, size: Dimensions, fps: UInt32, skippingAbsentA
     await session.addFrameOutput()
     await session.beginConfiguration()
     await session.setPreset(.high)
-    await session.setFrameRate(.init(dimensions: size, pixelFormat: .yuyv, frameDuration: FrameDuration(framesPerSecond: fps)))
+    await session.setFrameRate(.init(dimensions: size, pixelFormat: pixelFormat, frameDuration: FrameDuration(framesPerSecond: fps)))
     return session
 }

@@ -50,23 +50,19 @@ struct LatencyBenchmark: AsyncParsableCommand {
     func measure(_ rig: LoopbackRig, logger: Logger) async throws -> Result {
         let client = try await AgentClient.connect(to: rig.endpoints[0], security: try rig.clientSecurity(), logger: logger)
 
-        options.say("\(count) pings over TLS")
-        for _ in 0..<200 { _ = try await client.ping() }
-        var pings: [Double] = []
-        for _ in 0..<count {
-            let start = ContinuousClock.now
-            _ = try await client.ping()
-            pings.append((ContinuousClock.now - start).microseconds)
-        }
-
-        options.say("\(count) device descriptions over TLS")
+        // Each request measured twice: from a task on Swift's global executor (two thread switches per
+        // round trip on this side), and from a task on the connection's event loop (none).
+        options.say("\(count) pings and \(count) device descriptions over TLS, from the global executor")
+        let pings = try await Self.roundTrips(count) { _ = try await client.ping() }
         var describe = WireDescribeDevice()
         describe.deviceID = "synthetic:SYN0001"
-        var describes: [Double] = []
-        for index in 0..<(count + 200) {
-            let start = ContinuousClock.now
-            _ = try await client.request(.describeDevice(describe))
-            if index >= 200 { describes.append((ContinuousClock.now - start).microseconds) }
+        let describes = try await Self.roundTrips(count) { _ = try await client.request(.describeDevice(describe)) }
+        options.say("\(count) pings and \(count) device descriptions over TLS, on the connection's event loop")
+        let (loopPings, loopDescribes) = try await withTaskExecutorPreference(client.executor) {
+            (
+                try await Self.roundTrips(count) { _ = try await client.ping() },
+                try await Self.roundTrips(count) { _ = try await client.request(.describeDevice(describe)) }
+            )
         }
         await client.close()
 
@@ -76,6 +72,8 @@ struct LatencyBenchmark: AsyncParsableCommand {
         let rows = [
             Row(operation: "CamRig ping (TLS)", microseconds: Distribution(pings), p99RatioToEcho: 0),
             Row(operation: "CamRig describe device (TLS)", microseconds: Distribution(describes), p99RatioToEcho: 0),
+            Row(operation: "CamRig ping (TLS), on the event loop", microseconds: Distribution(loopPings), p99RatioToEcho: 0),
+            Row(operation: "CamRig describe (TLS), on the event loop", microseconds: Distribution(loopDescribes), p99RatioToEcho: 0),
             Row(operation: "TCP echo, 64 B (baseline)", microseconds: echo, p99RatioToEcho: 1),
         ].map { row in
             var row = row
@@ -83,5 +81,18 @@ struct LatencyBenchmark: AsyncParsableCommand {
             return row
         }
         return Result(machine: .current, rows: rows)
+    }
+
+    /// `count` round trips of `request` after 200 to warm up, in microseconds.
+    static func roundTrips(_ count: Int, _ request: () async throws -> Void) async throws -> [Double] {
+        for _ in 0..<200 { try await request() }
+        var times: [Double] = []
+        times.reserveCapacity(count)
+        for _ in 0..<count {
+            let start = ContinuousClock.now
+            try await request()
+            times.append((ContinuousClock.now - start).microseconds)
+        }
+        return times
     }
 }

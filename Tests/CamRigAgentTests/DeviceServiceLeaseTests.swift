@@ -168,4 +168,50 @@ struct DeviceServiceLeaseTests {
         }
         #expect(now.state.zoom.factor == 1, "validation must not apply the change")
     }
+
+    /// Describes the device as a connection's request is handled: read-only requests are answered
+    /// where they arrive, from the description kept per device.
+    func describe(_ devices: AgentDevices) async throws -> WireDeviceDescription {
+        var describe = WireDescribeDevice()
+        describe.deviceID = device
+        let body = await withCheckedContinuation { continuation in
+            devices.handle(.describeDevice(describe), client: coordinator, connection: 1) { continuation.resume(returning: $0) }
+        }
+        guard case .deviceDescription(let description) = body else {
+            Issue.record("describe failed: \(body)")
+            throw CancellationError()
+        }
+        return description
+    }
+
+    @Test("descriptions answered on arrival follow the device: its state, its lease, and a lease that expired")
+    func descriptionsFollowTheDevice() async throws {
+        let devices = service()
+        let first = try await describe(devices)
+        #expect(first.state.zoom.factor == 1)
+        #expect(!first.hasLease)
+        #expect(!first.formats.isEmpty)
+
+        let lease = try lock(devices, ms: 10_000)
+        var configure = WireConfigure()
+        configure.deviceID = device
+        configure.leaseID = lease.leaseID
+        configure.zoom.factor = 2
+        _ = answer(devices, .configure(configure))
+        let configured = try await describe(devices)
+        #expect(configured.state.zoom.factor == 2)
+        #expect(configured.lease.leaseID == lease.leaseID)
+        #expect(configured.formats == first.formats)
+        #expect(configured.controls.map(\.id) == first.controls.map(\.id))
+
+        var unlock = WireUnlock()
+        unlock.leaseID = lease.leaseID
+        _ = answer(devices, .unlock(unlock))
+        #expect(!(try await describe(devices)).hasLease)
+
+        // A lease past its expiry is ended before the description is made, not shown as held.
+        _ = try lock(devices, ms: 1_000)  // the shortest lease there is
+        try await Task.sleep(for: .milliseconds(1_100))
+        #expect(!(try await describe(devices)).hasLease)
+    }
 }

@@ -33,6 +33,38 @@ struct AgentProcessTests {
         #expect(agent.log().contains("client ready"))
     }
 
+    @Test("requests from a task on the connection's event loop are written and answered there, streams too")
+    func requestsOnTheEventLoop() async throws {
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        defer {
+            agent.stop()
+            pki.remove()
+        }
+        let client = try await AgentClient.connect(
+            to: AgentEndpoint(host: agent.host, port: agent.port),
+            security: .tls(try MutualTLS.client(directory: pki.directory, identityName: "coordinator"))
+        )
+        let executor = client.executor
+        let devices = try await withTaskExecutorPreference(executor) {
+            #expect(executor.eventLoop.inEventLoop)
+            for _ in 0..<20 { _ = try await client.ping() }
+            // Still on the connection's thread after each reply.
+            #expect(executor.eventLoop.inEventLoop)
+            let reply = try await client.request(.listDevices(WireListDevices()))
+            if case .deviceList(let list) = reply.frame.envelope.body { return list.devices.map(\.uniqueID) }
+            return [String]()
+        }
+        #expect(!devices.isEmpty)
+        // An error reply still arrives as an error, and the connection stays usable from any task.
+        var lock = WireLock()
+        lock.deviceID = "no-such-camera"
+        await withTaskExecutorPreference(executor) {
+            await #expect(throws: AgentClientError.self) { try await client.request(.lock(lock)) }
+        }
+        _ = try await client.ping()
+        await client.close()
+    }
+
     @Test("a viewer certificate is accepted and the agent tells the client its role")
     func viewer() async throws {
         let (pki, agent) = try AgentProcess.secured([])

@@ -22,6 +22,10 @@ public final class AgentDevices: Service, Sendable {
     private let leases: NIOLockedValueBox<LeaseTable>
     /// The device configuration lock held for each lease id.
     private let locks = NIOLockedValueBox<[String: ConfigurationLock]>([:])
+    /// The unchanging part of each device's description, built once per device object (a device plugged
+    /// in again is a new object, described afresh). Each entry holds its device, so its identifier
+    /// cannot be reused by another while it is here.
+    private let descriptions = NIOLockedValueBox<[ObjectIdentifier: (device: CaptureDevice, description: WireDeviceDescription)]>([:])
     private let logger: Logger
     /// Where lease and device events go.
     public let events: AgentEvents
@@ -49,8 +53,43 @@ public final class AgentDevices: Service, Sendable {
         connection: UInt64,
         reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void
     ) {
+        if let answer = answerInline(request) {
+            reply(answer)
+            return
+        }
         queue.async {
             reply(self.answer(request, client: client, connection: connection))
+        }
+    }
+
+    /// Answers a request that only reads (listing, discovery, a description) where it arrives, on the
+    /// connection's event loop: a hop to the device queue and back costs two thread wake-ups, more than
+    /// the whole round trip otherwise. Each device's state is read under its own lock; a request that
+    /// finds a lease past its expiry goes through the queue, which ends the lease first. Returns `nil`
+    /// for everything else.
+    private func answerInline(_ request: WireEnvelope.OneOf_Body) -> WireEnvelope.OneOf_Body? {
+        switch request {
+        case .listDevices, .discoveryQuery, .describeDevice: break
+        default: return nil
+        }
+        let now = clock.now()
+        guard !leases.withLockedValue({ $0.hasExpired(now: now) }) else { return nil }
+        return answerReading(request, now: now)
+    }
+
+    /// The answer to a request that only reads; `nil` for the others.
+    private func answerReading(_ request: WireEnvelope.OneOf_Body, now: Int64) -> WireEnvelope.OneOf_Body? {
+        switch request {
+        case .listDevices:
+            return .deviceList(list(discovery.devices, now: now))
+        case .discoveryQuery(let query):
+            let types = query.deviceTypes.compactMap(\.deviceType)
+            return .deviceList(list(discovery.devices(types: types, position: query.position.position, labelPrefix: query.labelPrefix), now: now))
+        case .describeDevice(let describe):
+            guard let device = discovery.device(uniqueID: describe.deviceID) else { return notFound(describe.deviceID) }
+            return .deviceDescription(describeDevice(device, now: now))
+        default:
+            return nil
         }
     }
 
@@ -141,18 +180,8 @@ public final class AgentDevices: Service, Sendable {
         let now = clock.now()
         // Leases past their expiry end now, not at the next tick: their devices' locks are free for this request.
         endExpired(now: now)
+        if let answer = answerReading(request, now: now) { return answer }
         switch request {
-        case .listDevices:
-            return .deviceList(list(discovery.devices, now: now))
-
-        case .discoveryQuery(let query):
-            let types = query.deviceTypes.compactMap(\.deviceType)
-            return .deviceList(list(discovery.devices(types: types, position: query.position.position, labelPrefix: query.labelPrefix), now: now))
-
-        case .describeDevice(let describe):
-            guard let device = discovery.device(uniqueID: describe.deviceID) else { return notFound(describe.deviceID) }
-            return .deviceDescription(describeDevice(device, now: now))
-
         case .lock(let lock):
             guard let device = discovery.device(uniqueID: lock.deviceID) else { return notFound(lock.deviceID) }
             let result = leases.withLockedValue {
@@ -261,7 +290,22 @@ public final class AgentDevices: Service, Sendable {
     }
 
     private func describeDevice(_ device: CaptureDevice, now: Int64) -> WireDeviceDescription {
-        WireDeviceDescription(device: device, agentID: agentID, lease: leases.withLockedValue { $0.lease(onDevice: device.uniqueID, now: now) })
+        let key = ObjectIdentifier(device)
+        var description: WireDeviceDescription
+        if let known = descriptions.withLockedValue({ $0[key]?.description }) {
+            description = known
+        } else {
+            description = WireDeviceDescription(describing: device, agentID: agentID)
+            let built = description
+            descriptions.withLockedValue { known in
+                // Devices gone from discovery are forgotten here too.
+                let present = Set(discovery.devices.map(ObjectIdentifier.init))
+                known = known.filter { present.contains($0.key) }
+                known[key] = (device, built)
+            }
+        }
+        description.update(device: device, lease: leases.withLockedValue { $0.lease(onDevice: device.uniqueID, now: now) })
+        return description
     }
 
     private func notFound(_ id: String) -> WireEnvelope.OneOf_Body {

@@ -188,15 +188,19 @@ extension AgentStreams {
     /// stream (started for the purpose if nobody watches it).
     func nextFrame(deviceID: String, notBefore: Int64, timeout: Duration = .seconds(5)) async throws -> CapturedFrame {
         let sink = OneFrameSink(notBefore: notBefore)
+        let timer = NIOLockedValueBox<Task<Void, Never>?>(nil)
+        defer { timer.withLockedValue { $0?.cancel() } }
         let frame: CapturedFrame = try await withCheckedThrowingContinuation { continuation in
             sink.continuation.withLockedValue { $0 = continuation }
             if case .failed(let error) = start(deviceID: deviceID, subscriber: sink) {
                 sink.fail(WireProtocolError(error.code, error.message))
                 return
             }
-            Task {
-                try? await Task.sleep(for: timeout)
-                sink.fail(WireProtocolError(.internal, "\(deviceID) delivered no frame within \(timeout)"))
+            timer.withLockedValue {
+                $0 = Task {
+                    guard (try? await Task.sleep(for: timeout)) != nil else { return }
+                    sink.fail(WireProtocolError(.internal, "\(deviceID) delivered no frame within \(timeout)"))
+                }
             }
         }
         stop(streamID: sink.streamID, reason: .stopped)

@@ -6,6 +6,7 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOPosix
 
 /// Photos and scheduled triggers.
 ///
@@ -231,7 +232,10 @@ public final class AgentCapture: Sendable {
                     triggerID: triggerID,
                     photoSettingsID: settings.uniqueID
                 )
-                try spool.store(result, image: frame.bytes)
+                // Written and flushed on NIO's blocking pool: an fsync held on one of the few cooperative
+                // threads would stall every frame delivery and request of this process behind it.
+                let spool = self.spool
+                try await NIOThreadPool.singleton.runIfActive { try spool.store(result, image: frame.bytes) }
                 fired.resultIds.append(result.resultID)
                 let used = spool.usedBytes
                 if used * 10 >= spool.capacityBytes * 9 {

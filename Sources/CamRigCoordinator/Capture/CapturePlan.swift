@@ -55,17 +55,26 @@ public struct CapturePlan: Sendable, Hashable {
     /// How long after the last frame's readout the streams are stopped.
     static let deliveryMargin: Int64 = 20_000_000
 
+    /// Time allowed per agent for the triggers to go out and be taken in. The coordinator writes a
+    /// trigger in about 10 µs; an agent takes one in well under a millisecond on its own host, but the
+    /// agents of a simulated rig (one process, a thousand hosts) share a few cores and take theirs in
+    /// one after the other: measured at 1000 such agents on 2 cores, the last accepted its trigger
+    /// 90–200 ms after the first left.
+    static let fanOutPerAgent: Int64 = 250_000
+
     /// The lead before a trigger instant: the slowest recent round trip four times over (the trigger
-    /// must reach every agent before T even on a bad round trip), plus a margin for scheduling.
-    public static func lead(roundTrips: [Int64]) -> Duration {
+    /// must reach every agent before T even on a bad round trip), a margin for scheduling, and the
+    /// fan-out's allowance for `agents` agents.
+    public static func lead(roundTrips: [Int64], agents: Int = 1) -> Duration {
         let worst = roundTrips.max() ?? unmeasuredRoundTrip
-        return .nanoseconds(max(minimumLead, 4 * worst + schedulingMargin))
+        let fanOut = Int64(max(0, agents - 1)) * fanOutPerAgent
+        return .nanoseconds(max(minimumLead, 4 * worst + schedulingMargin + fanOut))
     }
 
     /// A photo: every camera fires once at T (on `grid`'s next instant after the lead, when the rig is
     /// phase-locked to one).
-    public static func photo(at now: Int64, roundTrips: [Int64], grid: PhaseGrid? = nil) -> CapturePlan {
-        CapturePlan(plannedAt: now, lead: lead(roundTrips: roundTrips)).snapped(to: grid)
+    public static func photo(at now: Int64, roundTrips: [Int64], agents: Int = 1, grid: PhaseGrid? = nil) -> CapturePlan {
+        CapturePlan(plannedAt: now, lead: lead(roundTrips: roundTrips, agents: agents)).snapped(to: grid)
     }
 
     /// The plan with T moved forward onto the grid's next instant.
@@ -77,10 +86,11 @@ public struct CapturePlan: Sendable, Hashable {
     }
 
     /// A recording: every camera starts streaming at T and records for `duration`.
-    public static func recording(at now: Int64, roundTrips: [Int64], duration: Duration, frameDuration: FrameDuration, grid: PhaseGrid? = nil)
-        -> CapturePlan
-    {
-        var plan = CapturePlan(plannedAt: now, lead: lead(roundTrips: roundTrips)).snapped(to: grid)
+    public static func recording(
+        at now: Int64, roundTrips: [Int64], agents: Int = 1, duration: Duration, frameDuration: FrameDuration,
+        grid: PhaseGrid? = nil
+    ) -> CapturePlan {
+        var plan = CapturePlan(plannedAt: now, lead: lead(roundTrips: roundTrips, agents: agents)).snapped(to: grid)
         let period = frameDuration.nanoseconds
         let stopAt = plan.fireAt + duration.nanoseconds
         plan.recording = Recording(

@@ -6,15 +6,19 @@ public struct CaptureReport: Sendable {
     public var manifest: CaptureManifest
     /// Where the sink put the capture (its directory, for `CaptureStore`).
     public var directory: URL
-    /// How long the phases took (photos only): every agent's trigger accepted, counted from the first
-    /// trigger sent; and the sync set stored, counted from the trigger instant T.
+    /// How long the phases took (photos only), counted from the plan: every agent's trigger handed to
+    /// its socket; every agent's trigger accepted (its reply read); and the sync set stored, counted
+    /// from the trigger instant T.
+    public var triggersSent: Duration?
     public var triggerFanOut: Duration?
     public var gatheredAfterTrigger: Duration?
 
     public init(
-        manifest: CaptureManifest, directory: URL, triggerFanOut: Duration? = nil, gatheredAfterTrigger: Duration? = nil
+        manifest: CaptureManifest, directory: URL, triggersSent: Duration? = nil, triggerFanOut: Duration? = nil,
+        gatheredAfterTrigger: Duration? = nil
     ) {
         self.manifest = manifest
+        self.triggersSent = triggersSent
         self.directory = directory
         self.triggerFanOut = triggerFanOut
         self.gatheredAfterTrigger = gatheredAfterTrigger

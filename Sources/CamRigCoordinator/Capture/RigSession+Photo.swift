@@ -63,8 +63,9 @@ extension RigSession {
             throw error
         }
 
-        let plan = CapturePlan.photo(at: HostClock.monotonicNow(), roundTrips: rig.roundTrips, grid: rig.grid)
-        let firings = await fire(rig, plan: plan, triggerID: triggerID, settings: settings)
+        let plan = CapturePlan.photo(
+            at: HostClock.monotonicNow(), roundTrips: rig.roundTrips, agents: rig.camerasByAgent.count, grid: rig.grid)
+        let (firings, allSent) = await fire(rig, plan: plan, triggerID: triggerID, settings: settings)
         let estimates: [ClockEstimate]
         do {
             estimates = try rig.clockEstimates()
@@ -141,30 +142,48 @@ extension RigSession {
         return CaptureReport(
             manifest: manifest,
             directory: capture.location,
+            triggersSent: allSent.map { .nanoseconds($0 - plan.plannedAt) },
             triggerFanOut: lastScheduled.map { .nanoseconds($0 - plan.plannedAt) },
             gatheredAfterTrigger: .nanoseconds(HostClock.monotonicNow() - plan.fireAt)
         )
     }
 
-    /// One trigger per agent, naming its cameras, all at T; returns how each agent fired, by agent.
+    /// One trigger per agent, naming its cameras, all at T; returns how each agent fired, by agent, and
+    /// when the last trigger was handed to its socket.
+    ///
+    /// Everything per agent (its clock estimate, T in its clock, the message) is worked out before the
+    /// first trigger leaves; then each event loop writes the triggers of all its connections in one go.
     private static func fire(_ rig: CaptureRig, plan: CapturePlan, triggerID: String, settings: WirePhotoSettings) async
-        -> [String: Firing]
+        -> (firings: [String: Firing], allSent: Int64?)
     {
-        await withTaskGroup(of: Firing.self) { group in
-            for (agentID, cameras) in rig.camerasByAgent {
+        var firings: [String: Firing] = [:]
+        var requests: [(client: AgentClient, body: WireEnvelope.OneOf_Body)] = []
+        var requestAgents: [String] = []
+        for (agentID, cameras) in rig.camerasByAgent {
+            let agent = rig.inputs[cameras[0]].agent
+            do {
+                let client = try agent.client()
+                let estimate = try agent.clockEstimate()
+                var trigger = WireScheduleTrigger()
+                trigger.triggerID = triggerID
+                trigger.action = .capturePhoto
+                trigger.deviceIds = cameras.map { rig.inputs[$0].deviceID }
+                trigger.fireAtNs = estimate.agentTime(atCoordinator: plan.fireAt)
+                trigger.sessionID = rig.sessionID
+                trigger.photoSettings = settings
+                requests.append((client, .scheduleTrigger(trigger)))
+                requestAgents.append(agentID)
+            } catch {
+                firings[agentID] = Firing(agentID: agentID, scheduledAt: nil, result: .failure(error))
+            }
+        }
+        let (streams, written) = AgentClient.openStreams(requests)
+        let fired = await withTaskGroup(of: Firing.self) { group in
+            for (agentID, stream) in zip(requestAgents, streams) {
                 group.addTask {
-                    let agent = rig.inputs[cameras[0]].agent
                     var scheduledAt: Int64?
                     do {
-                        let estimate = try agent.clockEstimate()
-                        var trigger = WireScheduleTrigger()
-                        trigger.triggerID = triggerID
-                        trigger.action = .capturePhoto
-                        trigger.deviceIds = cameras.map { rig.inputs[$0].deviceID }
-                        trigger.fireAtNs = estimate.agentTime(atCoordinator: plan.fireAt)
-                        trigger.sessionID = rig.sessionID
-                        trigger.photoSettings = settings
-                        for try await frame in try agent.client().stream(.scheduleTrigger(trigger)) {
+                        for try await frame in stream {
                             switch frame.envelope.body {
                             case .triggerScheduled: scheduledAt = HostClock.monotonicNow()
                             case .triggerFired(let fired):
@@ -179,10 +198,12 @@ extension RigSession {
                     }
                 }
             }
-            var firings: [String: Firing] = [:]
-            for await firing in group { firings[firing.agentID] = firing }
+            var firings: [Firing] = []
+            for await firing in group { firings.append(firing) }
             return firings
         }
+        for firing in fired { firings[firing.agentID] = firing }
+        return (firings, try? await written?.get())
     }
 
     /// One agent's photos of the trigger: fetched, each stored by `sink` as it arrives (concurrently),

@@ -243,9 +243,9 @@ public struct ClockEstimator: Sendable {
     }
 
     /// The estimate from the samples in the window; `nil` until the first plausible sample.
-    /// Each read fits the window afresh (linear in the window size), so keep the value while using it.
-    /// Samples held back as a possible jump are not part of it.
-    public var estimate: ClockEstimate? { Self.fit(samples, configuration: configuration) }
+    /// Fitted once per change of the window, so reading it costs nothing: a trigger's fan-out reads every
+    /// agent's estimate on its critical path. Samples held back as a possible jump are not part of it.
+    public private(set) var estimate: ClockEstimate?
 
     /// Samples currently in the window.
     public var sampleCount: Int { samples.count }
@@ -266,12 +266,14 @@ public struct ClockEstimator: Sendable {
             jumpCandidates.removeAll()
             jumpCount += 1
             prune()
+            estimate = Self.fit(samples, configuration: configuration)
             refreshPrediction()
             return
         }
         jumpCandidates.removeAll()
         insert(sample)
         prune()
+        estimate = Self.fit(samples, configuration: configuration)
         samplesSincePrediction += 1
         if prediction == nil || samplesSincePrediction >= samples.count / Self.predictionRefitDivisor {
             refreshPrediction()
@@ -281,13 +283,14 @@ public struct ClockEstimator: Sendable {
     /// Forgets all samples (for example after the agent's clock was stepped); the counters remain.
     public mutating func reset() {
         samples.removeAll()
+        estimate = nil
         jumpCandidates.removeAll()
         prediction = nil
         samplesSincePrediction = 0
     }
 
     private mutating func refreshPrediction() {
-        prediction = Self.fit(samples, configuration: configuration)
+        prediction = estimate
         samplesSincePrediction = 0
     }
 

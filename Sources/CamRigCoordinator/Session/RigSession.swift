@@ -373,15 +373,28 @@ public actor RigSession {
         }
     }
 
+    /// Renews every lease, all agents at once (one after the other, a thousand round trips would
+    /// outlast the leases), each agent's devices in turn.
     private func renewLeases() async {
-        for device in inputs {
-            guard let lease = leases[device.name] else { continue }
-            var renew = WireRenewLease()
-            renew.leaseID = lease
-            do {
-                _ = try await device.agent.client().request(.renewLease(renew))
-            } catch {
-                logger.warning("could not renew the configuration lease", metadata: ["device": "\(device.name)", "error": "\(Self.message(error))"])
+        let held = Dictionary(grouping: inputs.compactMap { device in leases[device.name].map { (device, $0) } }) {
+            ObjectIdentifier($0.0.agent)
+        }
+        let logger = self.logger
+        await withTaskGroup(of: Void.self) { group in
+            for devices in held.values {
+                group.addTask {
+                    for (device, lease) in devices {
+                        var renew = WireRenewLease()
+                        renew.leaseID = lease
+                        do {
+                            _ = try await device.agent.client().request(.renewLease(renew))
+                        } catch {
+                            logger.warning(
+                                "could not renew the configuration lease",
+                                metadata: ["device": "\(device.name)", "error": "\(Self.message(error))"])
+                        }
+                    }
+                }
             }
         }
     }

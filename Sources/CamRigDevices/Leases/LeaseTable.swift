@@ -123,6 +123,11 @@ public struct LeaseTable: Sendable {
         return ended.sorted { $0.deviceID < $1.deviceID }
     }
 
+    /// Whether any lease has expired by `now` (and `expire(now:)` would end it).
+    public func hasExpired(now: Int64) -> Bool {
+        byDevice.values.contains { $0.expiresAt <= now }
+    }
+
     /// Removes leases that expired by `now`; returns them (their holders get LEASE_LOST).
     public mutating func expire(now: Int64) -> [Lease] {
         let expired = byDevice.values.filter { $0.expiresAt <= now }
