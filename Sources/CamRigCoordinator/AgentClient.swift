@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import CamRigClock
 import CamRigSecurity
 import CamRigWire
@@ -177,16 +180,25 @@ public final class AgentClient: Sendable {
         return stream
     }
 
+    /// When a batch of requests went out (see `openStreams`).
+    public struct BatchWritten: Sendable {
+        /// When the last request was handed to its socket (`HostClock`).
+        public var at: Int64
+        /// CPU time the event loops spent writing them, summed: the coordinator's own cost, apart from
+        /// any wait for a core.
+        public var cpuNanoseconds: Int64
+    }
+
     /// Opens one stream on each of many connections at once: one task per event loop (not one per
     /// connection) writes the requests of every connection it serves, back to back. This is how a
     /// trigger reaches a thousand agents within milliseconds: no task switch or hop between two of them.
     ///
-    /// Returns the streams in the order of `requests`, and a future with the time (`HostClock`) the last
-    /// request was handed to its socket.
+    /// Returns the streams in the order of `requests`, and a future saying when the last request was
+    /// handed to its socket and what writing them cost.
     public static func openStreams(
         _ requests: [(client: AgentClient, body: WireEnvelope.OneOf_Body)],
         buffering: AgentStream.Buffering = .default
-    ) -> (streams: [AgentStream], allWritten: EventLoopFuture<Int64>?) {
+    ) -> (streams: [AgentStream], written: EventLoopFuture<BatchWritten>?) {
         var streams: [AgentStream] = []
         streams.reserveCapacity(requests.count)
         var batches: [ObjectIdentifier: (loop: any EventLoop, opens: [@Sendable () -> Void])] = [:]
@@ -201,13 +213,23 @@ public final class AgentClient: Sendable {
         }
         let written = batches.values.map { batch in
             batch.loop.submit {
+                let cpuBefore = Self.threadCPUTime()
                 for open in batch.opens { open() }
-                return HostClock.monotonicNow()
+                return BatchWritten(at: HostClock.monotonicNow(), cpuNanoseconds: Self.threadCPUTime() - cpuBefore)
             }
         }
         guard let first = written.first else { return (streams, nil) }
-        let last = EventLoopFuture.whenAllSucceed(written, on: first.eventLoop).map { $0.max() ?? 0 }
-        return (streams, last)
+        let all = EventLoopFuture.whenAllSucceed(written, on: first.eventLoop).map { batches in
+            BatchWritten(at: batches.map(\.at).max() ?? 0, cpuNanoseconds: batches.map(\.cpuNanoseconds).reduce(0, +))
+        }
+        return (streams, all)
+    }
+
+    /// CPU time used by the calling thread, in nanoseconds.
+    private static func threadCPUTime() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now)
+        return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
     }
 
     /// Tells the agent these results are stored here: it deletes them from its spool. Ids it no longer

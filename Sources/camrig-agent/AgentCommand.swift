@@ -225,17 +225,17 @@ struct AgentCommand: AsyncParsableCommand {
             }
             return
         }
-        if let hosts {
-            try await HostSimulation(settings: settings, count: hosts, first: firstHost, clockErrors: simulateHostClockErrors,
-                epoch: simulateClockEpochNs ?? HostClock.monotonicNow()
-            ).run()
-            return
-        }
         let level = settings.logLevel
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = level
             return handler
+        }
+        if let hosts {
+            try await HostSimulation(settings: settings, count: hosts, first: firstHost, clockErrors: simulateHostClockErrors,
+                epoch: simulateClockEpochNs ?? HostClock.monotonicNow()
+            ).run()
+            return
         }
         let logger = Logger(label: "camrig.agent")
         let discovery = DeviceDiscovery(providers: Self.providers(settings).providers)

@@ -22,13 +22,8 @@ struct HostSimulation {
     /// The `CLOCK_MONOTONIC` instant from which simulated drifts accumulate.
     let epoch: Int64
 
+    /// Logging is set up by the caller.
     func run() async throws {
-        let level = settings.logLevel
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
         let logger = Logger(label: "camrig.agent")
         guard !settings.insecure, let tlsDir = settings.tlsDir else {
             throw ValidationError("--hosts simulates hosts with certificates of their own: give --tls-dir with PREFIX-K certificates")

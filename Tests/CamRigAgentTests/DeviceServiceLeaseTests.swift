@@ -171,12 +171,16 @@ struct DeviceServiceLeaseTests {
 
     /// Describes the device as a connection's request is handled: read-only requests are answered
     /// where they arrive, from the description kept per device.
+    func handled(_ devices: AgentDevices, _ request: WireEnvelope.OneOf_Body) async -> WireEnvelope.OneOf_Body {
+        await withCheckedContinuation { continuation in
+            devices.handle(request, client: coordinator, connection: 1) { continuation.resume(returning: $0) }
+        }
+    }
+
     func describe(_ devices: AgentDevices) async throws -> WireDeviceDescription {
         var describe = WireDescribeDevice()
         describe.deviceID = device
-        let body = await withCheckedContinuation { continuation in
-            devices.handle(.describeDevice(describe), client: coordinator, connection: 1) { continuation.resume(returning: $0) }
-        }
+        let body = await handled(devices, .describeDevice(describe))
         guard case .deviceDescription(let description) = body else {
             Issue.record("describe failed: \(body)")
             throw CancellationError()
@@ -184,7 +188,7 @@ struct DeviceServiceLeaseTests {
         return description
     }
 
-    @Test("descriptions answered on arrival follow the device: its state, its lease, and a lease that expired")
+    @Test("descriptions and renewals answered on arrival follow the device: its state, its lease, and a lease that expired")
     func descriptionsFollowTheDevice() async throws {
         let devices = service()
         let first = try await describe(devices)
@@ -204,10 +208,25 @@ struct DeviceServiceLeaseTests {
         #expect(configured.formats == first.formats)
         #expect(configured.controls.map(\.id) == first.controls.map(\.id))
 
+        // A renewal is answered on arrival too, and extends the lease from now.
+        var renew = WireRenewLease()
+        renew.leaseID = lease.leaseID
+        guard case .lease(let renewed) = await handled(devices, .renewLease(renew)) else {
+            Issue.record("a live lease did not renew")
+            throw CancellationError()
+        }
+        #expect(renewed.lease.expiresAtNs >= lease.expiresAtNs)
+        #expect((try await describe(devices)).lease.expiresAtNs == renewed.lease.expiresAtNs)
+
         var unlock = WireUnlock()
         unlock.leaseID = lease.leaseID
         _ = answer(devices, .unlock(unlock))
         #expect(!(try await describe(devices)).hasLease)
+        guard case .error(let released) = await handled(devices, .renewLease(renew)) else {
+            Issue.record("a released lease renewed")
+            throw CancellationError()
+        }
+        #expect(released.code == .leaseExpired)
 
         // A lease past its expiry is ended before the description is made, not shown as held.
         _ = try lock(devices, ms: 1_000)  // the shortest lease there is

@@ -9,14 +9,18 @@ struct CapturePlanTests {
     static let now: Int64 = 5_000_000_000
     static let thirty = FrameDuration(framesPerSecond: 30)!
 
-    @Test("the lead is four of the slowest recent round trips plus 40 ms and 250 µs per further agent, and never under 50 ms")
+    @Test("the lead is four of the slowest recent round trips plus 40 ms and 1 ms per further agent (or 1.5× the last fan-out), and never under 50 ms")
     func lead() {
         #expect(CapturePlan.lead(roundTrips: []) == .milliseconds(50))
         #expect(CapturePlan.lead(roundTrips: [200_000, 900_000]) == .milliseconds(50))
         #expect(CapturePlan.lead(roundTrips: [1_000_000, 10_000_000, 3_000_000]) == .milliseconds(80))
         // A thousand agents take their triggers in one after the other: the lead leaves room for it.
         #expect(CapturePlan.lead(roundTrips: [200_000], agents: 1) == .milliseconds(50))
-        #expect(CapturePlan.lead(roundTrips: [200_000], agents: 1000) == .nanoseconds(40_800_000 + 999 * 250_000))
+        #expect(CapturePlan.lead(roundTrips: [200_000], agents: 1000) == .nanoseconds(40_800_000 + 999 * 1_000_000))
+        // Once a fan-out was measured, the lead leaves room for half as much again if that is more.
+        #expect(CapturePlan.lead(roundTrips: [200_000], agents: 100, lastFanOut: 120_000_000) == .nanoseconds(40_800_000 + 180_000_000))
+        #expect(CapturePlan.lead(roundTrips: [200_000], agents: 1000, lastFanOut: 10_000_000) == .nanoseconds(40_800_000 + 999 * 1_000_000))
+        #expect(CapturePlan.lead(roundTrips: [200_000], agents: 10, lastFanOut: 11_000_000_000) == .nanoseconds(40_800_000 + 2_000_000_000))
     }
 
     @Test("a photo fires once, the lead after the plan was made, and has no cut-offs")

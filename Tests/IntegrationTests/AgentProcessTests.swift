@@ -33,7 +33,7 @@ struct AgentProcessTests {
         #expect(agent.log().contains("client ready"))
     }
 
-    @Test("requests from a task on the connection's event loop are written and answered there, streams too")
+    @Test("requests from a task on the connection's event loop are written and answered there, errors included")
     func requestsOnTheEventLoop() async throws {
         let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
         defer {

@@ -53,7 +53,7 @@ public final class AgentDevices: Service, Sendable {
         connection: UInt64,
         reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void
     ) {
-        if let answer = answerInline(request) {
+        if let answer = answerInline(request, client: client, connection: connection) {
             reply(answer)
             return
         }
@@ -62,19 +62,38 @@ public final class AgentDevices: Service, Sendable {
         }
     }
 
-    /// Answers a request that only reads (listing, discovery, a description) where it arrives, on the
-    /// connection's event loop: a hop to the device queue and back costs two thread wake-ups, more than
-    /// the whole round trip otherwise. Each device's state is read under its own lock; a request that
-    /// finds a lease past its expiry goes through the queue, which ends the lease first. Returns `nil`
-    /// for everything else.
-    private func answerInline(_ request: WireEnvelope.OneOf_Body) -> WireEnvelope.OneOf_Body? {
+    /// Answers a request that only reads (listing, discovery, a description), and a lease renewal, where
+    /// it arrives, on the connection's event loop: a hop to the device queue and back costs two thread
+    /// wake-ups, more than the whole round trip otherwise, and a renewal must not wait behind slow device
+    /// work. Each device's state is read under its own lock; a renewal only touches the lease table (under
+    /// its lock) and refuses a lease past its expiry itself. A read that finds a lease past its expiry
+    /// goes through the queue, which ends the lease first. Returns `nil` for everything else.
+    private func answerInline(
+        _ request: WireEnvelope.OneOf_Body, client: ServerConnectionStateMachine.Client, connection: UInt64
+    ) -> WireEnvelope.OneOf_Body? {
         switch request {
-        case .listDevices, .discoveryQuery, .describeDevice: break
-        default: return nil
+        case .renewLease(let renew):
+            return self.renew(renew, client: client, connection: connection, now: clock.now())
+        case .listDevices, .discoveryQuery, .describeDevice:
+            let now = clock.now()
+            guard !leases.withLockedValue({ $0.hasExpired(now: now) }) else { return nil }
+            return answerReading(request, now: now)
+        default:
+            return nil
         }
-        let now = clock.now()
-        guard !leases.withLockedValue({ $0.hasExpired(now: now) }) else { return nil }
-        return answerReading(request, now: now)
+    }
+
+    private func renew(
+        _ renew: WireRenewLease, client: ServerConnectionStateMachine.Client, connection: UInt64, now: Int64
+    ) -> WireEnvelope.OneOf_Body {
+        switch leases.withLockedValue({ $0.renew(leaseID: renew.leaseID, holder: client.name, connection: connection, now: now) }) {
+        case .success(let lease):
+            var reply = WireLease()
+            reply.lease = WireLeaseInfo(lease)
+            return .lease(reply)
+        case .failure(let failure):
+            return leaseError(failure, device: "", now: now)
+        }
     }
 
     /// The answer to a request that only reads; `nil` for the others.
@@ -206,14 +225,7 @@ public final class AgentDevices: Service, Sendable {
             }
 
         case .renewLease(let renew):
-            switch leases.withLockedValue({ $0.renew(leaseID: renew.leaseID, holder: client.name, connection: connection, now: now) }) {
-            case .success(let lease):
-                var reply = WireLease()
-                reply.lease = WireLeaseInfo(lease)
-                return .lease(reply)
-            case .failure(let failure):
-                return leaseError(failure, device: "", now: now)
-            }
+            return self.renew(renew, client: client, connection: connection, now: now)
 
         case .unlock(let unlock):
             switch leases.withLockedValue({ $0.release(leaseID: unlock.leaseID, holder: client.name, connection: connection, now: now) }) {

@@ -55,26 +55,38 @@ public struct CapturePlan: Sendable, Hashable {
     /// How long after the last frame's readout the streams are stopped.
     static let deliveryMargin: Int64 = 20_000_000
 
-    /// Time allowed per agent for the triggers to go out and be taken in. The coordinator writes a
-    /// trigger in about 10 µs; an agent takes one in well under a millisecond on its own host, but the
-    /// agents of a simulated rig (one process, a thousand hosts) share a few cores and take theirs in
-    /// one after the other: measured at 1000 such agents on 2 cores, the last accepted its trigger
-    /// 90–200 ms after the first left.
-    static let fanOutPerAgent: Int64 = 250_000
+    /// Time allowed per agent for the triggers to go out and be taken in, before a fan-out was
+    /// measured. The coordinator writes a trigger in about 15 µs of CPU; an agent on its own host takes
+    /// one in well under a millisecond. Agents sharing the coordinator's cores (a simulated rig) take
+    /// theirs one after the other: on 2 cores the last accepted 13 ms after the plan at 300 simulated
+    /// hosts, 84 ms at 1000, and 115 ms at 200 agent processes (each woken on its own), where 250 µs
+    /// per agent left 122 of 400 photos late. A millisecond per agent costs a large rig's first photo
+    /// up to a second of lead; later photos take their lead from the fan-out measured.
+    static let fanOutPerAgent: Int64 = 1_000_000
+
+    /// The most room a measured fan-out may ask for. A fan-out is timed where its replies are read, by
+    /// tasks that a busy coordinator may run late (seen: 11 s at 600 simulated hosts on 2 cores while the
+    /// previous set was still being written); a photo is not put off that long.
+    static let maximumLearntFanOut: Int64 = 2_000_000_000
 
     /// The lead before a trigger instant: the slowest recent round trip four times over (the trigger
-    /// must reach every agent before T even on a bad round trip), a margin for scheduling, and the
-    /// fan-out's allowance for `agents` agents.
-    public static func lead(roundTrips: [Int64], agents: Int = 1) -> Duration {
+    /// must reach every agent before T even on a bad round trip), a margin for scheduling, and room for
+    /// the fan-out: the allowance for `agents` agents, or one and a half times the last fan-out
+    /// measured (`lastFanOut`, from the plan until every agent accepted; at most 2 s), whichever is longer.
+    public static func lead(roundTrips: [Int64], agents: Int = 1, lastFanOut: Int64? = nil) -> Duration {
         let worst = roundTrips.max() ?? unmeasuredRoundTrip
-        let fanOut = Int64(max(0, agents - 1)) * fanOutPerAgent
+        let learnt = min((lastFanOut ?? 0) * 3 / 2, maximumLearntFanOut)
+        let fanOut = max(Int64(max(0, agents - 1)) * fanOutPerAgent, learnt)
         return .nanoseconds(max(minimumLead, 4 * worst + schedulingMargin + fanOut))
     }
 
     /// A photo: every camera fires once at T (on `grid`'s next instant after the lead, when the rig is
     /// phase-locked to one).
-    public static func photo(at now: Int64, roundTrips: [Int64], agents: Int = 1, grid: PhaseGrid? = nil) -> CapturePlan {
-        CapturePlan(plannedAt: now, lead: lead(roundTrips: roundTrips, agents: agents)).snapped(to: grid)
+    public static func photo(
+        at now: Int64, roundTrips: [Int64], agents: Int = 1, lastFanOut: Int64? = nil, grid: PhaseGrid? = nil
+    ) -> CapturePlan {
+        CapturePlan(plannedAt: now, lead: lead(roundTrips: roundTrips, agents: agents, lastFanOut: lastFanOut))
+            .snapped(to: grid)
     }
 
     /// The plan with T moved forward onto the grid's next instant.
@@ -87,10 +99,11 @@ public struct CapturePlan: Sendable, Hashable {
 
     /// A recording: every camera starts streaming at T and records for `duration`.
     public static func recording(
-        at now: Int64, roundTrips: [Int64], agents: Int = 1, duration: Duration, frameDuration: FrameDuration,
-        grid: PhaseGrid? = nil
+        at now: Int64, roundTrips: [Int64], agents: Int = 1, lastFanOut: Int64? = nil, duration: Duration,
+        frameDuration: FrameDuration, grid: PhaseGrid? = nil
     ) -> CapturePlan {
-        var plan = CapturePlan(plannedAt: now, lead: lead(roundTrips: roundTrips, agents: agents)).snapped(to: grid)
+        var plan = CapturePlan(plannedAt: now, lead: lead(roundTrips: roundTrips, agents: agents, lastFanOut: lastFanOut))
+            .snapped(to: grid)
         let period = frameDuration.nanoseconds
         let stopAt = plan.fireAt + duration.nanoseconds
         plan.recording = Recording(

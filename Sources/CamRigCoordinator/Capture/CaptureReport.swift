@@ -10,15 +10,18 @@ public struct CaptureReport: Sendable {
     /// its socket; every agent's trigger accepted (its reply read); and the sync set stored, counted
     /// from the trigger instant T.
     public var triggersSent: Duration?
+    /// CPU time the coordinator's event loops spent writing the triggers (photos only).
+    public var triggerWritingCPU: Duration?
     public var triggerFanOut: Duration?
     public var gatheredAfterTrigger: Duration?
 
     public init(
-        manifest: CaptureManifest, directory: URL, triggersSent: Duration? = nil, triggerFanOut: Duration? = nil,
-        gatheredAfterTrigger: Duration? = nil
+        manifest: CaptureManifest, directory: URL, triggersSent: Duration? = nil, triggerWritingCPU: Duration? = nil,
+        triggerFanOut: Duration? = nil, gatheredAfterTrigger: Duration? = nil
     ) {
         self.manifest = manifest
         self.triggersSent = triggersSent
+        self.triggerWritingCPU = triggerWritingCPU
         self.directory = directory
         self.triggerFanOut = triggerFanOut
         self.gatheredAfterTrigger = gatheredAfterTrigger

@@ -17,6 +17,9 @@ struct CaptureRig: Sendable {
     var grid: PhaseGrid?
     /// Reads every input's phase lock from its agent (when the inputs are phase-locked), for the manifest.
     var readPhases: (@Sendable () async -> [CameraPhase])?
+    /// How long the session's last photo took from its plan until every agent had accepted its trigger:
+    /// the next lead leaves room for as much again, and half more.
+    var lastFanOut: Int64?
 
     /// Each input's phase lock as the capture ends; empty when the inputs are not phase-locked.
     func phases() async -> [CameraPhase] {
@@ -162,6 +165,6 @@ extension RigSession {
         }
         return CaptureRig(
             sessionID: id, inputs: inputs, formats: formats ?? Array(repeating: nil, count: inputs.count), grid: phaseGrid,
-            readPhases: readPhases)
+            readPhases: readPhases, lastFanOut: lastFanOut)
     }
 }

@@ -16,7 +16,9 @@ extension RigSession {
         -> CaptureReport
     {
         let rig = try captureRig()
-        return try await Self.capturePhoto(rig, settings: settings, into: sink)
+        let report = try await Self.capturePhoto(rig, settings: settings, into: sink)
+        if let fanOut = report.triggerFanOut { lastFanOut = fanOut.nanoseconds }
+        return report
     }
 
     /// What firing one agent's trigger gave: when the agent accepted it, and how it fired.
@@ -64,8 +66,9 @@ extension RigSession {
         }
 
         let plan = CapturePlan.photo(
-            at: HostClock.monotonicNow(), roundTrips: rig.roundTrips, agents: rig.camerasByAgent.count, grid: rig.grid)
-        let (firings, allSent) = await fire(rig, plan: plan, triggerID: triggerID, settings: settings)
+            at: HostClock.monotonicNow(), roundTrips: rig.roundTrips, agents: rig.camerasByAgent.count,
+            lastFanOut: rig.lastFanOut, grid: rig.grid)
+        let (firings, sent) = await fire(rig, plan: plan, triggerID: triggerID, settings: settings)
         let estimates: [ClockEstimate]
         do {
             estimates = try rig.clockEstimates()
@@ -142,7 +145,8 @@ extension RigSession {
         return CaptureReport(
             manifest: manifest,
             directory: capture.location,
-            triggersSent: allSent.map { .nanoseconds($0 - plan.plannedAt) },
+            triggersSent: sent.map { .nanoseconds($0.at - plan.plannedAt) },
+            triggerWritingCPU: sent.map { .nanoseconds($0.cpuNanoseconds) },
             triggerFanOut: lastScheduled.map { .nanoseconds($0 - plan.plannedAt) },
             gatheredAfterTrigger: .nanoseconds(HostClock.monotonicNow() - plan.fireAt)
         )
@@ -154,7 +158,7 @@ extension RigSession {
     /// Everything per agent (its clock estimate, T in its clock, the message) is worked out before the
     /// first trigger leaves; then each event loop writes the triggers of all its connections in one go.
     private static func fire(_ rig: CaptureRig, plan: CapturePlan, triggerID: String, settings: WirePhotoSettings) async
-        -> (firings: [String: Firing], allSent: Int64?)
+        -> (firings: [String: Firing], sent: AgentClient.BatchWritten?)
     {
         var firings: [String: Firing] = [:]
         var requests: [(client: AgentClient, body: WireEnvelope.OneOf_Body)] = []

@@ -44,7 +44,7 @@ extension RigSession {
             throw error
         }
         let plan = CapturePlan.recording(
-            at: HostClock.monotonicNow(), roundTrips: rig.roundTrips, agents: rig.camerasByAgent.count, duration: duration, frameDuration: frameDuration, grid: rig.grid)
+            at: HostClock.monotonicNow(), roundTrips: rig.roundTrips, agents: rig.camerasByAgent.count, lastFanOut: rig.lastFanOut, duration: duration, frameDuration: frameDuration, grid: rig.grid)
         guard let cutOffs = plan.recording else { preconditionFailure("a recording plan has cut-offs") }
 
         let (events, continuation) = AsyncStream.makeStream(of: RecordingEvent<PendingFrame>.self)

@@ -86,6 +86,8 @@ public actor RigSession {
     private var renewal: Task<Void, Never>?
     /// The frame grid the inputs are phase-locked to (coordinator clock), from `lockPhase` on.
     public internal(set) var phaseGrid: PhaseGrid?
+    /// From the plan until every agent accepted the last photo's trigger (see `CapturePlan.lead`).
+    var lastFanOut: Int64?
     /// Re-aims every agent's lock as its clock estimate moves.
     var phaseRefresh: Task<Void, Never>?
     /// Inputs whose agent refused the phase lock the last time it was sent, with the agent's reason.
