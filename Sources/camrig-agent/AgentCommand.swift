@@ -108,6 +108,26 @@ struct AgentCommand: AsyncParsableCommand {
 
     /// Flags over the configuration file over defaults, checked.
     struct Settings {
+        /// The agent's configuration from these settings, for one agent (of several, when simulating hosts).
+        func configuration(
+            port: Int, security: AgentConfiguration.Security, agentID: String, devices: AgentDevices, spool: ResultSpool, realtimeTriggers: Bool
+        ) -> AgentConfiguration {
+            AgentConfiguration(
+                host: listenHost,
+                port: port,
+                security: security,
+                agentID: agentID,
+                handshakeTimeout: .seconds(Int64(handshakeTimeout)),
+                idleTimeout: .seconds(Int64(idleTimeout)),
+                maxConnections: maxConnections,
+                maxUnauthenticated: maxUnauthenticated,
+                maxUnauthenticatedPerAddress: maxUnauthenticatedPerAddress,
+                devices: devices,
+                spool: spool,
+                realtimeTriggers: realtimeTriggers
+            )
+        }
+
         var listenHost: String
         var listenPort: Int
         var tlsDir: String?
@@ -274,20 +294,10 @@ struct AgentCommand: AsyncParsableCommand {
         }
 
         let server = AgentServer(
-            configuration: AgentConfiguration(
-                host: settings.listenHost,
-                port: settings.listenPort,
-                security: security,
-                agentID: agentName,
-                handshakeTimeout: .seconds(Int64(settings.handshakeTimeout)),
-                idleTimeout: .seconds(Int64(settings.idleTimeout)),
-                maxConnections: settings.maxConnections,
-                maxUnauthenticated: settings.maxUnauthenticated,
-                maxUnauthenticatedPerAddress: settings.maxUnauthenticatedPerAddress,
+            configuration: settings.configuration(
+                port: settings.listenPort, security: security, agentID: agentName,
                 devices: AgentDevices(discovery: discovery, agentID: agentName, clock: settings.clock, logger: logger),
-                spool: spool,
-                realtimeTriggers: !noRealtime
-            ),
+                spool: spool, realtimeTriggers: !noRealtime),
             logger: logger
         )
         // SIGHUP never ends the agent (`systemctl reload`); without TLS there is nothing to re-read.

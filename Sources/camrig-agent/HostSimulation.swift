@@ -59,20 +59,10 @@ struct HostSimulation {
                 : []
             let discovery = DeviceDiscovery(providers: providers)
             let server = AgentServer(
-                configuration: AgentConfiguration(
-                    host: settings.listenHost,
-                    port: 0,
-                    security: .tls(tls),
-                    agentID: name,
-                    handshakeTimeout: .seconds(Int64(settings.handshakeTimeout)),
-                    idleTimeout: .seconds(Int64(settings.idleTimeout)),
-                    maxConnections: settings.maxConnections,
-                    maxUnauthenticated: settings.maxUnauthenticated,
-                    maxUnauthenticatedPerAddress: settings.maxUnauthenticatedPerAddress,
+                configuration: settings.configuration(
+                    port: 0, security: .tls(tls), agentID: name,
                     devices: AgentDevices(discovery: discovery, agentID: name, clock: clock, logger: hostLogger),
-                    spool: spool,
-                    realtimeTriggers: false
-                ),
+                    spool: spool, realtimeTriggers: false),
                 logger: hostLogger
             )
             servers.append((name, server))
