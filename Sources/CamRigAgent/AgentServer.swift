@@ -43,17 +43,19 @@ public final class AgentServer: Service, Sendable {
                 }
             }
         }
+        // The spool's one thread: photos are stored, paged out and deleted there, off the event loops
+        // and Swift's cooperative threads.
+        let spoolThread = NIOThreadPool(numberOfThreads: 1)
+        self.spoolThread = spoolThread
         let capture: AgentCapture? =
             if let streams, let phaseLocks, let spool = configuration.spool {
                 AgentCapture(
-                    streams: streams, phaseLocks: phaseLocks, spool: spool, agentID: configuration.agentID,
-                    realtime: configuration.realtimeTriggers, logger: logger)
+                    streams: streams, phaseLocks: phaseLocks, spool: spool, spoolThread: spoolThread,
+                    agentID: configuration.agentID, realtime: configuration.realtimeTriggers, logger: logger)
             } else {
                 nil
             }
         clockChannel = ClockChannelServer(clock: configuration.clock, logger: logger)
-        let spoolThread = NIOThreadPool(numberOfThreads: 1)
-        self.spoolThread = spoolThread
         router = AgentRequestRouter(
             agentID: configuration.agentID,
             devices: configuration.devices,

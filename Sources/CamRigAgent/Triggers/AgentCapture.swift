@@ -18,6 +18,8 @@ public final class AgentCapture: Sendable {
     let streams: AgentStreams
     let phaseLocks: AgentPhaseLocks
     public let spool: ResultSpool
+    /// Where photos are written (the spool's one thread, shared with fetching and acknowledging).
+    private let spoolThread: NIOThreadPool
     let agentID: String
     var clock: HostClock { streams.devices.clock }
     /// How long before a trigger's instant its cameras are started.
@@ -50,10 +52,14 @@ public final class AgentCapture: Sendable {
         }
     }
 
-    init(streams: AgentStreams, phaseLocks: AgentPhaseLocks, spool: ResultSpool, agentID: String, maxPendingTriggers: Int = 64, realtime: Bool = false, logger: Logger) {
+    init(
+        streams: AgentStreams, phaseLocks: AgentPhaseLocks, spool: ResultSpool, spoolThread: NIOThreadPool, agentID: String,
+        maxPendingTriggers: Int = 64, realtime: Bool = false, logger: Logger
+    ) {
         self.streams = streams
         self.phaseLocks = phaseLocks
         self.spool = spool
+        self.spoolThread = spoolThread
         self.agentID = agentID
         self.logger = logger
         // The scheduler's callbacks reach this object (weakly: the scheduler is part of it) once it
@@ -232,10 +238,10 @@ public final class AgentCapture: Sendable {
                     triggerID: triggerID,
                     photoSettingsID: settings.uniqueID
                 )
-                // Written and flushed on NIO's blocking pool: an fsync held on one of the few cooperative
+                // Written and flushed on the spool's thread: an fsync held on one of the few cooperative
                 // threads would stall every frame delivery and request of this process behind it.
                 let spool = self.spool
-                try await NIOThreadPool.singleton.runIfActive { try spool.store(result, image: frame.bytes) }
+                try await spoolThread.runIfActive { try spool.store(result, image: frame.bytes) }
                 fired.resultIds.append(result.resultID)
                 let used = spool.usedBytes
                 if used * 10 >= spool.capacityBytes * 9 {
