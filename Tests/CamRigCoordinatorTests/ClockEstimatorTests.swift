@@ -32,10 +32,14 @@ private struct ProbeSimulator {
     var returnDelay: Int64 = 400_000
     /// Mean of the exponential jitter on each leg.
     var jitterMean: Double = 100_000
+    /// Whether the return leg is free of jitter: all queueing on the way to the agent.
+    var forwardJitterOnly = false
     /// Probability that one leg (either, at random) is delayed by 1–20 ms more.
     var outlierProbability: Double = 0
     /// Changes of the agent clock: from coordinator time `at` on, the agent reads `by` more.
     var steps: [(at: Int64, by: Int64)] = []
+    /// Coordinator nanoseconds from one probe to the next.
+    var probeSpacing: ClosedRange<Int64> = 50_000_000...100_000_000
     /// Probe number → error added to that probe's agent timestamps.
     var corruptedProbes: [Int: Int64] = [:]
     let start: Int64 = 1_000_000_000_000
@@ -64,7 +68,7 @@ private struct ProbeSimulator {
 
     mutating func nextProbe() -> ClockSample {
         var forward = forwardDelay + Int64(random.exponential(mean: jitterMean))
-        var back = returnDelay + Int64(random.exponential(mean: jitterMean))
+        var back = returnDelay + (forwardJitterOnly ? 0 : Int64(random.exponential(mean: jitterMean)))
         if random.uniform() < outlierProbability {
             let delay = random.uniform(1_000_000...20_000_000)
             if random.uniform() < 0.5 { forward += delay } else { back += delay }
@@ -77,7 +81,7 @@ private struct ProbeSimulator {
             agentReceive: agentClock(atCoordinator: t1 + forward) + corruption,
             agentTransmit: agentClock(atCoordinator: t1 + forward + processing) + corruption,
             coordinatorReceive: t1 + forward + processing + back)
-        now += random.uniform(50_000_000...100_000_000)
+        now += random.uniform(probeSpacing)
         probeCount += 1
         return sample
     }
@@ -149,6 +153,73 @@ struct ClockEstimatorTests {
         #expect(estimate.sampleCount == 200)
         #expect(estimate.usedSampleCount >= 50 && estimate.usedSampleCount <= 100)
         #expect(estimator.jumpCount == 0)
+    }
+
+    @Test(
+        "a burst of probes 10 ms apart on a quiet path is honest but not settled; probes 50 ms apart settle it within 3 s, and the settled estimate holds a second ahead",
+        arguments: clockSeeds)
+    func settling(seed: UInt64) throws {
+        var simulator = ProbeSimulator(seed: seed, offset: 3_700_000, driftPPM: 44)
+        simulator.forwardDelay = 10_000
+        simulator.returnDelay = 10_000
+        simulator.jitterMean = 2_000
+        simulator.probeSpacing = 10_000_000...10_000_000
+        var estimator = ClockEstimator()
+        simulator.feed(16, to: &estimator)
+        let burst = try #require(estimator.estimate)
+        #expect(!burst.isSettled())
+        let burstAhead = burst.reference + 1_000_000_000
+        let burstError = burst.offset(atCoordinator: burstAhead) - simulator.trueOffset(atCoordinator: burstAhead)
+        #expect(burstError.magnitude <= burst.errorBound(atCoordinator: burstAhead))
+
+        simulator.probeSpacing = 50_000_000...50_000_000
+        var settledAfter: Int64?
+        while simulator.now < simulator.start + 10_000_000_000 {
+            estimator.add(simulator.nextProbe())
+            if estimator.estimate?.isSettled() == true {
+                settledAfter = simulator.now - simulator.start
+                break
+            }
+        }
+        let elapsed = try #require(settledAfter)
+        #expect(elapsed < 3_000_000_000)
+        let settled = try #require(estimator.estimate)
+        #expect((settled.driftPPM - 44).magnitude <= settled.driftUncertaintyPPM)
+        for secondsAhead in [0.0, 0.5, 1.0] {
+            let t = settled.reference + Int64(secondsAhead * 1e9)
+            let error = settled.offset(atCoordinator: t) - simulator.trueOffset(atCoordinator: t)
+            #expect(error.magnitude <= settled.errorBound(atCoordinator: t), "\(secondsAhead) s ahead")
+        }
+    }
+
+    @Test(
+        "all queueing on one leg, and 11 µs more of it once probes thin out from every 10 ms to every 500 ms (a path that idles), tilts the fit; the bound still covers the error, now and half a second ahead",
+        arguments: clockSeeds)
+    func oneSidedQueueingThatChanges(seed: UInt64) throws {
+        var simulator = ProbeSimulator(seed: seed, offset: 1_250_000, driftPPM: 35)
+        simulator.forwardDelay = 1_000
+        simulator.returnDelay = 1_000
+        simulator.forwardJitterOnly = true
+        simulator.jitterMean = 1_000
+        simulator.probeSpacing = 10_000_000...10_000_000
+        var estimator = ClockEstimator()
+        simulator.feed(16, to: &estimator)
+        simulator.jitterMean = 4_000
+        simulator.forwardDelay = 12_000
+        simulator.probeSpacing = 500_000_000...500_000_000
+        var worst = 0.0
+        for _ in 0..<60 {
+            estimator.add(simulator.nextProbe())
+            let estimate = try #require(estimator.estimate)
+            for secondsAhead in [0.0, 0.5] {
+                let t = estimate.reference + Int64(secondsAhead * 1e9)
+                let error = (estimate.offset(atCoordinator: t) - simulator.trueOffset(atCoordinator: t)).magnitude
+                #expect(error <= estimate.errorBound(atCoordinator: t), "after \(estimate.sampleCount) samples, \(secondsAhead) s ahead")
+                worst = max(worst, error)
+            }
+        }
+        // The queueing did move the estimate, by several times the fastest path's half round trip.
+        #expect(worst > 5_000)
     }
 
     @Test("a 0.2 ms path asymmetry shifts the offset by half of it, and the bound covers that", arguments: clockSeeds)

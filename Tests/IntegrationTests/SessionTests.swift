@@ -322,6 +322,39 @@ struct ClockChannelTests {
         #expect(estimate.errorBoundNanoseconds >= abs(estimate.offsetNanoseconds - 2_500_000), "error \(estimate.offsetNanoseconds - 2_500_000) ns, bound \(estimate.errorBoundNanoseconds) ns")
     }
 
+    @Test(
+        "camrig sync status right after an agent starts waits until its estimate is settled: past the first burst of probes, drift known, a simulated 2.5 ms offset within the reported bound; without the wait it says the estimate is still settling"
+    )
+    func settledFromTheFirstSecond() throws {
+        let pki = try TestPKI(agents: ["agent-1"])
+        defer { pki.remove() }
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--simulate-clock-offset-us=2500"])
+        defer { agent.stop() }
+        func status(_ extra: [String]) throws -> [String: Any] {
+            let result = try Executables.run(
+                "camrig", ["sync", "status", "--agent", agent.address, "--tls-dir", pki.path, "--seconds", "0", "--json"] + extra, timeout: 60)
+            #expect(result.status == 0, "\(result.stderr)")
+            let agents = try #require(try SessionTests.object(result.stdout)["agents"] as? [[String: Any]])
+            return try #require(agents.first)
+        }
+
+        let settled = try status([])
+        #expect(settled["clock_settled"] as? Bool == true)
+        // The first estimate rests on a burst of 16 probes 10 ms apart; settling took more.
+        #expect(try #require(settled["samples"] as? Int) > 16)
+        let offset = try #require(settled["offset_us"] as? Double)
+        let bound = try #require(settled["error_bound_us"] as? Double)
+        #expect(abs(offset - 2500) <= bound, "offset \(offset) µs, bound \(bound) µs")
+        let drift = try #require(settled["drift_ppm"] as? Double)
+        let driftUncertainty = try #require(settled["drift_uncertainty_ppm"] as? Double)
+        #expect(abs(drift) <= driftUncertainty, "drift \(drift) ± \(driftUncertainty) ppm, truly 0")
+        #expect(driftUncertainty < 20)
+
+        let hasty = try status(["--settle-timeout", "0"])
+        #expect(hasty["clock_settled"] as? Bool == false)
+        #expect(try #require(hasty["samples"] as? Int) <= 16)
+    }
+
     @Test("garbage and forged datagrams get no answer and do not disturb the channel or the agent")
     func garbage() async throws {
         let pki = try TestPKI(agents: ["agent-1"])

@@ -71,15 +71,20 @@ public struct ClockEstimate: Sendable, Hashable {
     /// - the base-path asymmetry allowance: `pathAsymmetryAllowance × minimumRoundTrip / 2`, the error
     ///   if the fastest forward and return paths differ by that fraction of the round trip (a fraction
     ///   of 1 gives the classic worst case `minimumRoundTrip / 2`);
-    /// - the queueing bias: the weighted mean of half of each used sample's round-trip excess over the
-    ///   minimum, the error if all queueing happened on one leg;
+    /// - the queueing bias: the most the samples' queueing can move the fitted offset, if each sample's
+    ///   offset is off by half its round-trip excess over the minimum (all queueing on one leg) in the
+    ///   direction that hurts: each sample's share of the fitted offset, by magnitude, times that;
     /// - `coverageFactor` standard errors of the fitted offset at `reference` (random error).
     /// No measurement can tell a constant path asymmetry from an offset, so the first term is an
     /// assumption about the network, not an observation.
     public var errorBoundNanoseconds: Double
+    /// The first term of `errorBoundNanoseconds`, the assumed base-path asymmetry: the part of the bound
+    /// that more probes cannot shrink.
+    public var asymmetryAllowanceNanoseconds: Double
     /// How fast the bound grows away from `reference`, in parts per million: `coverageFactor` standard
-    /// errors of the fitted drift (at least the configured floor), or the configured allowance for an
-    /// unknown drift while drift is not fitted.
+    /// errors of the fitted drift plus the most the samples' queueing can tilt it (as for the bound),
+    /// at least the configured floor; or the configured allowance for an unknown drift while drift is
+    /// not fitted.
     public var driftUncertaintyPPM: Double
     /// Samples in the window.
     public var sampleCount: Int
@@ -94,8 +99,10 @@ public struct ClockEstimate: Sendable, Hashable {
         errorBoundNanoseconds: Double,
         driftUncertaintyPPM: Double,
         sampleCount: Int,
-        usedSampleCount: Int
+        usedSampleCount: Int,
+        asymmetryAllowanceNanoseconds: Double = 0
     ) {
+        self.asymmetryAllowanceNanoseconds = asymmetryAllowanceNanoseconds
         self.offsetNanoseconds = offsetNanoseconds
         self.driftPPM = driftPPM
         self.reference = reference
@@ -127,6 +134,20 @@ public struct ClockEstimate: Sendable, Hashable {
         let agentSinceReference = Double(t &- reference &- Int64(whole)) - fraction
         let coordinatorSinceReference = agentSinceReference / (1 + driftPPM * 1e-6)
         return reference &+ Int64(coordinatorSinceReference.rounded())
+    }
+
+    /// Whether more probes would not soon make this estimate much better: drift is fitted and, over
+    /// `horizonNanoseconds` from `reference`, its uncertainty adds no more than the measured part of
+    /// the bound (the bound less the assumed asymmetry, or a microsecond, whichever is more).
+    ///
+    /// A first estimate rests on a burst of probes a few milliseconds apart: its offset is as good as
+    /// the network allows, but its drift is the prior's ±100 ppm (or a fit over a span too short to
+    /// tell), so a second later it may be off by far more than a warm estimate. A settled estimate
+    /// serves a trigger a second ahead, or a frame timestamp a second old, about as well as one that
+    /// has been probing for minutes. The horizon defaults to one second, longer than a capture's lead.
+    public func isSettled(horizonNanoseconds: Int64 = 1_000_000_000) -> Bool {
+        let measured = max(1_000, errorBoundNanoseconds - asymmetryAllowanceNanoseconds)
+        return usedSampleCount >= 3 && driftUncertaintyPPM * 1e-6 * Double(horizonNanoseconds) <= measured
     }
 
     /// The error bound at coordinator time `t`: `errorBoundNanoseconds` grown by
@@ -348,6 +369,18 @@ public struct ClockEstimator: Sendable {
         var slope: Double
         var interceptVariance: Double
         var slopeVariance: Double
+        /// The fit's weighted mean of x and total weight, and the (shrunk) `sxx` of its normal equation:
+        /// what each point's influence on the intercept and the slope follows from.
+        var meanX: Double
+        var totalWeight: Double
+        var shrunkSxx: Double
+
+        /// How much of point `point`'s error reaches the intercept (at x = 0) and the slope: the fit is
+        /// linear in the y values, `intercept = Σ interceptShare × y`, `slope = Σ slopeShare × y`.
+        func shares(of point: Point) -> (intercept: Double, slope: Double) {
+            let slopeShare = point.weight * (point.x - meanX) / shrunkSxx
+            return (point.weight / totalWeight - meanX * slopeShare, slopeShare)
+        }
     }
 
     private static func fit(_ window: [ClockSample], configuration: Configuration) -> ClockEstimate? {
@@ -371,7 +404,8 @@ public struct ClockEstimator: Sendable {
                     + age * configuration.unfittedDriftUncertaintyPPM * 1e-6,
                 driftUncertaintyPPM: configuration.unfittedDriftUncertaintyPPM,
                 sampleCount: window.count,
-                usedSampleCount: 1)
+                usedSampleCount: 1,
+                asymmetryAllowanceNanoseconds: configuration.pathAsymmetryAllowance * Double(best.roundTrip) / 2)
         }
         guard considered.count >= minimumForDrift else { return unfitted(from: best) }
 
@@ -419,18 +453,27 @@ public struct ClockEstimator: Sendable {
 
         var minimumRoundTrip = points[0].sample.roundTrip
         for point in points { minimumRoundTrip = min(minimumRoundTrip, point.sample.roundTrip) }
-        var totalWeight = 0.0, weightedExcess = 0.0
+        // Queueing: a sample's offset may be off by up to half its round-trip excess over the minimum,
+        // all of it on one leg, and on a real path (or loopback, where the kernel defers one side's
+        // work when the host is idle) it often is, the same way for many samples. The fit is linear in
+        // the samples, so the worst case is each sample's share of the intercept (or the slope), taken
+        // with its sign against us: extrapolating to the newest sample, older samples' shares are
+        // negative, and samples that queue more in one part of the window than in another tilt the
+        // slope, which a plain weighted mean of the excess would not cover.
+        var queueingBias = 0.0, queueingSlope = 0.0
         for point in points {
-            totalWeight += point.weight
-            weightedExcess += point.weight * Double(point.sample.roundTrip &- minimumRoundTrip)
+            let shares = line.shares(of: point)
+            let halfExcess = Double(point.sample.roundTrip &- minimumRoundTrip) / 2
+            queueingBias += shares.intercept.magnitude * halfExcess
+            queueingSlope += shares.slope.magnitude * halfExcess
         }
-        let queueingBias = weightedExcess / totalWeight / 2
-        let bound = configuration.pathAsymmetryAllowance * Double(minimumRoundTrip) / 2
+        let allowance = configuration.pathAsymmetryAllowance * Double(minimumRoundTrip) / 2
+        let bound = allowance
             + queueingBias
             + configuration.coverageFactor * line.interceptVariance.squareRoot()
         let driftUncertainty = max(
             configuration.driftUncertaintyFloorPPM,
-            configuration.coverageFactor * line.slopeVariance.squareRoot() / 1_000)
+            (configuration.coverageFactor * line.slopeVariance.squareRoot() + queueingSlope) / 1_000)
         return ClockEstimate(
             offsetNanoseconds: Double(baseDoubledOffset) / 2 + line.intercept,
             driftPPM: line.slope / 1_000,
@@ -439,7 +482,8 @@ public struct ClockEstimator: Sendable {
             errorBoundNanoseconds: bound,
             driftUncertaintyPPM: driftUncertainty,
             sampleCount: window.count,
-            usedSampleCount: points.count)
+            usedSampleCount: points.count,
+            asymmetryAllowanceNanoseconds: allowance)
     }
 
     /// The `count` samples with the lowest round trips, in window order (ties go to the older sample).
@@ -504,7 +548,8 @@ public struct ClockEstimator: Sendable {
             intercept: intercept,
             slope: slope,
             interceptVariance: residualVariance * (1 / totalWeight + meanX * meanX / shrunkSxx),
-            slopeVariance: residualVariance / shrunkSxx)
+            slopeVariance: residualVariance / shrunkSxx,
+            meanX: meanX, totalWeight: totalWeight, shrunkSxx: shrunkSxx)
     }
 
     /// The median of `values`, which are reordered.

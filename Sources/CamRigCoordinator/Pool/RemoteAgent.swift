@@ -56,8 +56,18 @@ public final class RemoteAgent: Sendable {
         /// Probes sent back to back after (re)connecting, to get a first estimate quickly.
         public var initialProbes: Int = 16
         public var initialProbeInterval: Duration = .milliseconds(10)
-        /// Probe interval afterwards.
+        /// Probe interval after the burst while the estimate is not settled (`ClockEstimate.isSettled`):
+        /// drift is learnt from the span the probes cover, and the offset at its end from how many
+        /// probes there are, so a fresh connection probes briskly until it knows both well enough,
+        /// typically one to two seconds.
+        public var settlingProbeInterval: Duration = .milliseconds(20)
+        /// Probe interval once settled.
         public var probeInterval: Duration = .milliseconds(500)
+        /// UDP probes sent back to back at each interval after the first burst, of which the one with
+        /// the shortest round trip counts. A path that idled between probes (cores in deep sleep, the kernel's
+        /// receive work deferred) delays the first packet on one leg more than the other; the next
+        /// finds it awake.
+        public var probesPerRound = 2
         public var probeTimeout: TimeAmount = .seconds(2)
         public var connectTimeout: TimeAmount = .seconds(5)
         public var initialBackoff: Duration = .milliseconds(250)
@@ -168,6 +178,17 @@ public final class RemoteAgent: Sendable {
         return true
     }
 
+    /// Waits until the clock estimate is settled (`ClockEstimate.isSettled`) or `timeout` passes;
+    /// returns whether it is.
+    public func waitForSettledClock(timeout: Duration) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while !(state.withLockedValue { $0.estimator.estimate?.isSettled() ?? false }) {
+            guard ContinuousClock.now < deadline, !Task.isCancelled else { return false }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return true
+    }
+
     /// Connects, probes the clock and reconnects after failures until the task is cancelled.
     func run() async {
         var backoff = ReconnectBackoff(initial: timing.initialBackoff, maximum: timing.maximumBackoff)
@@ -248,7 +269,14 @@ public final class RemoteAgent: Sendable {
                 let retry = channel == nil && opened != nil && sent % 16 == 15
                 if let open = channel ?? (retry ? opened : nil) {
                     do {
-                        let result = try await ClockChannelClient.shared.probe(open, agent: name, timeout: .milliseconds(Int64(timing.probeTimeout.nanoseconds / 1_000_000)))
+                        let timeout = Duration.milliseconds(Int64(timing.probeTimeout.nanoseconds / 1_000_000))
+                        var result = try await ClockChannelClient.shared.probe(open, agent: name, timeout: timeout)
+                        if sent >= timing.initialProbes {
+                            for _ in 1..<max(1, timing.probesPerRound) {
+                                guard let again = try? await ClockChannelClient.shared.probe(open, agent: name, timeout: timeout) else { break }
+                                if again.sample.roundTrip < result.sample.roundTrip, again.transmitStamped || !result.transmitStamped { result = again }
+                            }
+                        }
                         sample = result.sample
                         logger.trace("clock sample", metadata: ["agent": "\(name)", "t1": "\(sample.coordinatorTransmit)", "t2": "\(sample.agentReceive)", "t3": "\(sample.agentTransmit)", "t4": "\(sample.coordinatorReceive)", "rx": "\(result.receiveStamped)", "tx": "\(result.transmitStamped)", "offset": "\(sample.offset)", "rtt": "\(sample.roundTrip)"])
                         let receiveStamped = result.receiveStamped && open.kernelTimestamps
@@ -296,7 +324,9 @@ public final class RemoteAgent: Sendable {
                 logger.debug("clock probe failed", metadata: ["agent": "\(name)", "error": "\(error)"])
             }
             sent += 1
-            let interval = sent < timing.initialProbes ? timing.initialProbeInterval : timing.probeInterval
+            let settled = state.withLockedValue { $0.estimator.estimate?.isSettled() ?? false }
+            let interval = sent < timing.initialProbes ? timing.initialProbeInterval
+                : settled ? timing.probeInterval : min(timing.settlingProbeInterval, timing.probeInterval)
             try? await Task.sleep(for: interval)
         }
     }

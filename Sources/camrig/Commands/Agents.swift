@@ -12,7 +12,7 @@ struct Agents: AsyncParsableCommand {
     func run() async throws {
         let logger = output.makeLogger()
         do {
-            let agents = try await rig.withPool(logger: logger, clockSamples: 8) { pool in pool.agents.map { AgentStatusOutput($0.snapshot) } }
+            let agents = try await rig.withPool(logger: logger, clockSamples: 8, settle: false) { pool in pool.agents.map { AgentStatusOutput($0.snapshot) } }
             if output.json {
                 try printJSON(["agents": agents], snakeCase: true)
             } else {

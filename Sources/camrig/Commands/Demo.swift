@@ -65,6 +65,7 @@ struct Demo: AsyncParsableCommand {
                     var timing = RemoteAgent.Timing()
                     timing.probeInterval = .milliseconds(20)
                     let pool = try await rig.connect(timing: timing, clockSamples: 64, timeout: .seconds(20), logger: logger)
+                    await RigOptions.settleClocks(pool, timeout: 10, logger: logger)
                     say("clocks measured; configuring one session across \(agents * cameras) cameras")
                     let options = try SessionOptions.parse(["--size", size])
                     let session = try await options.makeSession(pool: pool, preset: .high, fps: FrameDuration(framesPerSecond: UInt32(fps)), logger: logger)

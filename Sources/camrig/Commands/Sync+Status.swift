@@ -43,7 +43,7 @@ extension Sync {
                 } else {
                     print(table(
                         ["AGENT", "OFFSET µs", "DRIFT ppm", "ERROR BOUND µs", "MIN RTT µs", "SAMPLES", "JUMPS", "PROBES"],
-                        agents.map { [$0.agent, $0.offsetUs.map { String(format: "%.1f", $0) } ?? "-", $0.driftPpm.map { String(format: "%.2f", $0) } ?? "-",
+                        agents.map { [$0.agent, $0.offsetUs.map { String(format: "%.1f", $0) } ?? "-", Self.drift($0),
                                       $0.errorBoundUs.map { String(format: "%.1f", $0) } ?? "-", $0.minRoundTripUs.map { String(format: "%.1f", $0) } ?? "-",
                                       "\($0.samples)", "\($0.clockJumps)", $0.clockTransport ?? "-"] }
                     ))
@@ -55,6 +55,15 @@ extension Sync {
             } catch {
                 throw userFacing(error)
             }
+        }
+
+        /// Drift with its uncertainty, and a mark while the estimate is not settled.
+        static func drift(_ agent: AgentStatusOutput) -> String {
+            guard let drift = agent.driftPpm else { return "-" }
+            var text = String(format: "%.2f", drift)
+            if let uncertainty = agent.driftUncertaintyPpm { text += String(format: " ±%.1f", uncertainty) }
+            if agent.clockSettled == false { text += " (settling)" }
+            return text
         }
 
         struct Report: Encodable {

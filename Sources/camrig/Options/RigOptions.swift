@@ -22,6 +22,12 @@ struct RigOptions: ParsableArguments {
     @Option(name: .long, help: "Seconds to wait for every agent to connect and measure its clock.")
     var connectTimeout = 5.0
 
+    @Option(
+        name: .long,
+        help: "Seconds to wait, once connected, for every clock estimate to settle: drift known well enough that the error bound still holds a second ahead (0: do not wait)."
+    )
+    var settleTimeout = 10.0
+
     /// The rig file's shape.
     struct RigFile: Decodable {
         var agents: [String]
@@ -37,6 +43,7 @@ struct RigOptions: ParsableArguments {
 
     func validate() throws {
         guard connectTimeout > 0 else { throw ValidationError("--connect-timeout must be positive") }
+        guard settleTimeout >= 0 else { throw ValidationError("--settle-timeout must not be negative") }
     }
 
     /// The agents and the client's security: flags over the rig file.
@@ -62,8 +69,9 @@ struct RigOptions: ParsableArguments {
         return (endpoints, security)
     }
 
-    /// Connects to every agent, waits for clock estimates, runs `body`, disconnects.
-    func withPool<T>(logger: Logger, clockSamples: Int = 16, _ body: (AgentPool) async throws -> T) async throws -> T {
+    /// Connects to every agent, waits for clock estimates (and, with `settle`, until they are settled),
+    /// runs `body`, disconnects.
+    func withPool<T>(logger: Logger, clockSamples: Int = 16, settle: Bool = true, _ body: (AgentPool) async throws -> T) async throws -> T {
         let (endpoints, security) = try resolve(logger: logger)
         let pool = AgentPool(endpoints: endpoints, security: security, logger: logger)
         pool.start()
@@ -74,6 +82,9 @@ struct RigOptions: ParsableArguments {
             if case .down(let why, _) = snapshot.status { reason = why }
             logger.warning("agent not ready; going on without it", metadata: ["agent": "\(snapshot.name)", "reason": "\(reason)"])
         }
+        if clockSamples > 0, settle, settleTimeout > 0 {
+            await Self.settleClocks(pool, timeout: settleTimeout, logger: logger)
+        }
         do {
             let result = try await body(pool)
             await pool.stop()
@@ -81,6 +92,34 @@ struct RigOptions: ParsableArguments {
         } catch {
             await pool.stop()
             throw error
+        }
+    }
+
+    /// Waits up to `timeout` seconds for every connected agent's clock estimate to settle. A wait longer
+    /// than a second is announced on standard error, and an estimate that does not settle is named in
+    /// a warning with the bound it has: its timestamps are then less certain than a settled one's.
+    static func settleClocks(_ pool: AgentPool, timeout: Double, logger: Logger) async {
+        let announcement = Task {
+            try await Task.sleep(for: .seconds(1))
+            let waiting = pool.agents.filter { $0.snapshot.status == .connected && !($0.snapshot.clock?.isSettled() ?? false) }
+            guard !waiting.isEmpty else { return }
+            let names = waiting.prefix(4).map(\.name).joined(separator: ", ") + (waiting.count > 4 ? " and \(waiting.count - 4) more" : "")
+            FileHandle.standardError.write(Data("camrig: waiting for the clock estimates of \(names) to settle (drift still uncertain; up to \(Int(timeout)) s, --settle-timeout)\n".utf8))
+        }
+        let unsettled = await pool.waitUntilSettled(timeout: .milliseconds(Int64(timeout * 1000)))
+        announcement.cancel()
+        for agent in unsettled {
+            let snapshot = agent.snapshot
+            guard let clock = snapshot.clock else { continue }
+            logger.warning(
+                "clock estimate not settled; going on with its wider error bound",
+                metadata: [
+                    "agent": "\(snapshot.name)",
+                    "error_bound_us": "\(String(format: "%.1f", clock.errorBoundNanoseconds / 1000))",
+                    "drift_uncertainty_ppm": "\(String(format: "%.1f", clock.driftUncertaintyPPM))",
+                    "samples": "\(clock.sampleCount)",
+                ]
+            )
         }
     }
 }

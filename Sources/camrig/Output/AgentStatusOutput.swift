@@ -14,6 +14,10 @@ struct AgentStatusOutput: Encodable {
     var driftPpm: Double?
     var errorBoundUs: Double?
     var minRoundTripUs: Double?
+    /// How fast the error bound grows away from the estimate's reference, ppm.
+    var driftUncertaintyPpm: Double?
+    /// Whether the estimate is settled: drift known well enough that the bound holds a second ahead.
+    var clockSettled: Bool?
     var samples: Int
     var clockJumps: Int
     /// tls, udp or udp-kernel.
@@ -32,6 +36,8 @@ struct AgentStatusOutput: Encodable {
             driftPpm = clock.driftPPM
             errorBoundUs = clock.errorBoundNanoseconds / 1000
             minRoundTripUs = Double(clock.minimumRoundTrip) / 1000
+            driftUncertaintyPpm = clock.driftUncertaintyPPM
+            clockSettled = clock.isSettled()
         }
         samples = snapshot.clockSamples
         clockJumps = snapshot.clockJumps
