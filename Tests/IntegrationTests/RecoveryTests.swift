@@ -195,7 +195,11 @@ struct RecoveryTests {
             capture.executableURL = Executables.url("camrig")
             capture.arguments = ["capture", "--photo"] + rig
             capture.standardOutput = FileHandle.nullDevice
-            capture.standardError = FileHandle.nullDevice
+            // Kept for the message should the capture never get as far as its manifest.
+            let errors = out + ".stderr"
+            FileManager.default.createFile(atPath: errors, contents: nil)
+            defer { try? FileManager.default.removeItem(atPath: errors) }
+            capture.standardError = FileHandle(forWritingAtPath: errors)
             try capture.run()
             let started = try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(1)) {
                 let folders = (try? FileManager.default.contentsOfDirectory(atPath: out))?.filter { $0.hasSuffix("-photo") } ?? []
@@ -204,7 +208,7 @@ struct RecoveryTests {
             try await Task.sleep(for: .milliseconds(delay))
             kill(capture.processIdentifier, SIGKILL)
             capture.waitUntilExit()
-            #expect(started)
+            #expect(started, "no manifest within 30 s; camrig capture said: \((try? String(contentsOfFile: errors, encoding: .utf8)) ?? "")")
 
             let listed = try Executables.run("camrig", ["captures", "list", "--out", out, "--json"])
             #expect(listed.status == 0, "the catalog opens after the kill: \(listed.stderr)")
