@@ -50,8 +50,14 @@ public final class TimestampingUDPSocket: @unchecked Sendable {
     /// `SO_TIMESTAMPNS` on 64-bit Linux (`time_t` the size of the kernel's long).
     private static let timestampOption: Int32 = 35
 
-    /// A socket bound to `host:port` (port 0: any), family as the address says.
-    public init(host: String, port: Int, receiveTimeout: Duration = .milliseconds(200), transmitTimestamps wantsTransmitStamps: Bool = false) throws {
+    /// A socket bound to `host:port` (port 0: any), family as the address says. `receiveBufferBytes`
+    /// asks for a larger receive buffer than the system's default (the kernel caps it at
+    /// `net.core.rmem_max`): a coordinator's socket takes the replies of every agent, and a datagram
+    /// the buffer has no room for is lost and its probe waits out its timeout.
+    public init(
+        host: String, port: Int, receiveTimeout: Duration = .milliseconds(200), transmitTimestamps wantsTransmitStamps: Bool = false,
+        receiveBufferBytes: Int32? = nil
+    ) throws {
         var hints = addrinfo()
         hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST
         hints.ai_socktype = Int32(SOCK_DGRAM.rawValue)
@@ -73,6 +79,9 @@ public final class TimestampingUDPSocket: @unchecked Sendable {
         let (seconds, attoseconds) = receiveTimeout.components
         var timeout = timeval(tv_sec: Int(seconds), tv_usec: Int(attoseconds / 1_000_000_000_000))
         _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        if var bytes = receiveBufferBytes {
+            _ = setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, socklen_t(MemoryLayout<Int32>.size))
+        }
         kernelTimestamps = setsockopt(fd, SOL_SOCKET, Self.timestampOption, &one, socklen_t(MemoryLayout<Int32>.size)) == 0
         descriptor = fd
         transmitTimestamps = wantsTransmitStamps && Self.enableTransmitStamps(fd)

@@ -101,13 +101,18 @@ public final class ClockChannelClient: Sendable {
         }
     }
 
+    /// The receive buffer asked for: replies and follow-ups of a thousand agents probed in the same
+    /// few milliseconds (about 2 KiB of buffer each) must fit while the receive thread waits for a core.
+    static let receiveBufferBytes: Int32 = 4 << 20
+
     /// How long a socket and its thread outlive the last pending probe.
     static let idleLifetime: Int64 = 5_000_000_000
 
     private func socket(family: Int32, in sockets: inout [Int32: TimestampingUDPSocket]) throws -> TimestampingUDPSocket {
         if let socket = sockets[family] { return socket }
         let socket = try TimestampingUDPSocket(
-            host: family == AF_INET6 ? "::" : "0.0.0.0", port: 0, receiveTimeout: .milliseconds(20), transmitTimestamps: true)
+            host: family == AF_INET6 ? "::" : "0.0.0.0", port: 0, receiveTimeout: .milliseconds(20), transmitTimestamps: true,
+            receiveBufferBytes: Self.receiveBufferBytes)
         sockets[family] = socket
         let thread = Thread { [self] in self.receive(on: socket, family: family) }
         thread.name = "camrig-clock-udp"
