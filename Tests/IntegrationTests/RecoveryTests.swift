@@ -197,7 +197,7 @@ struct RecoveryTests {
             capture.standardOutput = FileHandle.nullDevice
             // Kept for the message should the capture never get as far as its manifest.
             let errors = out + ".stderr"
-            FileManager.default.createFile(atPath: errors, contents: nil)
+            _ = FileManager.default.createFile(atPath: errors, contents: nil)
             defer { try? FileManager.default.removeItem(atPath: errors) }
             capture.standardError = FileHandle(forWritingAtPath: errors)
             try capture.run()

@@ -38,30 +38,27 @@ public final class AgentPool: Sendable {
     /// Waits until every agent is connected and has a clock estimate from `clockSamples` probes, or
     /// `timeout` passes. Returns the agents that are not ready, which callers name in their errors.
     public func waitUntilReady(clockSamples: Int = 8, timeout: Duration) async -> [RemoteAgent] {
-        await withTaskGroup(of: (Int, Bool).self) { group in
-            for (index, agent) in agents.enumerated() {
-                group.addTask {
-                    let connected = await agent.waitUntilConnected(timeout: timeout)
-                    guard connected else { return (index, false) }
-                    return (index, await agent.waitForClock(samples: clockSamples, timeout: timeout))
-                }
-            }
-            var notReady: [Int] = []
-            for await (index, ready) in group where !ready { notReady.append(index) }
-            return notReady.sorted().map { agents[$0] }
+        await agents(failing: agents) { agent in
+            guard await agent.waitUntilConnected(timeout: timeout) else { return false }
+            return await agent.waitForClock(samples: clockSamples, timeout: timeout)
         }
     }
 
     /// Waits until every connected agent's clock estimate is settled (`ClockEstimate.isSettled`), or
     /// `timeout` passes. Returns the connected agents whose estimates are not, which callers name.
     public func waitUntilSettled(timeout: Duration) async -> [RemoteAgent] {
+        await agents(failing: agents.filter { $0.snapshot.status == .connected }) { await $0.waitForSettledClock(timeout: timeout) }
+    }
+
+    /// Runs `check` on each of `candidates` at once; returns those for which it is false, in order.
+    private func agents(failing candidates: [RemoteAgent], _ check: @escaping @Sendable (RemoteAgent) async -> Bool) async -> [RemoteAgent] {
         await withTaskGroup(of: (Int, Bool).self) { group in
-            for (index, agent) in agents.enumerated() where agent.snapshot.status == .connected {
-                group.addTask { (index, await agent.waitForSettledClock(timeout: timeout)) }
+            for (index, agent) in candidates.enumerated() {
+                group.addTask { (index, await check(agent)) }
             }
-            var unsettled: [Int] = []
-            for await (index, settled) in group where !settled { unsettled.append(index) }
-            return unsettled.sorted().map { agents[$0] }
+            var failed: [Int] = []
+            for await (index, passed) in group where !passed { failed.append(index) }
+            return failed.sorted().map { candidates[$0] }
         }
     }
 

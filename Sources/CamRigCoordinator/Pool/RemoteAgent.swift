@@ -95,6 +95,8 @@ public final class RemoteAgent: Sendable {
         var estimator: ClockEstimator
         var recentRoundTrips: [Int64] = []
         var clockTransport: ClockTransport?
+
+        var clockSettled: Bool { estimator.estimate?.isSettled() ?? false }
     }
 
     private let state: NIOLockedValueBox<State>
@@ -160,29 +162,25 @@ public final class RemoteAgent: Sendable {
 
     /// Waits until connected or `timeout` passes; returns whether connected.
     public func waitUntilConnected(timeout: Duration) async -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while state.withLockedValue({ $0.client == nil }) {
-            guard ContinuousClock.now < deadline, !Task.isCancelled else { return false }
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        return true
+        await wait(timeout: timeout) { $0.client != nil }
     }
 
     /// Waits until the clock estimate rests on at least `samples` probes, or `timeout` passes.
     public func waitForClock(samples: Int, timeout: Duration) async -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while (state.withLockedValue { $0.estimator.sampleCount }) < samples {
-            guard ContinuousClock.now < deadline, !Task.isCancelled else { return false }
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        return true
+        await wait(timeout: timeout) { $0.estimator.sampleCount >= samples }
     }
 
     /// Waits until the clock estimate is settled (`ClockEstimate.isSettled`) or `timeout` passes;
     /// returns whether it is.
     public func waitForSettledClock(timeout: Duration) async -> Bool {
+        await wait(timeout: timeout) { $0.clockSettled }
+    }
+
+    /// Polls `condition` on the state every 10 ms until it holds (true) or `timeout` passes or the task
+    /// is cancelled (false).
+    private func wait(timeout: Duration, until condition: (State) -> Bool) async -> Bool {
         let deadline = ContinuousClock.now + timeout
-        while !(state.withLockedValue { $0.estimator.estimate?.isSettled() ?? false }) {
+        while !state.withLockedValue({ condition($0) }) {
             guard ContinuousClock.now < deadline, !Task.isCancelled else { return false }
             try? await Task.sleep(for: .milliseconds(10))
         }
@@ -324,7 +322,7 @@ public final class RemoteAgent: Sendable {
                 logger.debug("clock probe failed", metadata: ["agent": "\(name)", "error": "\(error)"])
             }
             sent += 1
-            let settled = state.withLockedValue { $0.estimator.estimate?.isSettled() ?? false }
+            let settled = state.withLockedValue(\.clockSettled)
             let interval = sent < timing.initialProbes ? timing.initialProbeInterval
                 : settled ? timing.probeInterval : min(timing.settlingProbeInterval, timing.probeInterval)
             try? await Task.sleep(for: interval)

@@ -101,7 +101,10 @@ struct RigOptions: ParsableArguments {
     static func settleClocks(_ pool: AgentPool, timeout: Double, logger: Logger) async {
         let announcement = Task {
             try await Task.sleep(for: .seconds(1))
-            let waiting = pool.agents.filter { $0.snapshot.status == .connected && !($0.snapshot.clock?.isSettled() ?? false) }
+            let waiting = pool.agents.filter { agent in
+                let snapshot = agent.snapshot
+                return snapshot.status == .connected && !(snapshot.clock?.isSettled() ?? false)
+            }
             guard !waiting.isEmpty else { return }
             let names = waiting.prefix(4).map(\.name).joined(separator: ", ") + (waiting.count > 4 ? " and \(waiting.count - 4) more" : "")
             FileHandle.standardError.write(Data("camrig: waiting for the clock estimates of \(names) to settle (drift still uncertain; up to \(Int(timeout)) s, --settle-timeout)\n".utf8))
