@@ -103,6 +103,9 @@ public final class LocalAgentProcess: @unchecked Sendable {
     /// The agent's resident memory in KiB, or nil once it is gone.
     public var residentKilobytes: Int? { ResidentMemory.kilobytes(pid: process.processIdentifier) }
 
+    /// CPU time the agent has used so far (user and system, all threads), in seconds; nil once it is gone.
+    public var cpuSeconds: Double? { ResidentMemory.cpuSeconds(pid: process.processIdentifier) }
+
     /// SIGKILL: a crash, with no chance to clean up.
     public func crash() {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
@@ -303,8 +306,19 @@ public struct LocalAgentError: Error, CustomStringConvertible, Sendable {
     public var description: String { "\(agent): \(message)" }
 }
 
-/// A process's resident memory, from `/proc`.
+/// A process's resident memory and CPU time, from `/proc`.
 public enum ResidentMemory {
+    /// User plus system CPU time of process `pid` in seconds (`/proc/PID/stat` fields 14 and 15).
+    public static func cpuSeconds(pid: Int32 = getpid()) -> Double? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let end = stat.lastIndex(of: ")")
+        else { return nil }
+        // Fields after the command name (which may hold spaces) start with field 3, the state.
+        let fields = stat[stat.index(after: end)...].split(separator: " ")
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
     /// `VmRSS` of process `pid` in KiB (this process by default), or nil when it is gone or `/proc` is missing.
     public static func kilobytes(pid: Int32 = getpid()) -> Int? {
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }

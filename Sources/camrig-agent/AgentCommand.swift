@@ -64,6 +64,9 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("V4L2 device nodes to serve, as a glob (repeatable; default /dev/video* unless --synthetic is given).", valueName: "glob"))
     var v4l2: [String] = []
 
+    @Flag(name: .long, help: "Copy each V4L2 frame out of the driver's buffer instead of sending it from there (for a driver whose buffers must not be held; costs a copy per frame).")
+    var v4l2CopyFrames = false
+
     @Option(name: .long, help: ArgumentHelp("Directory of the result spool (default: $STATE_DIRECTORY/spool under systemd, else ~/.local/state/camrig/spool).", valueName: "dir"))
     var spoolDir: String?
 
@@ -146,6 +149,7 @@ struct AgentCommand: AsyncParsableCommand {
         var spoolSizeMB: Int
         var syntheticSeed: UInt64
         var syntheticHighSpeed = false
+        var v4l2CopyFrames = false
         var clock: HostClock
     }
 
@@ -185,6 +189,7 @@ struct AgentCommand: AsyncParsableCommand {
             clock: .system
         )
         settings.syntheticHighSpeed = syntheticHighSpeed
+        settings.v4l2CopyFrames = v4l2CopyFrames
         guard (0...64).contains(settings.synthetic) else { throw ValidationError("synthetic cameras must be within 0…64") }
         if simulateClockOffsetUs != nil || simulateClockDriftPpm != nil || simulateClockStepUs != nil {
             let offset = simulateClockOffsetUs ?? 0
@@ -223,7 +228,8 @@ struct AgentCommand: AsyncParsableCommand {
         }
         var v4l2Provider: V4L2DeviceProvider?
         if !settings.v4l2.isEmpty || settings.synthetic == 0 {
-            let provider = V4L2DeviceProvider(patterns: settings.v4l2.isEmpty ? ["/dev/video*"] : settings.v4l2, clock: settings.clock)
+            let provider = V4L2DeviceProvider(
+                patterns: settings.v4l2.isEmpty ? ["/dev/video*"] : settings.v4l2, clock: settings.clock, lendFrames: !settings.v4l2CopyFrames)
             providers.append(provider)
             v4l2Provider = provider
         }

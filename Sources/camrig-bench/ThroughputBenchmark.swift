@@ -24,7 +24,19 @@ struct ThroughputBenchmark: AsyncParsableCommand {
     @Option(name: .long, help: "Frames the baselines send.")
     var baselineFrames = 400
 
+    @Option(name: .long, help: "Seconds to measure each emulated V4L2 stream (frames lent, then copied); 0 skips them.")
+    var v4l2Seconds = 10.0
+
     @OptionGroup var options: BenchOptions
+
+    /// An emulated V4L2 camera's 1080p30 stream over plaintext, with frames lent from the driver's
+    /// buffers or copied out of them.
+    struct V4L2Stream: Encodable {
+        var frames: String
+        var framesPerSecond: Double
+        var agentCpuMillisecondsPerFrame: Double
+        var agentCpuShareOfOneCore: Double
+    }
 
     struct Transport: Encodable {
         var transport: String
@@ -46,6 +58,8 @@ struct ThroughputBenchmark: AsyncParsableCommand {
         var transports: [Transport]
         var aesGcmOneCoreMegabytesPerSecond: Double?
         var tlsShareOfAesGcm: Double?
+        var v4l2: [V4L2Stream]?
+        var v4l2CopyCostMillisecondsPerFrame: Double?
 
         var text: String {
             var lines = ["throughput: \(format) frames of \(frameBytes) bytes, agent → coordinator on loopback; \(machine.text)"]
@@ -58,6 +72,14 @@ struct ThroughputBenchmark: AsyncParsableCommand {
             ))
             if let aes = aesGcmOneCoreMegabytesPerSecond, let share = tlsShareOfAesGcm {
                 lines.append(String(format: "AES-128-GCM sealing 16 KiB records on one core (BoringSSL): %.0f MB/s; CamRig TLS streaming is %.0f%% of it", aes, share * 100))
+            }
+            if let v4l2, !v4l2.isEmpty {
+                lines.append("emulated V4L2 camera, YUYV 1920x1080 at 30 fps, plaintext; agent CPU includes the emulator drawing each frame:")
+                lines.append(table(
+                    ["FRAMES", "FRAMES/S", "AGENT CPU MS/FRAME", "AGENT CPU % OF A CORE"],
+                    v4l2.map { [$0.frames, String(format: "%.1f", $0.framesPerSecond), String(format: "%.2f", $0.agentCpuMillisecondsPerFrame), String(format: "%.1f", $0.agentCpuShareOfOneCore * 100)] }
+                ))
+                if let cost = v4l2CopyCostMillisecondsPerFrame { lines.append(String(format: "copying each frame out of the driver's buffer costs %.2f ms of agent CPU per frame", cost)) }
             }
             return lines.joined(separator: "\n")
         }
@@ -77,7 +99,7 @@ struct ThroughputBenchmark: AsyncParsableCommand {
             )
             let security: ClientSecurity = secure ? try rig.clientSecurity() : .insecure
             let client = try await AgentClient.connect(to: agent.endpoint, security: security, logger: logger)
-            let measured = try await Self.stream(client, seconds: seconds)
+            let measured = try await Self.stream(client, device: "synthetic:SYN0001", framesPerSecond: 1000, seconds: seconds)
             await client.close()
             await rig.stop(agent)
             if sample.isEmpty { sample = measured.sample }
@@ -101,15 +123,60 @@ struct ThroughputBenchmark: AsyncParsableCommand {
         transports[1].baselineMegabytesPerSecond = tcp / 1e6
         transports[1].ratio = ratio(transports[1].megabytesPerSecond, tcp / 1e6)
         let aes: Double? = Baselines.aesGCMSpeed() / 1e6
+        let v4l2 = try await measureV4L2(rig, logger: logger)
+        let lent = v4l2.first { $0.frames == "lent" }
+        let copied = v4l2.first { $0.frames == "copied" }
         return Result(
             machine: .current, frameBytes: sample.count, format: "YUYV-1920x1080", transports: transports,
-            aesGcmOneCoreMegabytesPerSecond: aes, tlsShareOfAesGcm: aes.map { transports[0].megabytesPerSecond / $0 }
+            aesGcmOneCoreMegabytesPerSecond: aes, tlsShareOfAesGcm: aes.map { transports[0].megabytesPerSecond / $0 },
+            v4l2: v4l2.isEmpty ? nil : v4l2,
+            v4l2CopyCostMillisecondsPerFrame: lent.flatMap { lent in copied.map { $0.agentCpuMillisecondsPerFrame - lent.agentCpuMillisecondsPerFrame } }
         )
     }
 
-    /// Locks the camera, sets 1920×1080 YUYV at 1000 fps, and counts what arrives for `seconds` after a second of warm-up.
-    static func stream(_ client: AgentClient, seconds: Double) async throws -> (frames: Int, bytes: Int, seconds: Double, dropped: UInt64, sample: [UInt8]) {
-        let device = "synthetic:SYN0001"
+    /// The emulated camera's 1080p30 stream from an agent over plaintext, frames lent then copied
+    /// (`--v4l2-copy-frames`); empty when the emulator is not installed or `--v4l2-seconds` is 0.
+    func measureV4L2(_ rig: LoopbackRig, logger: Logger) async throws -> [V4L2Stream] {
+        guard v4l2Seconds > 0 else { return [] }
+        guard FileManager.default.fileExists(atPath: "/usr/lib/x86_64-linux-gnu/libv4l/plugins/libcamrig-v4l2-emulator.so") else {
+            options.say("the V4L2 emulator is not installed (make -C Tests/V4L2Emulator all install): V4L2 rows skipped")
+            return []
+        }
+        let directory = "/dev/shm/camrig-bench-throughput"
+        try? FileManager.default.removeItem(atPath: directory)
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        setenv("CAMRIG_V4L2_EMULATOR_DIR", directory, 1)
+        // video0: discrete sizes, among them 1920x1080 YUYV at 30 fps.
+        let node = "\(directory)/video0"
+        var rows: [V4L2Stream] = []
+        for lend in [true, false] {
+            FileManager.default.createFile(atPath: node, contents: nil)
+            options.say("streaming an emulated V4L2 camera, 1920x1080 YUYV at 30 fps, frames \(lend ? "lent" : "copied"), for \(v4l2Seconds) s")
+            let agent = try await rig.startAgent(
+                LocalAgentSpec(cameras: 0, secure: false, extraArguments: ["--v4l2", node] + (lend ? [] : ["--v4l2-copy-frames"])),
+                name: lend ? "agent-v4l2-lent" : "agent-v4l2-copied"
+            )
+            let client = try await AgentClient.connect(to: agent.endpoint, security: .insecure, logger: logger)
+            let measured = try await Self.stream(
+                client, device: "v4l2:camrig-emu:platform:camrig-emu-0", framesPerSecond: 30, seconds: v4l2Seconds, cpuSeconds: { agent.process.cpuSeconds })
+            await client.close()
+            await rig.stop(agent)
+            for suffix in ["", ".state", ".lock"] { try? FileManager.default.removeItem(atPath: node + suffix) }
+            let cpu = measured.cpuSeconds ?? .nan
+            rows.append(V4L2Stream(
+                frames: lend ? "lent" : "copied", framesPerSecond: Double(measured.frames) / measured.seconds,
+                agentCpuMillisecondsPerFrame: cpu * 1000 / Double(max(measured.frames, 1)), agentCpuShareOfOneCore: cpu / measured.seconds
+            ))
+        }
+        return rows
+    }
+
+    /// Locks `device`, sets 1920×1080 YUYV at `framesPerSecond`, and counts what arrives for `seconds`
+    /// after a second of warm-up, with the CPU time `cpuSeconds` reports used over that time.
+    static func stream(
+        _ client: AgentClient, device: String, framesPerSecond: Int, seconds: Double, cpuSeconds: () -> Double? = { nil }
+    ) async throws -> (frames: Int, bytes: Int, seconds: Double, dropped: UInt64, sample: [UInt8], cpuSeconds: Double?) {
         var lock = WireLock()
         lock.deviceID = device
         guard case .lease(let lease) = try await client.request(.lock(lock)).frame.envelope.body else { throw CommandFailure("the agent did not lease \(device)") }
@@ -117,7 +184,7 @@ struct ThroughputBenchmark: AsyncParsableCommand {
         configure.deviceID = device
         configure.leaseID = lease.lease.leaseID
         configure.formatID = "YUYV-1920x1080"
-        let fastest = FrameDuration(framesPerSecond: 1000)!
+        let fastest = FrameDuration(framesPerSecond: UInt32(framesPerSecond))!
         configure.minFrameDuration = WireRational(fastest)
         configure.maxFrameDuration = WireRational(fastest)
         _ = try await client.request(.configure(configure))
@@ -132,6 +199,8 @@ struct ThroughputBenchmark: AsyncParsableCommand {
         var dropped: UInt64 = 0
         var sample: [UInt8] = []
         var streamID = ""
+        var cpuAtStart: Double?
+        var cpuAtEnd: Double?
         for try await message in client.stream(.startStream(start)) {
             switch message.envelope.body {
             case .streamStarted(let started): streamID = started.streamID
@@ -140,7 +209,10 @@ struct ThroughputBenchmark: AsyncParsableCommand {
                 guard let payload = message.payload else { continue }
                 if sample.isEmpty { sample = Array(payload.readableBytesView) }
                 if measuring == nil {
-                    if now >= warmUp { measuring = now }
+                    if now >= warmUp {
+                        measuring = now
+                        cpuAtStart = cpuSeconds()
+                    }
                     continue
                 }
                 guard end == nil else { continue }
@@ -149,6 +221,7 @@ struct ThroughputBenchmark: AsyncParsableCommand {
                 dropped += frame.droppedBefore
                 if now - measuring! >= .milliseconds(Int64(seconds * 1000)) {
                     end = now
+                    cpuAtEnd = cpuSeconds()
                     var stop = WireStopStream()
                     stop.streamID = streamID
                     Task { _ = try? await client.request(.stopStream(stop)) }
@@ -158,6 +231,7 @@ struct ThroughputBenchmark: AsyncParsableCommand {
             }
         }
         guard let measuring, let end else { throw CommandFailure("the stream ended before the measurement did") }
-        return (frames, bytes, (end - measuring).seconds, dropped, sample)
+        let cpu = cpuAtStart.flatMap { start in cpuAtEnd.map { $0 - start } }
+        return (frames, bytes, (end - measuring).seconds, dropped, sample, cpu)
     }
 }

@@ -208,6 +208,91 @@ struct V4L2BackendTests {
         }
         #expect(device.uniqueID.hasSuffix("camrig-emu-45"))
     }
+
+    /// The emulator writes each frame's sequence number at byte 4 of the image.
+    static func intact(_ frame: CapturedFrame) -> Bool {
+        frame.bytes.getInteger(at: 4, endianness: .little, as: UInt32.self) == UInt32(truncatingIfNeeded: frame.sequence)
+    }
+
+    static func streaming640x480(_ number: Int, lendFrames: Bool = true) throws -> (V4L2Camera, CaptureDevice, String) {
+        let path = try Emulator.makeDevice(number)
+        let camera = try V4L2Camera(path: path, lendFrames: lendFrames)
+        let device = try CaptureDevice(backend: camera)
+        let lock = try device.lockForConfiguration(holder: "test")
+        try device.configure(DeviceConfigurationChange(formatID: "YUYV-640x480", minFrameDuration: FrameDuration(framesPerSecond: 60)), lock: lock)
+        return (camera, device, path)
+    }
+
+    @Test("frames are the driver's own buffers: never overwritten while held; a consumer that keeps them gets copies, not a stalled camera")
+    func lentFrames() async throws {
+        let (camera, device, path) = try Self.streaming640x480(46)
+        defer { Emulator.remove(path) }
+        var held: [CapturedFrame] = []
+        var released = 0
+        for try await frame in try device.frames(bufferLimit: 2) {
+            if released == 0 && held.count < 40 {
+                held.append(frame)
+                guard held.count == 40 else { continue }
+                // Every frame kept so far still shows its own sequence number, lent or copied.
+                #expect(held.allSatisfy(Self.intact))
+                let kept = camera.frameBuffers
+                // Four buffers, two kept with the driver: at most two frames live in driver memory at once.
+                #expect((1...2).contains(kept.held), "\(kept)")
+                #expect(kept.copied >= 30, "the camera went on with copies: \(kept)")
+                held.removeAll()
+                released = 1
+            } else {
+                #expect(Self.intact(frame))
+                released += 1
+                if released == 40 { break }
+            }
+        }
+        let total = camera.frameBuffers
+        #expect(total.lent >= 30, "frames let go at once are lent again: \(total)")
+        #expect(total.lent + total.copied >= 79)
+    }
+
+    @Test("a frame held past the end of its stream stays readable, and the camera streams again once it is let go")
+    func heldPastTheStream() async throws {
+        let (camera, device, path) = try Self.streaming640x480(47)
+        defer { Emulator.remove(path) }
+        var kept: CapturedFrame?
+        for try await frame in try device.frames(bufferLimit: 1) {
+            kept = frame
+            break
+        }
+        #expect(camera.frameBuffers.lent == 1)
+        // The stream is over; its buffers are unmapped except the one this frame lives in.
+        try await Task.sleep(for: .milliseconds(1_500))
+        do {
+            let frame = try #require(kept)
+            #expect(Self.intact(frame))
+            #expect(frame.bytes.readableBytes == 640 * 480 * 2)
+        }
+        kept = nil
+        #expect(camera.frameBuffers.held == 0)
+        var count = 0
+        for try await next in try device.frames() {
+            #expect(Self.intact(next))
+            count += 1
+            if count == 5 { break }
+        }
+        #expect(count == 5)
+    }
+
+    @Test("with lending off every frame is copied out of the driver's buffer")
+    func copiedFrames() async throws {
+        let (camera, device, path) = try Self.streaming640x480(48, lendFrames: false)
+        defer { Emulator.remove(path) }
+        var count = 0
+        for try await frame in try device.frames() {
+            #expect(Self.intact(frame))
+            count += 1
+            if count == 10 { break }
+        }
+        #expect(camera.frameBuffers.lent == 0)
+        #expect(camera.frameBuffers.copied >= 10)
+    }
 }
 
 /// Real cameras, where the machine has any: every capture node opens and describes itself, and streams.

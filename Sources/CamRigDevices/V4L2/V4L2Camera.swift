@@ -22,6 +22,14 @@ public final class V4L2Camera: FreeRunningBackend {
     /// Serializes ioctls that change state; streaming runs on its own thread.
     private let lock = NIOLock()
     private let stream = NIOLockedValueBox<StreamState?>(nil)
+    /// Whether frames are handed on in the driver's buffers (see `MappedBuffers`) rather than copied.
+    public let lendFrames: Bool
+    private let bufferStatistics = NIOLockedValueBox(FrameBufferStatistics())
+    /// The last stream's buffers while frames of it are still held.
+    private let previousBuffers = NIOLockedValueBox<MappedBuffers?>(nil)
+
+    /// How this camera's frames have left the driver's buffers so far, all streams together.
+    public var frameBuffers: FrameBufferStatistics { bufferStatistics.withLockedValue { $0 } }
 
     final class StreamState: Sendable {
         let running = NIOLockedValueBox(true)
@@ -59,7 +67,10 @@ public final class V4L2Camera: FreeRunningBackend {
     }
 
     /// Opens the device at `path` and reads its formats and controls. Fails for nodes that cannot capture.
-    public init(path: String, label: String = "", clock: HostClock = .system) throws(DeviceError) {
+    /// - Parameter lendFrames: hand frames on in the driver's own buffers (no copy); false copies every
+    ///   frame out, for a driver whose buffers must not be held.
+    public init(path: String, label: String = "", clock: HostClock = .system, lendFrames: Bool = true) throws(DeviceError) {
+        self.lendFrames = lendFrames
         let handle = try V4L2Handle(path: path)
         let caps = try handle.capabilities()
         guard caps.isVideoCapture, caps.canStream else {
@@ -143,6 +154,7 @@ public final class V4L2Camera: FreeRunningBackend {
 
     public func activate(format: DeviceFormat, frameDuration: FrameDuration) throws(DeviceError) -> FrameDuration {
         try locked { () throws(DeviceError) -> FrameDuration in
+            try freePreviousBuffers()
             var request = v4l2_format()
             request.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
             request.fmt.pix.pixelformat = format.pixelFormat.rawValue
@@ -218,6 +230,23 @@ public final class V4L2Camera: FreeRunningBackend {
 
     // MARK: Streaming
 
+    /// Under `lock`: frees the buffers of a stream whose frames were still held when it ended (a driver
+    /// that does not orphan buffers keeps them, and libv4l2 refuses S_FMT, until then), waiting up to a
+    /// second for the holders to let go.
+    private func freePreviousBuffers() throws(DeviceError) {
+        guard let previous = previousBuffers.withLockedValue({ $0 }) else { return }
+        previous.waitForLoans(timeout: 1)
+        let held = previous.lentCount
+        guard held == 0 else {
+            throw DeviceError(
+                .busy, device: identity.uniqueID,
+                "\(held) frame(s) of its previous stream are still held, and the driver cannot free its buffers until they are let go; try again",
+                errno: EBUSY)
+        }
+        previous.freeRequested()
+        previousBuffers.withLockedValue { $0 = nil }
+    }
+
     public func startStreaming(bufferCount: Int, sink: @escaping @Sendable (FrameEvent) -> Void) throws(DeviceError) {
         let state = StreamState(timing: try locked { () throws(DeviceError) -> ExposureTiming in try exposureTiming() })
         let buffers: MappedBuffers = try locked { () throws(DeviceError) -> MappedBuffers in
@@ -227,9 +256,11 @@ public final class V4L2Camera: FreeRunningBackend {
             var format = v4l2_format()
             format.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
             try handle.ioctl(CAMRIG_VIDIOC_G_FMT, &format, "VIDIOC_G_FMT")
-            let buffers = try MappedBuffers(handle: handle, count: bufferCount, format: format.fmt.pix)
+            try freePreviousBuffers()
+            let buffers = try MappedBuffers(
+                handle: handle, count: bufferCount, format: format.fmt.pix, lendFrames: lendFrames, statistics: bufferStatistics)
             do throws(DeviceError) {
-                for index in 0..<buffers.count { try buffers.queue(index) }
+                try buffers.queueAllHeld()
                 var type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
                 try handle.ioctl(CAMRIG_VIDIOC_STREAMON, &type, "VIDIOC_STREAMON")
                 buffers.streamStart = clock.now()
@@ -302,7 +333,8 @@ public final class V4L2Camera: FreeRunningBackend {
             captured.streamStart = buffers.streamStart
             sink(.frame(captured))
             do throws(DeviceError) {
-                try buffers.queue(frame.index)
+                if !frame.lent { try buffers.queue(frame.index) }
+                try buffers.queueReturned()
             } catch {
                 // A restart's STREAMOFF may come between the dequeue and the queue.
                 if state.restartAt.withLockedValue({ $0 }) != nil { continue }
@@ -313,7 +345,14 @@ public final class V4L2Camera: FreeRunningBackend {
         lock.withLock {
             var type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
             try? handle.ioctl(CAMRIG_VIDIOC_STREAMOFF, &type, "VIDIOC_STREAMOFF")
+        }
+        buffers.driverStopped()
+        // Frames on their way to clients hold lent buffers for a moment; the driver frees its buffers
+        // only once none is mapped.
+        buffers.waitForLoans(timeout: 1)
+        lock.withLock {
             buffers.release()
+            if buffers.lentCount > 0 { previousBuffers.withLockedValue { $0 = buffers } }
             stream.withLockedValue { $0 = nil }
         }
         sink(.ended(ending))
@@ -325,7 +364,8 @@ public final class V4L2Camera: FreeRunningBackend {
         try locked { () throws(DeviceError) in
             var type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
             try handle.ioctl(CAMRIG_VIDIOC_STREAMOFF, &type, "VIDIOC_STREAMOFF")
-            for index in 0..<buffers.count { try buffers.queue(index) }
+            buffers.driverStopped()
+            try buffers.queueAllHeld()
         }
         let spin: Int64 = 300_000
         if instant - spin > HostClock.monotonicNow() { HostClock.sleep(untilMonotonic: instant - spin) }
@@ -409,7 +449,25 @@ public final class V4L2Camera: FreeRunningBackend {
     }
 }
 
-/// The mmap buffers of one stream.
+/// How a stream's frames left the driver's buffers.
+public struct FrameBufferStatistics: Sendable, Hashable {
+    /// Frames handed on in the driver's own buffer (no copy).
+    public var lent: UInt64 = 0
+    /// Frames copied out because too few buffers were left with the driver (or lending is off).
+    public var copied: UInt64 = 0
+    /// Lent frames not yet let go by all their holders.
+    public var held = 0
+}
+
+/// The mmap buffers of one stream, and which of them the driver, the streaming thread or a frame's
+/// holders have.
+///
+/// A dequeued buffer is lent (its frame's bytes are the mapping itself) as long as at least
+/// `keptQueued` other buffers stay queued with the driver; otherwise its bytes are copied out and it
+/// goes back at once, so a consumer that keeps frames can slow the stream down to copies but never
+/// starve the driver. Lent buffers come back when their last `ByteBuffer` goes, from any thread; the
+/// streaming thread queues them again after its next dequeue, so every V4L2 call stays on that thread
+/// (libv4l2 holds its stream lock through a blocking DQBUF).
 final class MappedBuffers: @unchecked Sendable {
     struct Dequeued {
         var index: Int
@@ -417,7 +475,14 @@ final class MappedBuffers: @unchecked Sendable {
         var timestamp: Int64
         var marks: TimestampMarks
         var bytes: ByteBuffer
+        var lent: Bool
     }
+
+    /// Who has a buffer.
+    enum Holder { case driver, thread, lent, returned }
+
+    /// Buffers that stay with the driver while others are lent.
+    static let keptQueued = 2
 
     let handle: V4L2Handle
     /// When the current run of frames began streaming (host clock).
@@ -425,11 +490,28 @@ final class MappedBuffers: @unchecked Sendable {
     let pixelFormat: UInt32
     let width: UInt32
     let height: UInt32
+    let lendFrames: Bool
+    /// The driver frees buffers that are still mapped (V4L2_BUF_CAP_SUPPORTS_ORPHANED_BUFS).
+    private(set) var orphansBuffers = false
     private var mappings: [(address: UnsafeMutableRawPointer, length: Int)] = []
     var count: Int { mappings.count }
 
-    init(handle: V4L2Handle, count: Int, format: v4l2_pix_format) throws(DeviceError) {
+    private struct Holders {
+        var holders: [Holder] = []
+        /// Set once the stream is over: buffers that come back then are unmapped, not queued.
+        var released = false
+    }
+    private let state = NIOLockedValueBox(Holders())
+    /// Shared with the camera, which reports it.
+    private let statistics: NIOLockedValueBox<FrameBufferStatistics>
+
+    init(
+        handle: V4L2Handle, count: Int, format: v4l2_pix_format, lendFrames: Bool,
+        statistics: NIOLockedValueBox<FrameBufferStatistics>
+    ) throws(DeviceError) {
         self.handle = handle
+        self.lendFrames = lendFrames
+        self.statistics = statistics
         pixelFormat = format.pixelformat
         width = format.width
         height = format.height
@@ -438,8 +520,9 @@ final class MappedBuffers: @unchecked Sendable {
         request.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
         request.memory = V4L2_MEMORY_MMAP.rawValue
         try handle.ioctl(CAMRIG_VIDIOC_REQBUFS, &request, "VIDIOC_REQBUFS")
+        orphansBuffers = request.capabilities & UInt32(V4L2_BUF_CAP_SUPPORTS_ORPHANED_BUFS) != 0
         guard request.count >= 2 else {
-            release()
+            freeRequested()
             throw DeviceError(.system, device: handle.deviceID, "driver granted only \(request.count) buffers; streaming needs 2")
         }
         for index in 0..<request.count {
@@ -450,16 +533,17 @@ final class MappedBuffers: @unchecked Sendable {
             do throws(DeviceError) {
                 try handle.ioctl(CAMRIG_VIDIOC_QUERYBUF, &buffer, "VIDIOC_QUERYBUF")
             } catch {
-                release()
+                unmapAll()
                 throw error
             }
             guard let address = camrig_v4l2_mmap(Int(buffer.length), handle.fd, Int64(buffer.m.offset)), camrig_map_failed(address) == 0 else {
                 let error = V4L2Handle.error(errno, device: handle.deviceID, doing: "mmap buffer \(index)")
-                release()
+                unmapAll()
                 throw error
             }
             mappings.append((address, Int(buffer.length)))
         }
+        state.withLockedValue { $0.holders = Array(repeating: .thread, count: mappings.count) }
     }
 
     func queue(_ index: Int) throws(DeviceError) {
@@ -468,9 +552,33 @@ final class MappedBuffers: @unchecked Sendable {
         buffer.memory = V4L2_MEMORY_MMAP.rawValue
         buffer.index = UInt32(index)
         try handle.ioctl(CAMRIG_VIDIOC_QBUF, &buffer, "VIDIOC_QBUF")
+        state.withLockedValue { $0.holders[index] = .driver }
     }
 
-    /// Blocks until the driver fills a buffer; copies its bytes out so the buffer can go back at once.
+    /// Queues every buffer this thread has, or that came back from a frame's holders.
+    func queueAllHeld() throws(DeviceError) {
+        let held = state.withLockedValue { state in
+            state.holders.indices.filter { state.holders[$0] == .thread || state.holders[$0] == .returned }
+        }
+        for index in held { try queue(index) }
+    }
+
+    /// Queues the buffers that came back since the last call.
+    func queueReturned() throws(DeviceError) {
+        let returned = state.withLockedValue { state in
+            state.holders.indices.filter { state.holders[$0] == .returned }
+        }
+        for index in returned { try queue(index) }
+    }
+
+    /// After STREAMOFF the driver has given back every queued buffer.
+    func driverStopped() {
+        state.withLockedValue { state in
+            for index in state.holders.indices where state.holders[index] == .driver { state.holders[index] = .thread }
+        }
+    }
+
+    /// Blocks until the driver fills a buffer; lends it (see the type's note) or copies its bytes out.
     func dequeue() throws(DeviceError) -> Dequeued {
         var buffer = v4l2_buffer()
         buffer.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
@@ -480,8 +588,30 @@ final class MappedBuffers: @unchecked Sendable {
         let index = Int(buffer.index)
         let mapping = mappings[index]
         let used = min(Int(buffer.bytesused), mapping.length)
-        var bytes = ByteBufferAllocator().buffer(capacity: used)
-        bytes.writeBytes(UnsafeRawBufferPointer(start: mapping.address, count: used))
+        let lend = state.withLockedValue { state in
+            let stillQueued = state.holders.indices.count { $0 != index && state.holders[$0] == .driver }
+            let lend = lendFrames && stillQueued >= Self.keptQueued
+            state.holders[index] = lend ? .lent : .thread
+            return lend
+        }
+        statistics.withLockedValue { statistics in
+            if lend {
+                statistics.lent += 1
+                statistics.held += 1
+            } else {
+                statistics.copied += 1
+            }
+        }
+        let bytes: ByteBuffer
+        if lend {
+            bytes = BufferLoans.lend(UnsafeMutableRawBufferPointer(start: mapping.address, count: mapping.length), used: used) {
+                self.cameBack(index)
+            }
+        } else {
+            var copy = ByteBufferAllocator().buffer(capacity: used)
+            copy.writeBytes(UnsafeRawBufferPointer(start: mapping.address, count: used))
+            bytes = copy
+        }
 
         let timestampType = buffer.flags & UInt32(V4L2_BUF_FLAG_TIMESTAMP_MASK)
         let source = buffer.flags & UInt32(V4L2_BUF_FLAG_TSTAMP_SRC_MASK)
@@ -495,12 +625,52 @@ final class MappedBuffers: @unchecked Sendable {
             stamp = dequeuedAt
             marks = .dequeue
         }
-        return Dequeued(index: index, sequence: buffer.sequence, timestamp: stamp, marks: marks, bytes: bytes)
+        return Dequeued(index: index, sequence: buffer.sequence, timestamp: stamp, marks: marks, bytes: bytes, lent: lend)
     }
 
+    /// A lent buffer's last holder let go (any thread).
+    private func cameBack(_ index: Int) {
+        let unmapNow = state.withLockedValue { state -> Bool in
+            state.holders[index] = state.released ? .thread : .returned
+            return state.released
+        }
+        statistics.withLockedValue { $0.held -= 1 }
+        guard unmapNow else { return }
+        // The stream ended while this frame was held: its mapping outlived the stream until now.
+        _ = camrig_v4l2_munmap(mappings[index].address, mappings[index].length)
+    }
+
+    /// Buffers still lent out.
+    var lentCount: Int { state.withLockedValue { $0.holders.count { $0 == .lent } } }
+
+    /// Waits up to `timeout` seconds for lent buffers to come back (after STREAMOFF, before `release`).
+    func waitForLoans(timeout: Double) {
+        let deadline = HostClock.monotonicNow() + Int64(timeout * 1e9)
+        while lentCount > 0, HostClock.monotonicNow() < deadline { usleep(1_000) }
+    }
+
+    /// Unmaps the buffers and frees them in the driver. Buffers still lent stay mapped until they come
+    /// back, so their holders' bytes stay valid. A driver that orphans buffers (frees them while still
+    /// mapped, keeping the memory until unmapped) frees them now; any other frees them at the next
+    /// REQBUFS (the next stream) or when the device is closed, once none is mapped.
     func release() {
+        let lent = state.withLockedValue { state -> Set<Int> in
+            state.released = true
+            return Set(state.holders.indices.filter { state.holders[$0] == .lent })
+        }
+        for (index, mapping) in mappings.enumerated() where !lent.contains(index) {
+            _ = camrig_v4l2_munmap(mapping.address, mapping.length)
+        }
+        if lent.isEmpty || orphansBuffers { freeRequested() }
+    }
+
+    private func unmapAll() {
         for mapping in mappings { _ = camrig_v4l2_munmap(mapping.address, mapping.length) }
         mappings.removeAll()
+        freeRequested()
+    }
+
+    func freeRequested() {
         var request = v4l2_requestbuffers()
         request.count = 0
         request.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
@@ -517,15 +687,19 @@ public final class V4L2DeviceProvider: DeviceProvider {
     public let patterns: [String]
     /// The host clock the cameras' timestamps are reported on (driver stamps are `CLOCK_MONOTONIC`).
     public let clock: HostClock
+    /// Whether the cameras hand frames on in the driver's buffers (`V4L2Camera.lendFrames`).
+    public let lendFrames: Bool
     private let cache = NIOLockedValueBox<[String: V4L2Camera]>([:])
     private let failures = NIOLockedValueBox<[String: String]>([:])
 
     /// - Parameters:
     ///   - patterns: glob patterns of the nodes to serve.
     ///   - clock: the agent's host clock; a simulated host's clock shifts V4L2 stamps as it does everything else.
-    public init(patterns: [String] = ["/dev/video*"], clock: HostClock = .system) {
+    ///   - lendFrames: hand frames on in the driver's buffers; false copies each frame out.
+    public init(patterns: [String] = ["/dev/video*"], clock: HostClock = .system, lendFrames: Bool = true) {
         self.patterns = patterns
         self.clock = clock
+        self.lendFrames = lendFrames
     }
 
     /// Why nodes that match could not be used, by path (e.g. metadata nodes, permission problems).
@@ -542,7 +716,7 @@ public final class V4L2DeviceProvider: DeviceProvider {
                 continue
             }
             do throws(DeviceError) {
-                found.append(try V4L2Camera(path: path, clock: clock))
+                found.append(try V4L2Camera(path: path, clock: clock, lendFrames: lendFrames))
             } catch {
                 skipped[path] = error.message
             }
