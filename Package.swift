@@ -85,10 +85,12 @@ let package = Package(
             pkgConfig: "libv4l2",
             providers: [.apt(["libv4l-dev"])]
         ),
+        // Pixel loops of the synthetic camera and the photo pipeline (noise, frame merging, image error).
+        .target(name: "CImageKernels"),
         .target(
             name: "CamRigDevices",
             dependencies: [
-                "CLibV4L2", "CamRigClock",
+                "CLibV4L2", "CImageKernels", "CamRigClock",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]

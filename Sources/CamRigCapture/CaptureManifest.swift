@@ -185,7 +185,10 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
         public var latenessNs: Int64?
         /// For unmatched frames: why.
         public var reason: String?
-        public init(camera: Int, sequence: UInt64, file: String, timestampNs: Int64, agentTimestampNs: Int64, marks: String, uncertaintyNs: Int64, latenessNs: Int64? = nil, reason: String? = nil) {
+        /// For photos: how the agent made it.
+        public var photo: Photo?
+        public init(camera: Int, sequence: UInt64, file: String, timestampNs: Int64, agentTimestampNs: Int64, marks: String, uncertaintyNs: Int64, latenessNs: Int64? = nil, reason: String? = nil, photo: Photo? = nil) {
+            self.photo = photo
             self.camera = camera
             self.sequence = sequence
             self.file = file
@@ -195,6 +198,27 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
             self.uncertaintyNs = uncertaintyNs
             self.latenessNs = latenessNs
             self.reason = reason
+        }
+    }
+
+    /// How an agent made a photo (its resolved photo settings).
+    public struct Photo: Codable, Sendable, Equatable {
+        /// `speed`, `balanced` or `quality`: the level it was made at.
+        public var quality: String
+        /// How many frames it was made from.
+        public var framesMerged: Int
+        /// From the trigger's instant to the start of exposure of the last frame used, on the agent's clock.
+        public var captureDurationNs: Int64
+        /// The agent's processing time.
+        public var processingDurationNs: Int64
+        /// Why it differs from the request, when it does.
+        public var note: String?
+        public init(quality: String, framesMerged: Int, captureDurationNs: Int64, processingDurationNs: Int64, note: String?) {
+            self.quality = quality
+            self.framesMerged = framesMerged
+            self.captureDurationNs = captureDurationNs
+            self.processingDurationNs = processingDurationNs
+            self.note = note
         }
     }
 

@@ -53,6 +53,10 @@ public struct CapturedFrame: Sendable {
     /// When the run of frames this one belongs to started streaming (host clock); it changes when a
     /// free-running camera's stream is restarted to move its phase.
     public var streamStart: Int64 = 0
+    /// Rows at the top of the image that carry data about the frame rather than the picture (a sensor's
+    /// embedded data lines; the synthetic camera's header and bar code); photo processing copies them
+    /// from the reference frame unchanged.
+    public var embeddedDataRows: Int = 0
 
     public init(
         deviceID: String,

@@ -96,6 +96,19 @@ extension WirePhotoResult {
     }
 }
 
+extension WireResolvedPhotoSettings {
+    /// How a photo was made from `framesMerged` frames to `photo` by `plan`.
+    public init(plan: PhotoPlan, photo: CapturedFrame, framesMerged: Int, captureDuration: Int64, processingDuration: Int64) {
+        self.init()
+        qualityPrioritization = WireQualityPrioritization(rawValue: plan.level.rawValue) ?? .balanced
+        dimensions = WireDimensions(photo.format.dimensions)
+        self.framesMerged = UInt32(framesMerged)
+        captureDurationNs = captureDuration
+        processingDurationNs = processingDuration
+        note = plan.note
+    }
+}
+
 extension WireTriggerFired {
     /// The report of a firing: when (agent clock, marking the trigger) and how late.
     public init(triggerID: String, fireAt: Int64, firedAt: Int64) {

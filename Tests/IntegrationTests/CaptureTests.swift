@@ -179,4 +179,48 @@ struct CaptureTests {
         #expect(try await fetch(client).map(\.0.resultID) == first.resultIds)
         await client.close()
     }
+    @Test("photo quality prioritization: each photo says how it was made, and a quality photo is at least 6 dB cleaner than a speed photo")
+    func qualityLevels() async throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
+        defer { agent.stop() }
+        let client = try await agent.connect(pki)
+        // The agent's camera as it draws the scene (seed 1), for the noise-free truth.
+        let camera = SyntheticCamera(SyntheticCameraConfiguration(serial: "SYN0001", seed: 1))
+        let format = try #require(try camera.formats().first { $0.id == "YUYV-640x480" })
+        var psnr: [WireQualityPrioritization: Double] = [:]
+        for level in [WireQualityPrioritization.speed, .balanced, .quality] {
+            var capture = WireCapturePhoto()
+            capture.deviceID = "synthetic:SYN0001"
+            capture.sessionID = "quality-\(level.rawValue)"
+            capture.settings.uniqueID = UInt64(level.rawValue)
+            capture.settings.qualityPrioritization = level
+            let reply = try await client.request(.capturePhoto(capture)).frame.envelope.body
+            guard case .triggerFired(let fired) = reply else {
+                Issue.record("a \(level) photo was answered with \(reply)")
+                continue
+            }
+            let results = try await fetch(client, session: capture.sessionID)
+            try #require(results.count == 1)
+            let (result, image) = results[0]
+            #expect(fired.resultIds == [result.resultID])
+            #expect(result.resolved.qualityPrioritization == level)
+            #expect(result.resolved.framesMerged == (level == .quality ? 8 : 1))
+            #expect(result.resolved.note.isEmpty)
+            #expect(result.resolved.dimensions.width == 640 && result.resolved.dimensions.height == 480)
+            if level == .quality {
+                // Eight frames from the instant on: the last started at least seven frame periods after it.
+                #expect(result.resolved.captureDurationNs >= 7 * 1_000_000_000 / 60)
+            }
+            let header = try #require(SyntheticFrameHeader.decode(image, format: .yuyv))
+            #expect(header.sequence == result.sequence)
+            let truth = camera.noiseFreeFrame(format: format, header: header, trueTime: header.timestamp)
+            psnr[level] = PhotoProcessing.psnr(image, against: truth, from: SyntheticScene.embeddedDataRows * 1280, stride: 2)
+        }
+        let speed = try #require(psnr[.speed])
+        let quality = try #require(psnr[.quality])
+        #expect(quality >= speed + 6, "quality \(quality) dB against speed \(speed) dB")
+        await client.close()
+    }
 }

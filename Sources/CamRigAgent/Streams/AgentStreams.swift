@@ -187,10 +187,16 @@ extension AgentStreams {
     /// The first frame of `deviceID` whose exposure started at or after `notBefore` (agent clock), from the device's
     /// stream (started for the purpose if nobody watches it).
     func nextFrame(deviceID: String, notBefore: Int64, timeout: Duration = .seconds(5)) async throws -> CapturedFrame {
-        let sink = OneFrameSink(notBefore: notBefore)
+        try await frames(deviceID: deviceID, selection: .from(notBefore, count: 1), timeout: timeout)[0]
+    }
+
+    /// The frames of `deviceID` that `selection` picks, from the device's stream (started for the purpose
+    /// if nobody watches it).
+    func frames(deviceID: String, selection: FrameSelection, timeout: Duration = .seconds(5)) async throws -> [CapturedFrame] {
+        let sink = FramesSink(selection)
         let timer = NIOLockedValueBox<Task<Void, Never>?>(nil)
         defer { timer.withLockedValue { $0?.cancel() } }
-        let frame: CapturedFrame = try await withCheckedThrowingContinuation { continuation in
+        let frames: [CapturedFrame] = try await withCheckedThrowingContinuation { continuation in
             sink.continuation.withLockedValue { $0 = continuation }
             if case .failed(let error) = start(deviceID: deviceID, subscriber: sink) {
                 sink.fail(WireProtocolError(error.code, error.message))
@@ -204,24 +210,50 @@ extension AgentStreams {
             }
         }
         stop(streamID: sink.streamID, reason: .stopped)
-        return frame
+        return frames
     }
 }
 
-/// Takes one frame from a stream.
-final class OneFrameSink: FrameSink {
+/// Which frames of a stream a capture takes.
+enum FrameSelection: Sendable {
+    /// `count` consecutive frames, the first exposed at or after the instant (agent clock).
+    case from(Int64, count: Int)
+    /// The one frame whose exposure started nearest the instant, before or after it (zero shutter lag:
+    /// the frame before the instant is already there when the instant comes).
+    case nearest(Int64)
+}
+
+/// Takes the frames a capture needs from a stream.
+final class FramesSink: FrameSink {
     private let id = NIOLockedValueBox("")
     var streamID: String { id.withLockedValue { $0 } }
     func assign(streamID: String) { id.withLockedValue { $0 = streamID } }
     let connection: UInt64 = 0
-    let notBefore: Int64
-    let continuation = NIOLockedValueBox<CheckedContinuation<CapturedFrame, any Error>?>(nil)
+    let selection: FrameSelection
+    let continuation = NIOLockedValueBox<CheckedContinuation<[CapturedFrame], any Error>?>(nil)
+    /// Frames taken so far (for `.from`), or the latest frame before the instant (for `.nearest`).
+    private let taken = NIOLockedValueBox<[CapturedFrame]>([])
 
-    init(notBefore: Int64) { self.notBefore = notBefore }
+    init(_ selection: FrameSelection) { self.selection = selection }
 
     func deliver(_ frame: CapturedFrame) {
-        guard frame.exposureStart >= notBefore else { return }
-        continuation.withLockedValue { $0.take() }?.resume(returning: frame)
+        let complete: [CapturedFrame]? = taken.withLockedValue { taken in
+            switch selection {
+            case .from(let notBefore, let count):
+                guard frame.exposureStart >= notBefore else { return nil }
+                taken.append(frame)
+                return taken.count >= count ? taken : nil
+            case .nearest(let instant):
+                guard frame.exposureStart >= instant else {
+                    taken = [frame]
+                    return nil
+                }
+                if let before = taken.first, instant - before.exposureStart <= frame.exposureStart - instant { return [before] }
+                return [frame]
+            }
+        }
+        guard let complete else { return }
+        continuation.withLockedValue { $0.take() }?.resume(returning: complete)
     }
 
     func end(reason: WireStreamEndReason, message: String) {

@@ -37,7 +37,7 @@ public final class AgentCapture: Sendable {
         let requestID: UInt64
         let connection: AgentRequestRouter.Connection
         let reply: @Sendable (WireEnvelope.OneOf_Body) -> Void
-        let frames = NIOLockedValueBox<[(String, Task<CapturedFrame, any Error>)]>([])
+        let frames = NIOLockedValueBox<[PendingPhoto]>([])
 
         init(
             trigger: WireScheduleTrigger,
@@ -107,7 +107,7 @@ public final class AgentCapture: Sendable {
             return
         }
         let now = clock.now()
-        let frames = prepare([capture.deviceID], at: now)
+        let frames = prepare([capture.deviceID], at: now, settings: capture.settings)
         storeInTask(reply) {
             await self.store(triggerID: "photo-\(requestID)", frames: frames, session: capture.sessionID, settings: capture.settings, fireAt: now, firedAt: now)
         }
@@ -184,7 +184,7 @@ public final class AgentCapture: Sendable {
         for deviceID in pending.trigger.deviceIds {
             streams.devices.discovery.device(uniqueID: deviceID)?.alignNextStream(toMonotonic: anchor)
         }
-        let frames = prepare(pending.trigger.deviceIds, at: pending.trigger.fireAtNs)
+        let frames = prepare(pending.trigger.deviceIds, at: pending.trigger.fireAtNs, settings: pending.trigger.photoSettings)
         pending.frames.withLockedValue { $0 = frames }
     }
 
@@ -208,12 +208,25 @@ public final class AgentCapture: Sendable {
         }
     }
 
-    /// Starts waiting for each device's frame for instant `t` (starting its stream if needed): the first
-    /// exposed from `t` on, or, for a free-running camera held on a grid, the one exposed nearest `t`.
-    private func prepare(_ devices: [String], at t: Int64) -> [(String, Task<CapturedFrame, any Error>)] {
+    /// A device's part of a photo between being prepared and being stored.
+    struct PendingPhoto: Sendable {
+        let deviceID: String
+        let plan: PhotoPlan
+        let frames: Task<[CapturedFrame], any Error>
+    }
+
+    /// Starts waiting for each device's frames for a photo at instant `t` (starting its stream if
+    /// needed), as the photo's quality prioritization says: the frame exposed nearest `t` (speed), the
+    /// first exposed from `t` on (balanced), or several from `t` on (quality). For a free-running camera
+    /// held on a grid, "from `t` on" starts half a grid period before `t`.
+    private func prepare(_ devices: [String], at t: Int64, settings: WirePhotoSettings) -> [PendingPhoto] {
         devices.map { deviceID in
-            let notBefore = firstExposure(deviceID: deviceID, at: t)
-            return (deviceID, Task { try await self.streams.nextFrame(deviceID: deviceID, notBefore: notBefore) })
+            let format = streams.devices.discovery.device(uniqueID: deviceID)?.activeFormat
+            let requested = PhotoQualityPrioritization(rawValue: settings.qualityPrioritization.rawValue) ?? .balanced
+            let plan = PhotoPlan(requested: requested, format: format)
+            let selection: FrameSelection =
+                plan.level == .speed ? .nearest(t) : .from(firstExposure(deviceID: deviceID, at: t), count: plan.frames)
+            return PendingPhoto(deviceID: deviceID, plan: plan, frames: Task { try await self.streams.frames(deviceID: deviceID, selection: selection) })
         }
     }
 
@@ -226,22 +239,34 @@ public final class AgentCapture: Sendable {
     }
 
     /// Stores the photo each device's frame task delivers, and reports the firing.
-    private func store(triggerID: String, frames: [(String, Task<CapturedFrame, any Error>)], session: String, settings: WirePhotoSettings, fireAt: Int64, firedAt: Int64) async -> WireEnvelope.OneOf_Body {
+    private func store(triggerID: String, frames: [PendingPhoto], session: String, settings: WirePhotoSettings, fireAt: Int64, firedAt: Int64) async -> WireEnvelope.OneOf_Body {
         var fired = WireTriggerFired(triggerID: triggerID, fireAt: fireAt, firedAt: firedAt)
-        for (deviceID, frameTask) in frames {
+        for pending in frames {
+            let deviceID = pending.deviceID
             do {
-                let frame = try await frameTask.value
-                let result = WirePhotoResult(
-                    frame,
-                    resultID: "\(agentID)-\(UUID().uuidString.lowercased())",
-                    sessionID: session,
-                    triggerID: triggerID,
-                    photoSettingsID: settings.uniqueID
-                )
-                // Written and flushed on the spool's thread: an fsync held on one of the few cooperative
-                // threads would stall every frame delivery and request of this process behind it.
+                let taken = try await pending.frames.value
+                let agentID = self.agentID
                 let spool = self.spool
-                try await spoolThread.runIfActive { try spool.store(result, image: frame.bytes) }
+                // Processed, written and flushed on the spool's thread (the agent's processing stage, one
+                // photo at a time): merging frames or an fsync held on one of the few cooperative threads
+                // would stall every frame delivery and request of this process behind it.
+                let result = try await spoolThread.runIfActive {
+                    let started = HostClock.monotonicNow()
+                    let photo = pending.plan.level == .quality ? PhotoProcessing.merge(taken).frame : taken[0]
+                    var result = WirePhotoResult(
+                        photo,
+                        resultID: "\(agentID)-\(UUID().uuidString.lowercased())",
+                        sessionID: session,
+                        triggerID: triggerID,
+                        photoSettingsID: settings.uniqueID
+                    )
+                    result.resolved = WireResolvedPhotoSettings(
+                        plan: pending.plan, photo: photo, framesMerged: taken.count,
+                        captureDuration: (taken.last?.exposureStart ?? fireAt) - fireAt,
+                        processingDuration: HostClock.monotonicNow() - started)
+                    try spool.store(result, image: photo.bytes)
+                    return result
+                }
                 fired.resultIds.append(result.resultID)
                 let used = spool.usedBytes
                 if used * 10 >= spool.capacityBytes * 9 {

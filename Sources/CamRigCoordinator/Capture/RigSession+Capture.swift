@@ -129,7 +129,15 @@ struct CaptureRig: Sendable {
         return CaptureManifest.Frame(
             camera: camera, sequence: result.sequence, file: file, timestampNs: timestamp,
             agentTimestampNs: result.captureTime.nanoseconds, marks: result.captureTime.marks.name,
-            uncertaintyNs: uncertainty, latenessNs: lateness)
+            uncertaintyNs: uncertainty, latenessNs: lateness, photo: result.hasResolved ? Self.photo(result.resolved) : nil)
+    }
+
+    /// A photo's resolved settings as the manifest records them.
+    static func photo(_ resolved: WireResolvedPhotoSettings) -> CaptureManifest.Photo {
+        CaptureManifest.Photo(
+            quality: PhotoQualityPrioritization(rawValue: resolved.qualityPrioritization.rawValue)?.description ?? "unspecified",
+            framesMerged: Int(resolved.framesMerged), captureDurationNs: resolved.captureDurationNs,
+            processingDurationNs: resolved.processingDurationNs, note: resolved.note.isEmpty ? nil : resolved.note)
     }
 
     /// How a frame described on the wire is laid out.

@@ -18,7 +18,9 @@ public struct SyntheticCameraConfiguration: Hashable, Sendable {
     public var dropProbability: Double
     /// Largest timing error added to a frame's stamp, either way, in nanoseconds.
     public var jitterNanoseconds: Int64
-    /// Amplitude of sensor noise in pixel levels.
+    /// Sensor noise in pixel levels: the amplitude of the test patterns' row noise; for the scene, half
+    /// the standard deviation of its per-pixel noise at ISO 100 and 1/60 s (it grows with the ISO and
+    /// shrinks with a longer exposure when these are set by hand).
     public var noise: UInt8
     /// Also offer 1920×1080 YUYV at any rate up to 1000 fps, faster than a link can carry: a source
     /// for throughput benchmarks. Frames are paced as at any rate; when drawing cannot keep up they
@@ -98,7 +100,7 @@ public final class SyntheticCamera: FrameAlignableBackend {
         support.torch = true
         typedControlSupport = support
         formatList = configuration.highSpeed ? Self.highSpeedFormats : Self.standardFormats
-        controlList = Self.standardControls
+        controlList = Self.controls(defaultPattern: configuration.highSpeed ? SyntheticPatternKind.movingGradient : SyntheticPatternKind.scene)
         deviceHash = SyntheticFrameHeader.hash(identity.uniqueID)
         state = NIOLockedValueBox(
             State(
@@ -157,7 +159,9 @@ public final class SyntheticCamera: FrameAlignableBackend {
         return formats
     }()
 
-    static let standardControls: [ControlDescriptor] = [
+    /// The controls every synthetic camera has; `defaultPattern` is the test pattern it starts with (the
+    /// scene, or for a high-speed source the cheaper gradient).
+    static func controls(defaultPattern: Int64) -> [ControlDescriptor] { [
         ControlDescriptor(id: V4L2ControlID.brightness, name: "Brightness", type: .integer, minimum: 0, maximum: 255, defaultValue: 128),
         ControlDescriptor(id: V4L2ControlID.contrast, name: "Contrast", type: .integer, minimum: 0, maximum: 255, defaultValue: 128),
         ControlDescriptor(id: V4L2ControlID.gain, name: "Gain", type: .integer, minimum: 0, maximum: 255, defaultValue: 32),
@@ -175,11 +179,14 @@ public final class SyntheticCamera: FrameAlignableBackend {
             name: "Test Pattern",
             type: .menu,
             minimum: 0,
-            maximum: 2,
-            defaultValue: 0,
-            menu: [MenuItem(index: 0, name: "Moving Gradient"), MenuItem(index: 1, name: "Colour Bars"), MenuItem(index: 2, name: "Flat Grey")]
+            maximum: 3,
+            defaultValue: defaultPattern,
+            menu: [
+                MenuItem(index: 0, name: "Moving Gradient"), MenuItem(index: 1, name: "Colour Bars"), MenuItem(index: 2, name: "Flat Grey"),
+                MenuItem(index: 3, name: "Scene"),
+            ]
         ),
-    ]
+    ] }
 
     // MARK: CameraBackend
 
@@ -259,6 +266,7 @@ public final class SyntheticCamera: FrameAlignableBackend {
 
     private func run(control: StreamControl, sink: @Sendable (FrameEvent) -> Void) {
         var random = SeededRandom(seed: configuration.seed)
+        let scene = SyntheticSceneRenderer(scene: SyntheticScene(seed: configuration.seed))
         let clock = configuration.clock
         let start = HostClock.monotonicNow()
         var sequence: UInt64 = 0
@@ -297,30 +305,67 @@ public final class SyntheticCamera: FrameAlignableBackend {
             // The frame was exposed during the last frame period; the stamp marks its start.
             let exposureStart = clock.reading(atMonotonic: due - duration.nanoseconds) + jitter
             let header = SyntheticFrameHeader(sequence: sequence, timestamp: exposureStart, deviceHash: deviceHash)
-            let bytes = SyntheticPattern.render(
-                format: format,
-                header: header,
-                settings: settings,
-                pattern: controls[V4L2ControlID.testPattern] ?? 0,
-                brightness: controls[V4L2ControlID.brightness] ?? 128,
-                noise: configuration.noise,
-                random: &random
-            )
-            sink(
-                .frame(
-                    CapturedFrame(
-                        deviceID: identity.uniqueID,
-                        sequence: sequence,
-                        timestamp: exposureStart,
-                        timestampMarks: .startOfExposure,
-                        format: format,
-                        bytes: bytes,
-                        metadata: CaptureMetadata(settings: settings)
-                    )
+            let pattern = controls[V4L2ControlID.testPattern] ?? 0
+            let brightness = controls[V4L2ControlID.brightness] ?? 128
+            let bytes: ByteBuffer
+            if pattern == SyntheticPatternKind.scene {
+                var noiseSeed = random.next()
+                bytes = scene.render(
+                    format: format, header: header, trueTime: due - duration.nanoseconds,
+                    look: SyntheticPattern.Look(settings: settings, brightness: brightness, sequence: sequence, pattern: pattern),
+                    noiseSigma: Self.noiseSigma(configuration.noise, settings: settings), noiseSeed: &noiseSeed
                 )
+            } else {
+                bytes = SyntheticPattern.render(
+                    format: format, header: header, settings: settings, pattern: pattern, brightness: brightness, noise: configuration.noise, random: &random
+                )
+            }
+            var frame = CapturedFrame(
+                deviceID: identity.uniqueID,
+                sequence: sequence,
+                timestamp: exposureStart,
+                timestampMarks: .startOfExposure,
+                format: format,
+                bytes: bytes,
+                metadata: CaptureMetadata(settings: settings)
             )
+            frame.embeddedDataRows = format.pixelFormat.isCompressed ? 0 : SyntheticScene.embeddedDataRows
+            sink(.frame(frame))
         }
     }
+}
+
+extension SyntheticCamera {
+    /// The standard deviation of the scene's per-pixel noise: `2 × noise` levels at ISO 100 and 1/60 s,
+    /// growing with the ISO and shrinking with the square root of the exposure time when these are set
+    /// by hand (automatic exposure meters them to the reference).
+    public static func noiseSigma(_ noise: UInt8, settings: CameraSettings) -> Double {
+        var sigma = 2 * Double(noise)
+        if settings.exposureMode == .custom || settings.exposureMode == .locked {
+            sigma *= Double(settings.iso) / 100 / (settings.exposureDuration.seconds * 60).squareRoot()
+        }
+        return min(sigma, 64)
+    }
+
+    /// The frame this camera draws for `header` at `trueTime` in `format` with `settings`, without noise:
+    /// the truth a photo of the scene is measured against.
+    public func noiseFreeFrame(format: DeviceFormat, header: SyntheticFrameHeader, trueTime: Int64, settings: CameraSettings = CameraSettings(), brightness: Int64 = 128) -> ByteBuffer {
+        var seed: UInt64 = 0
+        return SyntheticSceneRenderer(scene: SyntheticScene(seed: configuration.seed)).render(
+            format: format, header: header, trueTime: trueTime,
+            look: SyntheticPattern.Look(settings: settings, brightness: brightness, sequence: header.sequence, pattern: SyntheticPatternKind.scene),
+            noiseSigma: 0, noiseSeed: &seed
+        )
+    }
+}
+
+/// The synthetic camera's test patterns (its `V4L2_CID_TEST_PATTERN` menu).
+public enum SyntheticPatternKind {
+    public static let movingGradient: Int64 = 0
+    public static let colourBars: Int64 = 1
+    public static let flatGrey: Int64 = 2
+    /// The shared moving scene (`SyntheticScene`).
+    public static let scene: Int64 = 3
 }
 
 /// SplitMix64: small, fast and reproducible from a seed.

@@ -2996,11 +2996,60 @@ public nonisolated struct WirePhotoResult: @unchecked Sendable {
   /// Clears the value of `exposureStart`. Subsequent reads from it will return its default value.
   public mutating func clearExposureStart() {_uniqueStorage()._exposureStart = nil}
 
+  /// How the photo was actually made (AVCaptureResolvedSettings): the agent may resolve a request
+  /// differently from what was asked, and says so here.
+  public var resolved: WireResolvedPhotoSettings {
+    get {_storage._resolved ?? WireResolvedPhotoSettings()}
+    set {_uniqueStorage()._resolved = newValue}
+  }
+  /// Returns true if `resolved` has been explicitly set.
+  public var hasResolved: Bool {_storage._resolved != nil}
+  /// Clears the value of `resolved`. Subsequent reads from it will return its default value.
+  public mutating func clearResolved() {_uniqueStorage()._resolved = nil}
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
   fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+public nonisolated struct WireResolvedPhotoSettings: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The level the photo was made at; it differs from the request when the format cannot do it
+  /// (a compressed format cannot be merged), and `note` says why.
+  public var qualityPrioritization: WireQualityPrioritization = .unspecified
+
+  public var dimensions: WireDimensions {
+    get {_dimensions ?? WireDimensions()}
+    set {_dimensions = newValue}
+  }
+  /// Returns true if `dimensions` has been explicitly set.
+  public var hasDimensions: Bool {self._dimensions != nil}
+  /// Clears the value of `dimensions`. Subsequent reads from it will return its default value.
+  public mutating func clearDimensions() {self._dimensions = nil}
+
+  /// How many frames the image was made from: 1 for SPEED and BALANCED; QUALITY merges several.
+  public var framesMerged: UInt32 = 0
+
+  /// Capture stage: from the requested instant to the start of exposure of the last frame used
+  /// (negative when SPEED took a frame exposed just before it).
+  public var captureDurationNs: Int64 = 0
+
+  /// Processing stage: from the last frame's arrival to the image being ready for the spool.
+  public var processingDurationNs: Int64 = 0
+
+  /// Why the photo differs from the request; empty when it does not.
+  public var note: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _dimensions: WireDimensions? = nil
 }
 
 public nonisolated struct WireResultsEnd: Sendable {
@@ -6591,7 +6640,7 @@ nonisolated extension WireFetchResults: SwiftProtobuf.Message, SwiftProtobuf._Me
 
 nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PhotoResult"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}result_id\0\u{3}session_id\0\u{3}trigger_id\0\u{3}device_id\0\u{3}capture_time\0\u{3}pixel_format\0\u{1}dimensions\0\u{3}bytes_per_line\0\u{3}photo_settings_id\0\u{1}metadata\0\u{1}sequence\0\u{3}exposure_start\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}result_id\0\u{3}session_id\0\u{3}trigger_id\0\u{3}device_id\0\u{3}capture_time\0\u{3}pixel_format\0\u{1}dimensions\0\u{3}bytes_per_line\0\u{3}photo_settings_id\0\u{1}metadata\0\u{1}sequence\0\u{3}exposure_start\0\u{1}resolved\0")
 
   fileprivate class _StorageClass {
     var _resultID: String = String()
@@ -6606,6 +6655,7 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
     var _metadata: WireCaptureMetadata? = nil
     var _sequence: UInt64 = 0
     var _exposureStart: WireTimestamp? = nil
+    var _resolved: WireResolvedPhotoSettings? = nil
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -6628,6 +6678,7 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
       _metadata = source._metadata
       _sequence = source._sequence
       _exposureStart = source._exposureStart
+      _resolved = source._resolved
     }
   }
 
@@ -6658,6 +6709,7 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
         case 10: try { try decoder.decodeSingularMessageField(value: &_storage._metadata) }()
         case 11: try { try decoder.decodeSingularUInt64Field(value: &_storage._sequence) }()
         case 12: try { try decoder.decodeSingularMessageField(value: &_storage._exposureStart) }()
+        case 13: try { try decoder.decodeSingularMessageField(value: &_storage._resolved) }()
         default: break
         }
       }
@@ -6706,6 +6758,9 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
       try { if let v = _storage._exposureStart {
         try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
       } }()
+      try { if let v = _storage._resolved {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
+      } }()
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -6727,10 +6782,70 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
         if _storage._metadata != rhs_storage._metadata {return false}
         if _storage._sequence != rhs_storage._sequence {return false}
         if _storage._exposureStart != rhs_storage._exposureStart {return false}
+        if _storage._resolved != rhs_storage._resolved {return false}
         return true
       }
       if !storagesAreEqual {return false}
     }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireResolvedPhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ResolvedPhotoSettings"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}quality_prioritization\0\u{1}dimensions\0\u{3}frames_merged\0\u{3}capture_duration_ns\0\u{3}processing_duration_ns\0\u{1}note\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularEnumField(value: &self.qualityPrioritization) }()
+      case 2: try { try decoder.decodeSingularMessageField(value: &self._dimensions) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.framesMerged) }()
+      case 4: try { try decoder.decodeSingularInt64Field(value: &self.captureDurationNs) }()
+      case 5: try { try decoder.decodeSingularInt64Field(value: &self.processingDurationNs) }()
+      case 6: try { try decoder.decodeSingularStringField(value: &self.note) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if self.qualityPrioritization != .unspecified {
+      try visitor.visitSingularEnumField(value: self.qualityPrioritization, fieldNumber: 1)
+    }
+    try { if let v = self._dimensions {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    } }()
+    if self.framesMerged != 0 {
+      try visitor.visitSingularUInt32Field(value: self.framesMerged, fieldNumber: 3)
+    }
+    if self.captureDurationNs != 0 {
+      try visitor.visitSingularInt64Field(value: self.captureDurationNs, fieldNumber: 4)
+    }
+    if self.processingDurationNs != 0 {
+      try visitor.visitSingularInt64Field(value: self.processingDurationNs, fieldNumber: 5)
+    }
+    if !self.note.isEmpty {
+      try visitor.visitSingularStringField(value: self.note, fieldNumber: 6)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireResolvedPhotoSettings, rhs: WireResolvedPhotoSettings) -> Bool {
+    if lhs.qualityPrioritization != rhs.qualityPrioritization {return false}
+    if lhs._dimensions != rhs._dimensions {return false}
+    if lhs.framesMerged != rhs.framesMerged {return false}
+    if lhs.captureDurationNs != rhs.captureDurationNs {return false}
+    if lhs.processingDurationNs != rhs.processingDurationNs {return false}
+    if lhs.note != rhs.note {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

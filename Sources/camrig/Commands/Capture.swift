@@ -1,6 +1,8 @@
 import ArgumentParser
 import CamRigCLI
 import CamRigCoordinator
+import CamRigDevices
+import CamRigWire
 
 /// `camrig capture --photo`: one synchronized photo from every camera.
 struct Capture: AsyncParsableCommand {
@@ -12,6 +14,13 @@ struct Capture: AsyncParsableCommand {
     @Flag(name: .long, help: "Capture a photo (the only kind so far; recordings are `camrig record`).")
     var photo = false
 
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Photo quality prioritization: speed (the frame nearest the instant, no waiting), balanced (the first frame from the instant on) or quality (several frames merged on each agent, less noise).",
+            valueName: "speed|balanced|quality"))
+    var quality: String = "balanced"
+
     @OptionGroup var session: SessionOptions
     @OptionGroup var captures: CaptureOptions
     @OptionGroup var rig: RigOptions
@@ -19,6 +28,9 @@ struct Capture: AsyncParsableCommand {
 
     func validate() throws {
         guard photo else { throw ValidationError("say what to capture: --photo (for video, use `camrig record`)") }
+        guard PhotoQualityPrioritization(name: quality) != nil else {
+            throw ValidationError("--quality must be speed, balanced or quality, not '\(quality)'")
+        }
     }
 
     func run() async throws {
@@ -29,7 +41,10 @@ struct Capture: AsyncParsableCommand {
                 await captures.collectEarlier(pool: pool, store: store, logger: logger)
                 let rigSession = try await session.makeSession(pool: pool, preset: session.size == nil ? .inputPriority : .photo, fps: nil, logger: logger)
                 do {
-                    let report = try await rigSession.capturePhoto(into: store)
+                    var settings = WirePhotoSettings()
+                    settings.uniqueID = UInt64.random(in: 1...UInt64.max)
+                    settings.qualityPrioritization = WireQualityPrioritization(rawValue: PhotoQualityPrioritization(name: quality)!.rawValue) ?? .balanced
+                    let report = try await rigSession.capturePhoto(into: store, settings: settings)
                     await rigSession.stop()
                     return report
                 } catch {

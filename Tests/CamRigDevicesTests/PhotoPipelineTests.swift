@@ -1,0 +1,119 @@
+import CamRigClock
+import CamRigDevices
+import CamRigTestSupport
+import Foundation
+import NIOCore
+import Testing
+
+@Suite("The synthetic scene and photo processing", .timeLimit(.minutes(1)))
+struct PhotoPipelineTests {
+    /// `count` consecutive frames of a synthetic camera showing the scene in 640×480 YUYV.
+    func frames(_ camera: SyntheticCamera, count: Int, settings: CameraSettings = CameraSettings()) async throws -> [CapturedFrame] {
+        let format = try #require(try camera.formats().first { $0.id == "YUYV-640x480" })
+        _ = try camera.activate(format: format, frameDuration: FrameDuration(framesPerSecond: 60)!)
+        try camera.apply(settings: settings)
+        let collected = FrameCollector()
+        try camera.startStreaming(bufferCount: 4) { event in
+            if case .frame(let frame) = event { collected.append(frame) }
+        }
+        let arrived = try await eventually(timeout: .seconds(20)) { collected.count >= count }
+        camera.stopStreaming()
+        try #require(arrived, "the camera delivered \(collected.count) of \(count) frames")
+        return Array(collected.all.prefix(count))
+    }
+
+    /// The noise-free picture of `frame`: the scene at its exposure instant (the test's clock is the camera's).
+    func truth(_ camera: SyntheticCamera, _ frame: CapturedFrame, shiftedBy nanoseconds: Int64 = 0, settings: CameraSettings = CameraSettings()) throws -> ByteBuffer {
+        let header = try #require(SyntheticFrameHeader.decode(frame.bytes, format: frame.format.pixelFormat))
+        return camera.noiseFreeFrame(format: frame.format, header: header, trueTime: header.timestamp + nanoseconds, settings: settings)
+    }
+
+    /// PSNR of the luma below the embedded data rows.
+    func lumaPSNR(_ image: ByteBuffer, _ truth: ByteBuffer) -> Double {
+        PhotoProcessing.psnr(image, against: truth, from: SyntheticScene.embeddedDataRows * 1280, stride: 2)
+    }
+
+    @Test("a frame is the scene at its exposure instant: it matches the noise-free render then, not 100 ms later")
+    func sceneAtItsInstant() async throws {
+        let camera = SyntheticCamera(SyntheticCameraConfiguration(serial: "P1", seed: 11))
+        let frame = try #require(try await frames(camera, count: 3).last)
+        let now = lumaPSNR(frame.bytes, try truth(camera, frame))
+        let later = lumaPSNR(frame.bytes, try truth(camera, frame, shiftedBy: 100_000_000))
+        #expect(now > 30, "noise of σ 4 levels is about 36 dB below the render (\(now) dB)")
+        #expect(later < now - 8, "the objects move: 100 ms later the render differs (\(later) against \(now) dB)")
+        #expect(SyntheticFrameHeader.decode(frame.bytes, format: .yuyv)?.sequence == frame.sequence)
+    }
+
+    @Test("cameras see the scene from their own viewpoints, and in step: the same instant gives the same time code and motion")
+    func viewpoints() throws {
+        let left = SyntheticCamera(SyntheticCameraConfiguration(serial: "P2", seed: 1))
+        let right = SyntheticCamera(SyntheticCameraConfiguration(serial: "P3", seed: 2))
+        let format = try #require(try left.formats().first { $0.id == "YUYV-640x480" })
+        let instant: Int64 = 1_234_567_000_000
+        let header = SyntheticFrameHeader(sequence: 1, timestamp: instant, deviceHash: 0)
+        let a = left.noiseFreeFrame(format: format, header: header, trueTime: instant)
+        let b = right.noiseFreeFrame(format: format, header: header, trueTime: instant)
+        #expect(a != b, "two viewpoints, two pictures")
+        // The time code box (top left: at 640×480, rows 36–65 and the first 160 pixels) is an overlay:
+        // the same in both pictures, and different a millisecond later.
+        func differences(_ x: ByteBuffer, _ y: ByteBuffer) -> Int {
+            (40..<60).reduce(0) { count, row in
+                count + zip(x.getBytes(at: row * 1280 + 8, length: 300)!, y.getBytes(at: row * 1280 + 8, length: 300)!).filter { $0 != $1 }.count
+            }
+        }
+        #expect(differences(a, b) == 0, "the time codes of two viewpoints differ in \(differences(a, b)) bytes")
+        let later = left.noiseFreeFrame(format: format, header: header, trueTime: instant + 1_000_000)
+        #expect(differences(a, later) > 20, "a millisecond later the time code reads differently")
+    }
+
+    @Test("noise grows with the ISO and shrinks with a longer exposure at the same brightness")
+    func noiseFollowsExposure() async throws {
+        func noise(iso: Float, exposure: UInt32) async throws -> Double {
+            let camera = SyntheticCamera(SyntheticCameraConfiguration(serial: "P4", seed: 5))
+            var settings = CameraSettings()
+            settings.exposureMode = .custom
+            settings.iso = iso
+            settings.exposureDuration = FrameDuration(numerator: 1, denominator: exposure)!
+            let frame = try #require(try await frames(camera, count: 2, settings: settings).last)
+            let psnr = lumaPSNR(frame.bytes, try truth(camera, frame, settings: settings))
+            return 255 / pow(10, psnr / 20)  // the noise's root mean square
+        }
+        let reference = try await noise(iso: 100, exposure: 60)
+        let highISO = try await noise(iso: 400, exposure: 240)
+        let longExposure = try await noise(iso: 25, exposure: 15)
+        #expect(reference > 3 && reference < 5, "σ 4 levels at ISO 100, 1/60 s (\(reference))")
+        #expect(highISO > 3 * reference, "ISO 400 at 1/240 s is noisier (\(highISO) against \(reference))")
+        #expect(longExposure < reference / 3, "ISO 25 at 1/15 s is cleaner (\(longExposure) against \(reference))")
+    }
+
+    @Test("a quality merge of 8 frames is at least 6 dB closer to the truth than one frame, and keeps the frame's own rows")
+    func qualityMerge() async throws {
+        let camera = SyntheticCamera(SyntheticCameraConfiguration(serial: "P5", seed: 9))
+        let taken = try await frames(camera, count: PhotoProcessing.qualityFrames)
+        let merged = PhotoProcessing.merge(taken)
+        let truth = try truth(camera, taken[0])
+        let single = lumaPSNR(taken[0].bytes, truth)
+        let quality = lumaPSNR(merged.frame.bytes, truth)
+        #expect(merged.frames == PhotoProcessing.qualityFrames)
+        #expect(quality >= single + 6, "merged \(quality) dB against one frame's \(single) dB")
+        #expect(merged.noiseSigma > 3 && merged.noiseSigma < 5, "estimated noise \(merged.noiseSigma), drawn with σ 4")
+        #expect(merged.mergedShare > 0.8 && merged.mergedShare < 1, "still parts merge, moving parts keep the first frame (\(merged.mergedShare))")
+        // The header and bar code are the first frame's, byte for byte.
+        #expect(merged.frame.bytes.getBytes(at: 0, length: 16 * 1280) == taken[0].bytes.getBytes(at: 0, length: 16 * 1280))
+        #expect(SyntheticFrameHeader.decode(merged.frame.bytes, format: .yuyv)?.timestamp == taken[0].timestamp)
+    }
+
+    @Test("quality on a compressed format resolves to balanced and says why; other requests resolve as asked")
+    func plans() {
+        let mjpeg = DeviceFormat(pixelFormat: .mjpeg, dimensions: Dimensions(width: 640, height: 480), frameRateRanges: [])
+        let yuyv = DeviceFormat(pixelFormat: .yuyv, dimensions: Dimensions(width: 640, height: 480), frameRateRanges: [])
+        let compressed = PhotoPlan(requested: .quality, format: mjpeg)
+        #expect(compressed.level == .balanced)
+        #expect(compressed.frames == 1)
+        #expect(compressed.note.contains("uncompressed"))
+        let raw = PhotoPlan(requested: .quality, format: yuyv)
+        #expect(raw.level == .quality && raw.frames == PhotoProcessing.qualityFrames && raw.note.isEmpty)
+        #expect(PhotoPlan(requested: .speed, format: mjpeg).level == .speed)
+        #expect(PhotoQualityPrioritization(name: "quality") == .quality && PhotoQualityPrioritization(name: "best") == nil)
+    }
+}
