@@ -221,12 +221,16 @@ public final class AgentCapture: Sendable {
     /// held on a grid, "from `t` on" starts half a grid period before `t`.
     private func prepare(_ devices: [String], at t: Int64, settings: WirePhotoSettings) -> [PendingPhoto] {
         devices.map { deviceID in
-            let format = streams.devices.discovery.device(uniqueID: deviceID)?.activeFormat
+            let device = streams.devices.discovery.device(uniqueID: deviceID)
             let requested = PhotoQualityPrioritization(rawValue: settings.qualityPrioritization.rawValue) ?? .balanced
-            let plan = PhotoPlan(requested: requested, format: format)
+            let plan = PhotoPlan(requested: requested, format: device?.activeFormat)
             let selection: FrameSelection =
                 plan.level == .speed ? .nearest(t) : .from(firstExposure(deviceID: deviceID, at: t), count: plan.frames)
-            return PendingPhoto(deviceID: deviceID, plan: plan, frames: Task { try await self.streams.frames(deviceID: deviceID, selection: selection) })
+            // Five seconds for the camera to start, plus the frames' own time at its slowest rate.
+            let framesTime = Double(plan.frames) * (device?.activeMaxFrameDuration.seconds ?? 0)
+            let timeout = Duration.seconds(5) + .milliseconds(Int64(framesTime * 1000))
+            return PendingPhoto(
+                deviceID: deviceID, plan: plan, frames: Task { try await self.streams.frames(deviceID: deviceID, selection: selection, timeout: timeout) })
         }
     }
 
