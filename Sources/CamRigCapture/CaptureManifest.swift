@@ -188,7 +188,6 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
         /// For photos: how the agent made it.
         public var photo: Photo?
         public init(camera: Int, sequence: UInt64, file: String, timestampNs: Int64, agentTimestampNs: Int64, marks: String, uncertaintyNs: Int64, latenessNs: Int64? = nil, reason: String? = nil, photo: Photo? = nil) {
-            self.photo = photo
             self.camera = camera
             self.sequence = sequence
             self.file = file
@@ -198,6 +197,7 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
             self.uncertaintyNs = uncertaintyNs
             self.latenessNs = latenessNs
             self.reason = reason
+            self.photo = photo
         }
     }
 

@@ -96,11 +96,24 @@ extension WirePhotoResult {
     }
 }
 
+extension PhotoQualityPrioritization {
+    /// The level a request asks for: `BALANCED` when it names none (or one this version does not know).
+    public init(_ wire: WireQualityPrioritization) {
+        self = PhotoQualityPrioritization(rawValue: wire.rawValue) ?? .balanced
+    }
+}
+
+extension WireQualityPrioritization {
+    public init(_ level: PhotoQualityPrioritization) {
+        self = WireQualityPrioritization(rawValue: level.rawValue) ?? .balanced
+    }
+}
+
 extension WireResolvedPhotoSettings {
     /// How a photo was made from `framesMerged` frames to `photo` by `plan`.
     public init(plan: PhotoPlan, photo: CapturedFrame, framesMerged: Int, captureDuration: Int64, processingDuration: Int64) {
         self.init()
-        qualityPrioritization = WireQualityPrioritization(rawValue: plan.level.rawValue) ?? .balanced
+        qualityPrioritization = WireQualityPrioritization(plan.level)
         dimensions = WireDimensions(photo.format.dimensions)
         self.framesMerged = UInt32(framesMerged)
         captureDurationNs = captureDuration

@@ -89,7 +89,7 @@ struct PhotoBenchmark: AsyncParsableCommand {
                     capture.deviceID = truth.identity.uniqueID
                     capture.sessionID = session
                     capture.settings.uniqueID = UInt64(shot * cameras + index + 1)
-                    capture.settings.qualityPrioritization = WireQualityPrioritization(rawValue: level.rawValue) ?? .balanced
+                    capture.settings.qualityPrioritization = WireQualityPrioritization(level)
                     let start = ContinuousClock.now
                     let reply = try await client.request(.capturePhoto(capture)).frame.envelope.body
                     guard case .triggerFired = reply else { throw CommandFailure("\(capture.deviceID) answered a \(level) photo with \(String(describing: reply))") }
@@ -103,9 +103,9 @@ struct PhotoBenchmark: AsyncParsableCommand {
                 guard case .photoResult(let result) = message.envelope.body, let image = message.payload else { continue }
                 acknowledge.resultIds.append(result.resultID)
                 guard let truth = truths.first(where: { $0.identity.uniqueID == result.deviceID }),
-                    let pixelFormat = Optional(PixelFormat(rawValue: result.pixelFormat)), pixelFormat == .yuyv,
-                    let header = SyntheticFrameHeader.decode(image, format: pixelFormat),
-                    let deviceFormat = try truth.formats().first(where: { $0.pixelFormat == pixelFormat && $0.dimensions == result.dimensions.dimensions })
+                    PixelFormat(rawValue: result.pixelFormat) == .yuyv,
+                    let header = SyntheticFrameHeader.decode(image, format: .yuyv),
+                    let deviceFormat = try truth.formats().first(where: { $0.pixelFormat == .yuyv && $0.dimensions == result.dimensions.dimensions })
                 else { throw CommandFailure("a \(level) photo is not a YUYV frame of the synthetic scene") }
                 format = deviceFormat.id
                 let reference = truth.noiseFreeFrame(format: deviceFormat, header: header, trueTime: header.timestamp)

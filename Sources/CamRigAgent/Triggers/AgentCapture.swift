@@ -222,8 +222,7 @@ public final class AgentCapture: Sendable {
     private func prepare(_ devices: [String], at t: Int64, settings: WirePhotoSettings) -> [PendingPhoto] {
         devices.map { deviceID in
             let device = streams.devices.discovery.device(uniqueID: deviceID)
-            let requested = PhotoQualityPrioritization(rawValue: settings.qualityPrioritization.rawValue) ?? .balanced
-            let plan = PhotoPlan(requested: requested, format: device?.activeFormat)
+            let plan = PhotoPlan(requested: PhotoQualityPrioritization(settings.qualityPrioritization), format: device?.activeFormat)
             let selection: FrameSelection =
                 plan.level == .speed ? .nearest(t) : .from(firstExposure(deviceID: deviceID, at: t), count: plan.frames)
             // Five seconds for the camera to start, plus the frames' own time at its slowest rate.

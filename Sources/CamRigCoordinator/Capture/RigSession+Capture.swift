@@ -135,7 +135,7 @@ struct CaptureRig: Sendable {
     /// A photo's resolved settings as the manifest records them.
     static func photo(_ resolved: WireResolvedPhotoSettings) -> CaptureManifest.Photo {
         CaptureManifest.Photo(
-            quality: PhotoQualityPrioritization(rawValue: resolved.qualityPrioritization.rawValue)?.description ?? "unspecified",
+            quality: PhotoQualityPrioritization(resolved.qualityPrioritization).description,
             framesMerged: Int(resolved.framesMerged), captureDurationNs: resolved.captureDurationNs,
             processingDurationNs: resolved.processingDurationNs, note: resolved.note.isEmpty ? nil : resolved.note)
     }

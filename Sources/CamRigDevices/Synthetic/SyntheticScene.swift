@@ -115,6 +115,8 @@ final class SyntheticSceneRenderer {
     private var cacheKey: CacheKey?
     private var wall: [UInt8] = []
     private var wallBlocks: [UInt8] = []
+    /// The noise table of the last standard deviation asked for (it changes only with the settings).
+    private var noise: (sigma: Double, table: [Int16]) = (0, [])
 
     struct CacheKey: Hashable {
         var format: DeviceFormat
@@ -152,15 +154,14 @@ final class SyntheticSceneRenderer {
             let rows = height / 8
             var blocks = wallBlocks
             let objects = scene.objects(at: seconds)
-            let scale = 1 / Double(height)
+            let raster = Raster(width: width, height: height)
             for row in 0..<rows {
                 for column in 0..<columns {
                     if row == 1 {
                         blocks[row * columns + column] = SyntheticPattern.bandLevel(column: column, columns: columns, sequence: header.sequence)
                         continue
                     }
-                    let x = (Double(column * 8 + 4) - Double(width) / 2) * scale
-                    let y = (Double(row * 8 + 4) - Double(height) / 2) * scale
+                    let (x, y) = raster.scene(x: Double(column * 8 + 4), y: Double(row * 8 + 4))
                     if let colour = scene.object(x, y, objects) {
                         blocks[row * columns + column] = Self.lit(colour, key).y
                     }
@@ -180,16 +181,12 @@ final class SyntheticSceneRenderer {
             let packer = Packer(format: format)
             // The objects, within their bounding boxes only.
             let objects = scene.objects(at: seconds)
+            let raster = Raster(width: width, height: height)
             for (centreX, centreY, half) in [(objects.discX, objects.discY, objects.discRadius), (objects.squareX, objects.squareY, objects.squareHalf)] {
-                let left = max(0, Int(((centreX - half) * Double(height) + Double(width) / 2).rounded(.down)))
-                let right = min(width - 1, Int(((centreX + half) * Double(height) + Double(width) / 2).rounded(.up)))
-                let top = max(SyntheticScene.embeddedDataRows, Int(((centreY - half) * Double(height) + Double(height) / 2).rounded(.down)))
-                let bottom = min(height - 1, Int(((centreY + half) * Double(height) + Double(height) / 2).rounded(.up)))
-                guard left <= right, top <= bottom else { continue }
-                for py in top...bottom {
-                    let y = (Double(py) + 0.5 - Double(height) / 2) / Double(height)
-                    for px in left...right {
-                        let x = (Double(px) + 0.5 - Double(width) / 2) / Double(height)
+                guard let box = raster.pixels(around: centreX, centreY, half: half, top: SyntheticScene.embeddedDataRows) else { continue }
+                for py in box.rows {
+                    for px in box.columns {
+                        let (x, y) = raster.scene(x: Double(px) + 0.5, y: Double(py) + 0.5)
                         if let colour = scene.object(x, y, objects) {
                             packer.put(Self.lit(colour, key), x: px, y: py, into: pixels)
                         }
@@ -207,10 +204,10 @@ final class SyntheticSceneRenderer {
                 }
             }
             if noiseSigma > 0 {
-                var table = Self.noiseTable(sigma: noiseSigma)
+                if noise.sigma != noiseSigma { noise = (noiseSigma, Self.noiseTable(sigma: noiseSigma)) }
                 let start = SyntheticScene.embeddedDataRows * bytesPerLine
                 guard start < pixels.count else { return }
-                table.withUnsafeMutableBufferPointer { table in
+                noise.table.withUnsafeBufferPointer { table in
                     camrig_add_noise(pixels.baseAddress! + start, pixels.count - start, table.baseAddress!, &noiseSeed)
                 }
             }
@@ -245,10 +242,10 @@ final class SyntheticSceneRenderer {
             let columns = width / 8
             let rows = height / 8
             wallBlocks = [UInt8](repeating: 0, count: columns * rows)
+            let raster = Raster(width: width, height: height)
             for row in 0..<rows {
                 for column in 0..<columns {
-                    let x = (Double(column * 8 + 4) - Double(width) / 2) / Double(height)
-                    let y = (Double(row * 8 + 4) - Double(height) / 2) / Double(height)
+                    let (x, y) = raster.scene(x: Double(column * 8 + 4), y: Double(row * 8 + 4))
                     wallBlocks[row * columns + column] = Self.lit(scene.wall(x, y), key).y
                 }
             }
@@ -256,11 +253,11 @@ final class SyntheticSceneRenderer {
         }
         wall = [UInt8](repeating: 0, count: Int(format.imageSize))
         let packer = Packer(format: format)
+        let raster = Raster(width: width, height: height)
         wall.withUnsafeMutableBufferPointer { pixels in
             for py in 0..<height {
-                let y = (Double(py) + 0.5 - Double(height) / 2) / Double(height)
                 for px in 0..<width {
-                    let x = (Double(px) + 0.5 - Double(width) / 2) / Double(height)
+                    let (x, y) = raster.scene(x: Double(px) + 0.5, y: Double(py) + 0.5)
                     packer.put(Self.lit(scene.wall(x, y), key), x: px, y: py, into: pixels)
                 }
             }
@@ -328,6 +325,29 @@ final class SyntheticSceneRenderer {
             }
             return Int16(clamping: Int(((low + high) / 2 * sigma).rounded()))
         }
+    }
+}
+
+/// Between an image's pixel positions and scene coordinates (image heights from the image's centre).
+struct Raster {
+    let width: Int
+    let height: Int
+
+    /// The scene coordinates of a point given in pixels (a pixel's centre is at +0.5).
+    func scene(x: Double, y: Double) -> (Double, Double) {
+        ((x - Double(width) / 2) / Double(height), (y - Double(height) / 2) / Double(height))
+    }
+
+    /// The pixel columns and rows covering a square of half-size `half` around a scene point, clipped
+    /// to the image and below its first `top` rows; `nil` when nothing of it is in the image.
+    func pixels(around x: Double, _ y: Double, half: Double, top: Int) -> (columns: ClosedRange<Int>, rows: ClosedRange<Int>)? {
+        let scale = Double(height)
+        let left = max(0, Int(((x - half) * scale + Double(width) / 2).rounded(.down)))
+        let right = min(width - 1, Int(((x + half) * scale + Double(width) / 2).rounded(.up)))
+        let upper = max(top, Int(((y - half) * scale + Double(height) / 2).rounded(.down)))
+        let lower = min(height - 1, Int(((y + half) * scale + Double(height) / 2).rounded(.up)))
+        guard left <= right, upper <= lower else { return nil }
+        return (left...right, upper...lower)
     }
 }
 

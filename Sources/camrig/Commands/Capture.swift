@@ -3,6 +3,7 @@ import CamRigCLI
 import CamRigCoordinator
 import CamRigDevices
 import CamRigWire
+import CamRigWireModel
 
 /// `camrig capture --photo`: one synchronized photo from every camera.
 struct Capture: AsyncParsableCommand {
@@ -19,7 +20,7 @@ struct Capture: AsyncParsableCommand {
         help: ArgumentHelp(
             "Photo quality prioritization: speed (the frame nearest the instant, no waiting), balanced (the first frame from the instant on) or quality (several frames merged on each agent, less noise).",
             valueName: "speed|balanced|quality"))
-    var quality: String = "balanced"
+    var quality: PhotoQuality = .balanced
 
     @OptionGroup var session: SessionOptions
     @OptionGroup var captures: CaptureOptions
@@ -28,9 +29,6 @@ struct Capture: AsyncParsableCommand {
 
     func validate() throws {
         guard photo else { throw ValidationError("say what to capture: --photo (for video, use `camrig record`)") }
-        guard PhotoQualityPrioritization(name: quality) != nil else {
-            throw ValidationError("--quality must be speed, balanced or quality, not '\(quality)'")
-        }
     }
 
     func run() async throws {
@@ -43,7 +41,7 @@ struct Capture: AsyncParsableCommand {
                 do {
                     var settings = WirePhotoSettings()
                     settings.uniqueID = UInt64.random(in: 1...UInt64.max)
-                    settings.qualityPrioritization = WireQualityPrioritization(rawValue: PhotoQualityPrioritization(name: quality)!.rawValue) ?? .balanced
+                    settings.qualityPrioritization = WireQualityPrioritization(quality.level)
                     let report = try await rigSession.capturePhoto(into: store, settings: settings)
                     await rigSession.stop()
                     return report
@@ -56,6 +54,19 @@ struct Capture: AsyncParsableCommand {
             if output.json { try printJSON(summary, snakeCase: true) } else { print(summary.text) }
         } catch {
             throw userFacing(error)
+        }
+    }
+}
+
+/// `--quality`: a photo quality prioritization by name.
+enum PhotoQuality: String, CaseIterable, ExpressibleByArgument {
+    case speed, balanced, quality
+
+    var level: PhotoQualityPrioritization {
+        switch self {
+        case .speed: .speed
+        case .balanced: .balanced
+        case .quality: .quality
         }
     }
 }
