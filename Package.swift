@@ -87,10 +87,15 @@ let package = Package(
         ),
         // Pixel loops of the synthetic camera and the photo pipeline (noise, frame merging, image error).
         .target(name: "CImageKernels"),
+        .systemLibrary(
+            name: "CTurboJPEG",
+            pkgConfig: "libturbojpeg",
+            providers: [.apt(["libturbojpeg0-dev"])]
+        ),
         .target(
             name: "CamRigDevices",
             dependencies: [
-                "CLibV4L2", "CImageKernels", "CamRigClock",
+                "CLibV4L2", "CImageKernels", "CTurboJPEG", "CamRigClock",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
@@ -228,7 +233,7 @@ let package = Package(
         ),
         .testTarget(
             name: "CamRigDevicesTests",
-            dependencies: ["CamRigDevices", "CamRigClock", "CamRigTestSupport"]
+            dependencies: ["CamRigDevices", "CamRigClock", "CamRigTestSupport", "CTurboJPEG"]
         ),
         .testTarget(
             name: "CamRigAgentTests",

@@ -4,6 +4,8 @@
 CAMRIG_PACKAGES=(
     libv4l-dev        # V4L2 cameras through libv4l2
     zlib1g-dev        # PNG output of captured frames
+    libturbojpeg0-dev # JPEG photos, encoded on the agent
+    libraw-bin        # LibRaw's raw-identify and dcraw_emu: the tests read CamRig's DNG files with them
     libsqlite3-dev    # the capture catalog (GRDB)
     v4l-utils         # v4l2-ctl, v4l2-compliance
     protobuf-compiler # protoc, to regenerate proto/ and for the interoperability test

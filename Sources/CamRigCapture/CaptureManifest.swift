@@ -202,7 +202,7 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
     }
 
     /// How an agent made a photo (its resolved photo settings).
-    public struct Photo: Codable, Sendable, Equatable {
+    public struct Photo: Codable, Sendable, Hashable {
         /// `speed`, `balanced` or `quality`: the level it was made at.
         public var quality: String
         /// How many frames it was made from.

@@ -27,9 +27,11 @@ public struct PixelFormat: Hashable, Sendable, CustomStringConvertible {
     public static let rgb24 = PixelFormat(fourCC: "RGB3")!
     public static let grey = PixelFormat(fourCC: "GREY")!
     public static let bayerRGGB8 = PixelFormat(fourCC: "RGGB")!
+    /// Not a V4L2 format: a photo delivered as a DNG file (Bayer RAW), as CamRig agents make them.
+    public static let dng = PixelFormat(fourCC: "DNG ")!
 
-    /// Whether frames are compressed (their size varies; no fixed bytes per line).
-    public var isCompressed: Bool { self == .mjpeg || self == .jpeg }
+    /// Whether frames are compressed or files (their size varies; no fixed bytes per line).
+    public var isCompressed: Bool { self == .mjpeg || self == .jpeg || self == .dng }
 
     /// Bits per pixel of uncompressed formats CamRig knows, `nil` otherwise.
     public var bitsPerPixel: Int? {

@@ -103,6 +103,13 @@ extension PhotoQualityPrioritization {
     }
 }
 
+extension PhotoOutputType {
+    /// The output a request asks for: the frame when it names none this version knows.
+    public init(_ wire: WirePhotoOutputType) {
+        self = PhotoOutputType(rawValue: wire.rawValue) ?? .frame
+    }
+}
+
 extension WireQualityPrioritization {
     public init(_ level: PhotoQualityPrioritization) {
         self = WireQualityPrioritization(rawValue: level.rawValue) ?? .balanced
@@ -119,6 +126,7 @@ extension WireResolvedPhotoSettings {
         captureDurationNs = captureDuration
         processingDurationNs = processingDuration
         note = plan.note
+        outputType = WirePhotoOutputType(rawValue: plan.output.rawValue) ?? .frame
     }
 }
 

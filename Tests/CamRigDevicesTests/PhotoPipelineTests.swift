@@ -1,3 +1,4 @@
+import CTurboJPEG
 import CamRigClock
 import CamRigDevices
 import CamRigTestSupport
@@ -8,8 +9,8 @@ import Testing
 @Suite("The synthetic scene and photo processing", .timeLimit(.minutes(1)))
 struct PhotoPipelineTests {
     /// `count` consecutive frames of a synthetic camera showing the scene in 640×480 YUYV.
-    func frames(_ camera: SyntheticCamera, count: Int, settings: CameraSettings = CameraSettings()) async throws -> [CapturedFrame] {
-        let format = try #require(try camera.formats().first { $0.id == "YUYV-640x480" })
+    func frames(_ camera: SyntheticCamera, count: Int, settings: CameraSettings = CameraSettings(), format formatID: String = "YUYV-640x480") async throws -> [CapturedFrame] {
+        let format = try #require(try camera.formats().first { $0.id == formatID })
         _ = try camera.activate(format: format, frameDuration: FrameDuration(framesPerSecond: 60)!)
         try camera.apply(settings: settings)
         let collected = FrameCollector()
@@ -115,5 +116,95 @@ struct PhotoPipelineTests {
         #expect(raw.level == .quality && raw.frames == PhotoProcessing.qualityFrames && raw.note.isEmpty)
         #expect(PhotoPlan(requested: .speed, format: mjpeg).level == .speed)
         #expect(PhotoQualityPrioritization(name: "quality") == .quality && PhotoQualityPrioritization(name: "best") == nil)
+    }
+
+    /// Runs a tool and returns what it printed; fails the test when it does not exit with 0.
+    func run(_ tool: String, _ arguments: [String]) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = [tool] + arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        try #require(process.terminationStatus == 0, "\(tool) \(arguments.joined(separator: " ")) failed: \(printed)")
+        return printed
+    }
+
+    @Test("a Bayer frame as DNG opens in LibRaw with its size, its RGGB pattern and the sensor's values")
+    func dng() async throws {
+        let camera = SyntheticCamera(SyntheticCameraConfiguration(serial: "P6", seed: 3))
+        let frame = try #require(try await frames(camera, count: 1, format: "RGGB-1280x720").first)
+        let file = PhotoEncoder.dng(frame, model: "CamRig Synthetic Camera")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-dng-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("photo.dng").path
+        try Data(file.readableBytesView).write(to: URL(fileURLWithPath: path))
+
+        let identified = try run("raw-identify", ["-v", path])
+        #expect(identified.contains("1280x720") || identified.contains("1280 x 720"), "raw-identify: \(identified)")
+        #expect(identified.contains("RGGB"), "raw-identify names the CFA pattern: \(identified)")
+        // unprocessed_raw writes the raw values as a 16-bit PGM beside the file.
+        _ = try run("unprocessed_raw", ["-q", path])
+        let pgm = try [UInt8](Data(contentsOf: URL(fileURLWithPath: path + ".pgm")))
+        let header = "P5\n1280 720\n"
+        #expect(pgm.starts(with: Array(header.utf8)), "a 1280x720 PGM")
+        let maxValueEnd = try #require(pgm.indices.dropFirst(header.utf8.count).first { pgm[$0] == 0x0A })
+        let samples = pgm[(maxValueEnd + 1)...]
+        try #require(samples.count == 1280 * 720 * 2)
+        var differing = 0
+        frame.bytes.withUnsafeReadableBytes { sensor in
+            for index in 0..<(1280 * 720) {
+                let value = Int(samples[samples.startIndex + 2 * index]) << 8 | Int(samples[samples.startIndex + 2 * index + 1])
+                if value != Int(sensor[index]) { differing += 1 }
+            }
+        }
+        #expect(differing == 0, "LibRaw reads every sensor value as written (\(differing) differ)")
+    }
+
+    @Test("a YUYV frame as JPEG decodes with libjpeg-turbo to the frame's size and picture")
+    func jpeg() async throws {
+        let camera = SyntheticCamera(SyntheticCameraConfiguration(serial: "P7", seed: 4))
+        let frame = try #require(try await frames(camera, count: 1).first)
+        let (file, pixelFormat) = try PhotoEncoder.encode(frame, as: .jpeg, model: "test")
+        #expect(pixelFormat == .jpeg)
+        let decoder = try #require(tjInitDecompress())
+        defer { tjDestroy(decoder) }
+        var luma = [UInt8](repeating: 0, count: 640 * 480)
+        var width: Int32 = 0
+        var height: Int32 = 0
+        var subsampling: Int32 = 0
+        var colourspace: Int32 = 0
+        let status = file.withUnsafeReadableBytes { jpeg in
+            let bytes = jpeg.bindMemory(to: UInt8.self)
+            guard tjDecompressHeader3(decoder, bytes.baseAddress, UInt(bytes.count), &width, &height, &subsampling, &colourspace) == 0 else { return Int32(-1) }
+            return tjDecompress2(decoder, bytes.baseAddress, UInt(bytes.count), &luma, 640, 640, 480, Int32(TJPF_GRAY.rawValue), 0)
+        }
+        try #require(status == 0, "libjpeg-turbo: \(String(cString: tjGetErrorStr2(decoder)))")
+        #expect(width == 640 && height == 480)
+        #expect(subsampling == Int32(TJSAMP_422.rawValue), "4:2:2, as the camera sampled it")
+        // The decoded luma is the frame's, stretched from video to full range, up to JPEG's loss.
+        var expected = ByteBuffer()
+        frame.bytes.withUnsafeReadableBytes { yuyv in
+            for index in 0..<(640 * 480) { expected.writeInteger(UInt8(clamping: (Int(yuyv[2 * index]) - 16) * 255 / 219)) }
+        }
+        let decoded = ByteBuffer(bytes: luma)
+        let psnr = PhotoProcessing.psnr(decoded, against: expected, from: SyntheticScene.embeddedDataRows * 640)
+        #expect(psnr > 35, "JPEG at quality 92 keeps the picture (\(psnr) dB)")
+    }
+
+    @Test("outputs a format cannot make resolve to the frame and say why")
+    func outputPlans() {
+        let yuyv = DeviceFormat(pixelFormat: .yuyv, dimensions: Dimensions(width: 640, height: 480), frameRateRanges: [])
+        let bayer = DeviceFormat(pixelFormat: .bayerRGGB8, dimensions: Dimensions(width: 1280, height: 720), frameRateRanges: [])
+        let raw = PhotoPlan(requested: .balanced, output: .dng, format: yuyv)
+        #expect(raw.output == .frame && raw.note.contains("Bayer"))
+        #expect(PhotoPlan(requested: .balanced, output: .dng, format: bayer).output == .dng)
+        let jpeg = PhotoPlan(requested: .quality, output: .jpeg, format: bayer)
+        #expect(jpeg.output == .frame && jpeg.level == .quality && jpeg.note.contains("JPEG"))
+        #expect(PhotoPlan(requested: .speed, output: .jpeg, format: yuyv).output == .jpeg)
     }
 }

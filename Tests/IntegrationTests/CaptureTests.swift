@@ -223,4 +223,64 @@ struct CaptureTests {
         #expect(quality >= speed + 6, "quality \(quality) dB against speed \(speed) dB")
         await client.close()
     }
+
+    @Test("photo outputs: a JPEG made on the agent arrives as JPEG; RAW asked of a YUYV camera arrives as the frame, saying why")
+    func outputTypes() async throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
+        defer { agent.stop() }
+        let client = try await agent.connect(pki)
+        for output in [WirePhotoOutputType.jpeg, .dng] {
+            var capture = WireCapturePhoto()
+            capture.deviceID = "synthetic:SYN0001"
+            capture.sessionID = "output-\(output.rawValue)"
+            capture.settings.outputType = output
+            _ = try await client.request(.capturePhoto(capture))
+            let results = try await fetch(client, session: capture.sessionID)
+            try #require(results.count == 1)
+            let (result, image) = results[0]
+            if output == .jpeg {
+                #expect(result.resolved.outputType == .jpeg && result.resolved.note.isEmpty)
+                #expect(PixelFormat(rawValue: result.pixelFormat) == .jpeg)
+                #expect(image.getBytes(at: image.readerIndex, length: 2) == [0xFF, 0xD8], "a JPEG starts with SOI")
+            } else {
+                #expect(result.resolved.outputType == .frame)
+                #expect(result.resolved.note.contains("Bayer"), "the note says why: \(result.resolved.note)")
+                #expect(PixelFormat(rawValue: result.pixelFormat) == .yuyv)
+                #expect(image.readableBytes == 640 * 480 * 2)
+            }
+        }
+        await client.close()
+    }
+
+    @Test("camrig capture --photo --quality quality --jpeg: the photo is a JPEG file and the manifest says how each agent made it")
+    func captureCommandQuality() throws {
+        let pki = try TestPKI(agents: ["agent-1"])
+        defer { pki.remove() }
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "1"])
+        defer { agent.stop() }
+        let work = NSTemporaryDirectory() + "camrig-quality-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+        let rig = work + "/rig.yaml"
+        try "tls_dir: \(pki.path)\nagents:\n  - 127.0.0.1:\(agent.port)\n".write(toFile: rig, atomically: true, encoding: .utf8)
+
+        let result = try Executables.run(
+            "camrig", ["capture", "--photo", "--quality", "quality", "--jpeg", "--rig", rig, "--out", work + "/captures", "--json"], timeout: 120)
+        try #require(result.status == 0, "camrig capture: \(result.stderr)")
+        let output = try SessionTests.object(result.stdout)
+        let directory = try #require(output["directory"] as? String)
+        let manifest = try #require(
+            try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: directory + "/manifest.json"))) as? [String: Any])
+        let sets = try #require(manifest["sets"] as? [[String: Any]])
+        let frame = try #require((sets.first?["frames"] as? [[String: Any]])?.first)
+        let file = try #require(frame["file"] as? String)
+        #expect(file.hasSuffix(".jpg"))
+        let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: directory + "/" + file)))
+        #expect(bytes.starts(with: [0xFF, 0xD8]))
+        let photo = try #require(frame["photo"] as? [String: Any], "the manifest records how the photo was made")
+        #expect(photo["quality"] as? String == "quality")
+        #expect(photo["frames_merged"] as? Int == 8)
+    }
 }

@@ -222,7 +222,8 @@ public final class AgentCapture: Sendable {
     private func prepare(_ devices: [String], at t: Int64, settings: WirePhotoSettings) -> [PendingPhoto] {
         devices.map { deviceID in
             let device = streams.devices.discovery.device(uniqueID: deviceID)
-            let plan = PhotoPlan(requested: PhotoQualityPrioritization(settings.qualityPrioritization), format: device?.activeFormat)
+            let plan = PhotoPlan(
+                requested: PhotoQualityPrioritization(settings.qualityPrioritization), output: PhotoOutputType(settings.outputType), format: device?.activeFormat)
             let selection: FrameSelection =
                 plan.level == .speed ? .nearest(t) : .from(firstExposure(deviceID: deviceID, at: t), count: plan.frames)
             // Five seconds for the camera to start, plus the frames' own time at its slowest rate.
@@ -256,6 +257,7 @@ public final class AgentCapture: Sendable {
                 let result = try await spoolThread.runIfActive {
                     let started = HostClock.monotonicNow()
                     let photo = pending.plan.level == .quality ? PhotoProcessing.merge(taken).frame : taken[0]
+                    let (file, pixelFormat) = try PhotoEncoder.encode(photo, as: pending.plan.output, model: photo.deviceID)
                     var result = WirePhotoResult(
                         photo,
                         resultID: "\(agentID)-\(UUID().uuidString.lowercased())",
@@ -267,7 +269,11 @@ public final class AgentCapture: Sendable {
                         plan: pending.plan, photo: photo, framesMerged: taken.count,
                         captureDuration: (taken.last?.exposureStart ?? fireAt) - fireAt,
                         processingDuration: HostClock.monotonicNow() - started)
-                    try spool.store(result, image: photo.bytes)
+                    if pixelFormat != photo.format.pixelFormat {
+                        result.pixelFormat = pixelFormat.rawValue
+                        result.bytesPerLine = 0
+                    }
+                    try spool.store(result, image: file)
                     return result
                 }
                 fired.resultIds.append(result.resultID)

@@ -11,12 +11,15 @@ public struct StoredFrame: Sendable, Hashable {
     public var marks: String
     /// For triggered photos: how late the agent fired, on its clock.
     public var lateness: Int64?
+    /// For photos: how the agent made it.
+    public var photo: CaptureManifest.Photo?
 
-    public init(file: String, agentTimestamp: Int64, marks: String, lateness: Int64? = nil) {
+    public init(file: String, agentTimestamp: Int64, marks: String, lateness: Int64? = nil, photo: CaptureManifest.Photo? = nil) {
         self.file = file
         self.agentTimestamp = agentTimestamp
         self.marks = marks
         self.lateness = lateness
+        self.photo = photo
     }
 }
 
@@ -25,7 +28,8 @@ extension SyncFrame where Payload == StoredFrame {
     init(_ frame: CaptureManifest.Frame) {
         self.init(
             camera: frame.camera, sequence: frame.sequence, timestamp: frame.timestampNs, uncertainty: frame.uncertaintyNs,
-            payload: StoredFrame(file: frame.file, agentTimestamp: frame.agentTimestampNs, marks: frame.marks, lateness: frame.latenessNs))
+            payload: StoredFrame(
+                file: frame.file, agentTimestamp: frame.agentTimestampNs, marks: frame.marks, lateness: frame.latenessNs, photo: frame.photo))
     }
 }
 
@@ -160,7 +164,8 @@ public struct ManifestBuilder: Sendable {
             marks: frame.payload.marks,
             uncertaintyNs: frame.uncertainty,
             latenessNs: frame.payload.lateness,
-            reason: reason
+            reason: reason,
+            photo: frame.payload.photo
         )
     }
 }

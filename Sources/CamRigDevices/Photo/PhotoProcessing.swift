@@ -34,18 +34,27 @@ public struct PhotoPlan: Hashable, Sendable {
     public var level: PhotoQualityPrioritization
     /// How many frames it takes.
     public var frames: Int
-    /// Why the level differs from the one requested; empty when it does not.
+    /// What the photo is delivered as.
+    public var output: PhotoOutputType
+    /// Why the level or the output differs from the one requested; empty when neither does.
     public var note: String
 
-    /// The plan for a request of `requested` on a camera streaming `format`.
-    public init(requested: PhotoQualityPrioritization, format: DeviceFormat?) {
-        note = ""
+    /// The plan for a request of `requested` delivered as `output` on a camera streaming `format`.
+    public init(requested: PhotoQualityPrioritization, output requestedOutput: PhotoOutputType = .frame, format: DeviceFormat?) {
+        var notes: [String] = []
         level = requested
         if requested == .quality, let format, format.pixelFormat.isCompressed {
             level = .balanced
-            note = "quality needs an uncompressed format to merge frames; \(format.pixelFormat) frames were taken as balanced"
+            notes.append("quality needs an uncompressed format to merge frames; \(format.pixelFormat) frames were taken as balanced")
+        }
+        output = requestedOutput
+        if let format {
+            let (resolved, why) = requestedOutput.resolved(for: format)
+            output = resolved
+            if let why { notes.append(why) }
         }
         frames = level == .quality ? PhotoProcessing.qualityFrames : 1
+        note = notes.joined(separator: "; ")
     }
 }
 

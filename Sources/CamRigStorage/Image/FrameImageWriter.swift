@@ -9,6 +9,7 @@ import CamRigDevices
 /// | `RGB3` | `png`, RGB | none |
 /// | `RGGB` (8-bit Bayer) | `png`, RGB | bilinear demosaic |
 /// | `MJPG`, `JPEG` | `jpg` | none: the bytes as captured |
+/// | `DNG ` (an agent's RAW photo) | `dng` | none: the file as the agent made it |
 /// | anything else | `raw` | none: the bytes as captured |
 ///
 /// For the uncompressed formats, row `y` starts at byte `y × bytesPerLine` (which may include padding
@@ -26,6 +27,8 @@ public enum FrameImageWriter {
         switch pixelFormat {
         case .mjpeg, .jpeg:
             return ("jpg", Array(bytes))
+        case .dng:
+            return ("dng", Array(bytes))
         case .yuyv:
             bytesPerPixel = 2
         case .rgb24:

@@ -849,6 +849,50 @@ public nonisolated enum WireQualityPrioritization: SwiftProtobuf.Enum, Swift.Cas
 
 }
 
+public nonisolated enum WirePhotoOutputType: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+
+  /// the frame in the camera's pixel format
+  case frame // = 0
+
+  /// a JPEG made on the agent (from YUYV, RGB or grey; MJPEG frames as they are)
+  case jpeg // = 1
+
+  /// Bayer RAW as a DNG file (cameras streaming a Bayer format)
+  case dng // = 2
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .frame
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .frame
+    case 1: self = .jpeg
+    case 2: self = .dng
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .frame: return 0
+    case .jpeg: return 1
+    case .dng: return 2
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [WirePhotoOutputType] = [
+    .frame,
+    .jpeg,
+    .dng,
+  ]
+
+}
+
 public nonisolated enum WireTriggerAction: SwiftProtobuf.Enum, Swift.CaseIterable {
   public typealias RawValue = Int
   case unspecified // = 0
@@ -2783,6 +2827,8 @@ public nonisolated struct WirePhotoSettings: Sendable {
 
   public var flashMode: WireTorchMode = .unspecified
 
+  public var outputType: WirePhotoOutputType = .frame
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -3044,6 +3090,9 @@ public nonisolated struct WireResolvedPhotoSettings: Sendable {
 
   /// Why the photo differs from the request; empty when it does not.
   public var note: String = String()
+
+  /// What the photo was delivered as; a request the format cannot serve gets FRAME, and `note` says why.
+  public var outputType: WirePhotoOutputType = .frame
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -3362,6 +3411,10 @@ nonisolated extension WireStreamEndReason: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension WireQualityPrioritization: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0QUALITY_PRIORITIZATION_UNSPECIFIED\0\u{1}QUALITY_PRIORITIZATION_SPEED\0\u{1}QUALITY_PRIORITIZATION_BALANCED\0\u{1}QUALITY_PRIORITIZATION_QUALITY\0")
+}
+
+nonisolated extension WirePhotoOutputType: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0PHOTO_OUTPUT_TYPE_FRAME\0\u{1}PHOTO_OUTPUT_TYPE_JPEG\0\u{1}PHOTO_OUTPUT_TYPE_DNG\0")
 }
 
 nonisolated extension WireTriggerAction: SwiftProtobuf._ProtoNameProviding {
@@ -6364,7 +6417,7 @@ nonisolated extension WireVideoFrame: SwiftProtobuf.Message, SwiftProtobuf._Mess
 
 nonisolated extension WirePhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PhotoSettings"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}unique_id\0\u{3}quality_prioritization\0\u{3}max_photo_dimensions\0\u{3}pixel_format\0\u{3}flash_mode\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}unique_id\0\u{3}quality_prioritization\0\u{3}max_photo_dimensions\0\u{3}pixel_format\0\u{3}flash_mode\0\u{3}output_type\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -6377,6 +6430,7 @@ nonisolated extension WirePhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._M
       case 3: try { try decoder.decodeSingularMessageField(value: &self._maxPhotoDimensions) }()
       case 4: try { try decoder.decodeSingularUInt32Field(value: &self.pixelFormat) }()
       case 5: try { try decoder.decodeSingularEnumField(value: &self.flashMode) }()
+      case 6: try { try decoder.decodeSingularEnumField(value: &self.outputType) }()
       default: break
       }
     }
@@ -6402,6 +6456,9 @@ nonisolated extension WirePhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._M
     if self.flashMode != .unspecified {
       try visitor.visitSingularEnumField(value: self.flashMode, fieldNumber: 5)
     }
+    if self.outputType != .frame {
+      try visitor.visitSingularEnumField(value: self.outputType, fieldNumber: 6)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -6411,6 +6468,7 @@ nonisolated extension WirePhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._M
     if lhs._maxPhotoDimensions != rhs._maxPhotoDimensions {return false}
     if lhs.pixelFormat != rhs.pixelFormat {return false}
     if lhs.flashMode != rhs.flashMode {return false}
+    if lhs.outputType != rhs.outputType {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -6794,7 +6852,7 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
 
 nonisolated extension WireResolvedPhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ResolvedPhotoSettings"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}quality_prioritization\0\u{1}dimensions\0\u{3}frames_merged\0\u{3}capture_duration_ns\0\u{3}processing_duration_ns\0\u{1}note\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}quality_prioritization\0\u{1}dimensions\0\u{3}frames_merged\0\u{3}capture_duration_ns\0\u{3}processing_duration_ns\0\u{1}note\0\u{3}output_type\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -6808,6 +6866,7 @@ nonisolated extension WireResolvedPhotoSettings: SwiftProtobuf.Message, SwiftPro
       case 4: try { try decoder.decodeSingularInt64Field(value: &self.captureDurationNs) }()
       case 5: try { try decoder.decodeSingularInt64Field(value: &self.processingDurationNs) }()
       case 6: try { try decoder.decodeSingularStringField(value: &self.note) }()
+      case 7: try { try decoder.decodeSingularEnumField(value: &self.outputType) }()
       default: break
       }
     }
@@ -6836,6 +6895,9 @@ nonisolated extension WireResolvedPhotoSettings: SwiftProtobuf.Message, SwiftPro
     if !self.note.isEmpty {
       try visitor.visitSingularStringField(value: self.note, fieldNumber: 6)
     }
+    if self.outputType != .frame {
+      try visitor.visitSingularEnumField(value: self.outputType, fieldNumber: 7)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -6846,6 +6908,7 @@ nonisolated extension WireResolvedPhotoSettings: SwiftProtobuf.Message, SwiftPro
     if lhs.captureDurationNs != rhs.captureDurationNs {return false}
     if lhs.processingDurationNs != rhs.processingDurationNs {return false}
     if lhs.note != rhs.note {return false}
+    if lhs.outputType != rhs.outputType {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -22,6 +22,12 @@ struct Capture: AsyncParsableCommand {
             valueName: "speed|balanced|quality"))
     var quality: PhotoQuality = .balanced
 
+    @Flag(name: .long, help: "Deliver each photo as Bayer RAW in a DNG file (cameras streaming a Bayer format; others deliver their frame and the manifest says why).")
+    var raw = false
+
+    @Flag(name: .long, help: "Deliver each photo as a JPEG made on its agent (from YUYV, RGB or grey frames).")
+    var jpeg = false
+
     @OptionGroup var session: SessionOptions
     @OptionGroup var captures: CaptureOptions
     @OptionGroup var rig: RigOptions
@@ -29,6 +35,7 @@ struct Capture: AsyncParsableCommand {
 
     func validate() throws {
         guard photo else { throw ValidationError("say what to capture: --photo (for video, use `camrig record`)") }
+        guard !(raw && jpeg) else { throw ValidationError("--raw and --jpeg exclude each other: a photo is delivered as one of them") }
     }
 
     func run() async throws {
@@ -42,6 +49,7 @@ struct Capture: AsyncParsableCommand {
                     var settings = WirePhotoSettings()
                     settings.uniqueID = UInt64.random(in: 1...UInt64.max)
                     settings.qualityPrioritization = WireQualityPrioritization(quality.level)
+                    settings.outputType = raw ? .dng : jpeg ? .jpeg : .frame
                     let report = try await rigSession.capturePhoto(into: store, settings: settings)
                     await rigSession.stop()
                     return report
