@@ -6,7 +6,8 @@ public struct DeviceFormat: Hashable, Sendable, Identifiable, CustomStringConver
     public var pixelFormat: PixelFormat
     public var dimensions: Dimensions
     public var frameRateRanges: [FrameRateRange]
-    /// Sizes a photo may be captured at in this format (the format's own size at least).
+    /// Sizes a photo may be captured at in this format: the format's own size, and for uncompressed
+    /// formats half of it each way, binned 2×2 on the agent (fewer pixels, less noise).
     public var supportedPhotoDimensions: [Dimensions]
     public var maxZoomFactor: Double
     /// Bytes per image line of uncompressed formats (0 for compressed ones).
@@ -26,7 +27,7 @@ public struct DeviceFormat: Hashable, Sendable, Identifiable, CustomStringConver
         self.pixelFormat = pixelFormat
         self.dimensions = dimensions
         self.frameRateRanges = frameRateRanges
-        self.supportedPhotoDimensions = supportedPhotoDimensions ?? [dimensions]
+        self.supportedPhotoDimensions = supportedPhotoDimensions ?? [dimensions] + (PhotoProcessing.binnedDimensions(pixelFormat, dimensions).map { [$0] } ?? [])
         self.maxZoomFactor = maxZoomFactor
         let bits = pixelFormat.bitsPerPixel
         let line = bytesPerLine ?? bits.map { UInt32(Int(dimensions.width) * $0 / 8) } ?? 0

@@ -1,5 +1,6 @@
 import CamRigClockSocket
 import CamRigCoordinator
+import CamRigDevices
 import CamRigSecurity
 import CamRigTestSupport
 import CamRigWire
@@ -136,18 +137,37 @@ struct ProtocolLetterTests {
         await client.close()
     }
 
-    @Test("max_photo_dimensions below the active format's size is refused, not ignored")
+    @Test("max_photo_dimensions is a request: the largest supported size within it (binned), or the smallest with a note saying so")
     func photoDimensions() async throws {
         let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
         defer { agent.stop(); pki.remove() }
         let client = try await agent.connect(pki)
-        var photo = WireCapturePhoto()
-        photo.deviceID = device
-        photo.settings.maxPhotoDimensions.width = 320
-        photo.settings.maxPhotoDimensions.height = 240
-        let error = try #require(await refusal(client, .capturePhoto(photo)))
-        #expect(error.code == .unsupported)
-        #expect(error.message.contains("640x480"))
+        for (index, (requested, made)) in [((320, 240), (320, 240)), ((100, 100), (320, 240)), ((4000, 3000), (640, 480))].enumerated() {
+            var photo = WireCapturePhoto()
+            photo.deviceID = device
+            photo.sessionID = "dimensions-\(index)"
+            photo.settings.maxPhotoDimensions.width = UInt32(requested.0)
+            photo.settings.maxPhotoDimensions.height = UInt32(requested.1)
+            let reply = try await client.request(.capturePhoto(photo)).frame.envelope.body
+            guard case .triggerFired = reply else {
+                Issue.record("a photo within \(requested) was answered with \(reply)")
+                continue
+            }
+            var fetch = WireFetchResults()
+            fetch.sessionID = photo.sessionID
+            var results: [(WirePhotoResult, ByteBuffer)] = []
+            for try await message in client.stream(.fetchResults(fetch)) {
+                if case .photoResult(let result) = message.envelope.body { results.append((result, message.payload ?? ByteBuffer())) }
+            }
+            try #require(results.count == 1)
+            let (result, image) = results[0]
+            #expect(result.dimensions.width == UInt32(made.0) && result.dimensions.height == UInt32(made.1))
+            #expect(result.resolved.dimensions == result.dimensions)
+            #expect(image.readableBytes == made.0 * made.1 * 2)
+            #expect(result.resolved.note.isEmpty == (requested.0 >= 320), "a note only when nothing fits: '\(result.resolved.note)'")
+            // The binned photo keeps the frame's header.
+            #expect(SyntheticFrameHeader.decode(image, format: .yuyv)?.sequence == result.sequence)
+        }
         await client.close()
     }
 

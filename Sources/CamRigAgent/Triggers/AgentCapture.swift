@@ -102,32 +102,11 @@ public final class AgentCapture: Sendable {
 
     /// Answers a photo taken now.
     func capturePhoto(_ capture: WireCapturePhoto, requestID: UInt64, reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void) {
-        if let refusal = sizeRefusal(capture.settings, deviceIDs: [capture.deviceID]) {
-            reply(.error(refusal))
-            return
-        }
         let now = clock.now()
         let frames = prepare([capture.deviceID], at: now, settings: capture.settings)
         storeInTask(reply) {
             await self.store(triggerID: "photo-\(requestID)", frames: frames, session: capture.sessionID, settings: capture.settings, fireAt: now, firedAt: now)
         }
-    }
-
-    /// Why photos with `settings` cannot be taken on these devices, if they cannot: this agent takes
-    /// photos at the active format's size, so a `max_photo_dimensions` below it cannot be honoured.
-    private func sizeRefusal(_ settings: WirePhotoSettings, deviceIDs: [String]) -> WireError? {
-        let limit = settings.maxPhotoDimensions
-        guard limit.width > 0 || limit.height > 0 else { return nil }
-        for id in deviceIDs {
-            guard let device = streams.devices.discovery.device(uniqueID: id) else { continue }
-            let size = device.activeFormat.dimensions
-            if (limit.width > 0 && size.width > limit.width) || (limit.height > 0 && size.height > limit.height) {
-                return WireError(
-                    .unsupported, agent: agentID, device: id,
-                    "\(id) takes photos at its active format's size, \(size.width)x\(size.height), which is larger than max_photo_dimensions \(limit.width)x\(limit.height); configure a format no larger, or send 0x0")
-            }
-        }
-        return nil
     }
 
     /// Schedules a validated trigger; answers `TriggerScheduled` at once and `TriggerFired` (or a stream) at T.
@@ -145,10 +124,6 @@ public final class AgentCapture: Sendable {
             reply(.error(WireError(
                 .deviceNotFound, agent: agentID, device: unknown[0],
                 "trigger \(trigger.triggerID) names \(unknown.map { "'\($0)'" }.joined(separator: ", ")), which agent \(agentID) does not have; it has: \(list.isEmpty ? "none" : list)")))
-            return
-        }
-        if trigger.action == .capturePhoto, let refusal = sizeRefusal(trigger.photoSettings, deviceIDs: trigger.deviceIds) {
-            reply(.error(refusal))
             return
         }
         let pending = PendingTrigger(trigger: trigger, requestID: requestID, connection: connection, reply: reply)
@@ -223,7 +198,8 @@ public final class AgentCapture: Sendable {
         devices.map { deviceID in
             let device = streams.devices.discovery.device(uniqueID: deviceID)
             let plan = PhotoPlan(
-                requested: PhotoQualityPrioritization(settings.qualityPrioritization), output: PhotoOutputType(settings.outputType), format: device?.activeFormat)
+                requested: PhotoQualityPrioritization(settings.qualityPrioritization), output: PhotoOutputType(settings.outputType),
+                maxDimensions: settings.maxPhotoDimensions.dimensions, format: device?.activeFormat)
             let selection: FrameSelection =
                 plan.level == .speed ? .nearest(t) : .from(firstExposure(deviceID: deviceID, at: t), count: plan.frames)
             // Five seconds for the camera to start, plus the frames' own time at its slowest rate.
@@ -256,7 +232,10 @@ public final class AgentCapture: Sendable {
                 // would stall every frame delivery and request of this process behind it.
                 let result = try await spoolThread.runIfActive {
                     let started = HostClock.monotonicNow()
-                    let photo = pending.plan.level == .quality ? PhotoProcessing.merge(taken).frame : taken[0]
+                    var photo = pending.plan.level == .quality ? PhotoProcessing.merge(taken).frame : taken[0]
+                    if pending.plan.dimensions != photo.format.dimensions, let binned = PhotoProcessing.bin(photo) {
+                        photo = binned
+                    }
                     let (file, pixelFormat) = try PhotoEncoder.encode(photo, as: pending.plan.output, model: photo.deviceID)
                     var result = WirePhotoResult(
                         photo,

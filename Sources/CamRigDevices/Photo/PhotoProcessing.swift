@@ -34,14 +34,35 @@ public struct PhotoPlan: Hashable, Sendable {
     public var level: PhotoQualityPrioritization
     /// How many frames it takes.
     public var frames: Int
+    /// The photo's size: the format's own, or binned to half of it.
+    public var dimensions: Dimensions
     /// What the photo is delivered as.
     public var output: PhotoOutputType
     /// Why the level or the output differs from the one requested; empty when neither does.
     public var note: String
 
     /// The plan for a request of `requested` delivered as `output` on a camera streaming `format`.
-    public init(requested: PhotoQualityPrioritization, output requestedOutput: PhotoOutputType = .frame, format: DeviceFormat?) {
+    /// `maxDimensions` is a request, not a guarantee (0×0: the format's size): the photo is made at the
+    /// largest supported size within it, or, when none fits, at the smallest, and the note says so.
+    public init(
+        requested: PhotoQualityPrioritization, output requestedOutput: PhotoOutputType = .frame, maxDimensions: Dimensions = Dimensions(width: 0, height: 0),
+        format: DeviceFormat?
+    ) {
         var notes: [String] = []
+        dimensions = format?.dimensions ?? maxDimensions
+        if let format, maxDimensions.width > 0 || maxDimensions.height > 0 {
+            func fits(_ size: Dimensions) -> Bool {
+                (maxDimensions.width == 0 || size.width <= maxDimensions.width) && (maxDimensions.height == 0 || size.height <= maxDimensions.height)
+            }
+            let sizes = format.supportedPhotoDimensions.sorted { $0.pixelCount < $1.pixelCount }
+            if let largest = sizes.last(where: fits) {
+                dimensions = largest
+            } else if let smallest = sizes.first {
+                dimensions = smallest
+                let list = sizes.map(\.description).joined(separator: ", ")
+                notes.append("no photo size of \(format.id) fits within \(maxDimensions); made at the smallest it supports, \(smallest) (supported: \(list))")
+            }
+        }
         level = requested
         if requested == .quality, let format, format.pixelFormat.isCompressed {
             level = .balanced
@@ -60,6 +81,89 @@ public struct PhotoPlan: Hashable, Sendable {
 
 /// The processing stage of a photo.
 public enum PhotoProcessing {
+    /// The size a 2×2 binning of `format` at `dimensions` gives, when the format can be binned: YUYV
+    /// (its half width even), RGB, grey, and RGGB (each colour binned with its own, so the size is a
+    /// multiple of 4).
+    public static func binnedDimensions(_ pixelFormat: PixelFormat, _ dimensions: Dimensions) -> Dimensions? {
+        let half = Dimensions(width: dimensions.width / 2, height: dimensions.height / 2)
+        guard half.width > 0, half.height > 0 else { return nil }
+        switch pixelFormat {
+        case .yuyv: return dimensions.width % 4 == 0 && dimensions.height % 2 == 0 ? half : nil
+        case .rgb24, .grey: return dimensions.width % 2 == 0 && dimensions.height % 2 == 0 ? half : nil
+        case .bayerRGGB8: return dimensions.width % 4 == 0 && dimensions.height % 4 == 0 ? half : nil
+        default: return nil
+        }
+    }
+
+    /// `frame` binned 2×2: each output sample the mean of the four input samples of the same colour (for
+    /// RGGB, the four of its colour in the 4×4 cell around it), so the picture keeps its field of view
+    /// at half the size with half the noise. The first bytes of the embedded data rows (the synthetic
+    /// camera's header) are kept as they were. `nil` when the format cannot be binned.
+    public static func bin(_ frame: CapturedFrame) -> CapturedFrame? {
+        let format = frame.format
+        guard let half = binnedDimensions(format.pixelFormat, format.dimensions) else { return nil }
+        let width = Int(half.width)
+        let height = Int(half.height)
+        let inPitch = Int(format.bytesPerLine)
+        var binned = DeviceFormat(pixelFormat: format.pixelFormat, dimensions: half, frameRateRanges: format.frameRateRanges, supportedPhotoDimensions: [half])
+        binned.maxZoomFactor = format.maxZoomFactor
+        let outPitch = Int(binned.bytesPerLine)
+        var out = ByteBufferAllocator().buffer(capacity: outPitch * height)
+        out.writeWithUnsafeMutableBytes(minimumWritableBytes: outPitch * height) { target in
+            frame.bytes.withUnsafeReadableBytes { source in
+                func mean(_ a: Int, _ b: Int, _ c: Int, _ d: Int) -> UInt8 {
+                    UInt8((Int(source[a]) + Int(source[b]) + Int(source[c]) + Int(source[d]) + 2) / 4)
+                }
+                for row in 0..<height {
+                    let top = 2 * row * inPitch
+                    let below = top + inPitch
+                    let line = row * outPitch
+                    switch format.pixelFormat {
+                    case .yuyv:
+                        // Output pair k (pixels 2k, 2k+1) from input pairs 2k and 2k+1 of two rows.
+                        for pair in 0..<(width / 2) {
+                            let a = 8 * pair
+                            target[line + 4 * pair] = mean(top + a, top + a + 2, below + a, below + a + 2)
+                            target[line + 4 * pair + 2] = mean(top + a + 4, top + a + 6, below + a + 4, below + a + 6)
+                            target[line + 4 * pair + 1] = mean(top + a + 1, top + a + 5, below + a + 1, below + a + 5)
+                            target[line + 4 * pair + 3] = mean(top + a + 3, top + a + 7, below + a + 3, below + a + 7)
+                        }
+                    case .rgb24:
+                        for x in 0..<width {
+                            for channel in 0..<3 {
+                                let a = 6 * x + channel
+                                target[line + 3 * x + channel] = mean(top + a, top + a + 3, below + a, below + a + 3)
+                            }
+                        }
+                    case .bayerRGGB8:
+                        // Output (x, y) has the colour of (x mod 2, y mod 2); its four input samples of that
+                        // colour sit two apart in the 4×4 cell of output cell (x / 2, y / 2).
+                        let cellTop = 4 * (row / 2) + row % 2
+                        for x in 0..<width {
+                            let column = 4 * (x / 2) + x % 2
+                            let first = cellTop * inPitch + column
+                            let second = (cellTop + 2) * inPitch + column
+                            target[line + x] = mean(first, first + 2, second, second + 2)
+                        }
+                    default:
+                        for x in 0..<width {
+                            target[line + x] = mean(top + 2 * x, top + 2 * x + 1, below + 2 * x, below + 2 * x + 1)
+                        }
+                    }
+                }
+                // The frame's own first bytes (a header in its embedded data), unchanged.
+                let kept = min(frame.embeddedDataRows / 2 * outPitch, outPitch * height, source.count)
+                for index in 0..<kept { target[index] = source[index] }
+            }
+            return outPitch * height
+        }
+        var result = frame
+        result.format = binned
+        result.bytes = out
+        result.embeddedDataRows = frame.embeddedDataRows / 2
+        return result
+    }
+
     /// Frames a quality photo merges. Eight frames take a quarter of a second at 30 fps and cut the noise
     /// of still parts of the picture by √8 (9 dB).
     public static let qualityFrames = 8

@@ -134,7 +134,6 @@ public final class SyntheticCamera: FrameAlignableBackend {
                     pixelFormat: .mjpeg,
                     dimensions: size,
                     frameRateRanges: [FrameRateRange(min: FrameDuration(framesPerSecond: 60)!, max: FrameDuration(framesPerSecond: 1)!, kind: .continuous)!],
-                    supportedPhotoDimensions: [size, Dimensions(width: 3840, height: 2160)],
                     maxZoomFactor: 4,
                     imageSize: UInt32(size.pixelCount)
                 )
