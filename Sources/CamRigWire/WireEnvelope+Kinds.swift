@@ -45,6 +45,7 @@ extension WireEnvelope.OneOf_Body {
         case .photoResult: "photo_result"
         case .resultsEnd: "results_end"
         case .acknowledgeResults: "acknowledge_results"
+        case .preparePhotoSettings: "prepare_photo_settings"
         case .subscribe: "subscribe"
         case .event: "event"
         case .lockPhase: "lock_phase"
@@ -68,7 +69,7 @@ extension WireEnvelope.OneOf_Body {
         switch self {
         case .ping, .clockProbe, .openClockChannel, .listDevices, .discoveryQuery, .describeDevice, .lock, .renewLease, .unlock,
             .configure, .startStream, .stopStream, .capturePhoto, .scheduleTrigger, .fetchResults,
-            .acknowledgeResults, .subscribe, .lockPhase, .unlockPhase, .getPhaseStatus:
+            .acknowledgeResults, .preparePhotoSettings, .subscribe, .lockPhase, .unlockPhase, .getPhaseStatus:
             true
         default:
             false

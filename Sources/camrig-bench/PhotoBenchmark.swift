@@ -15,7 +15,7 @@ import NIOCore
 struct PhotoBenchmark: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "photo",
-        abstract: "Photo quality levels: PSNR against the noise-free scene, capture latency, frames merged."
+        abstract: "Photo quality levels: PSNR against the noise-free scene, capture latency unprepared and prepared, frames merged."
     )
 
     @Option(name: .long, help: "Photos per level and camera.")
@@ -28,6 +28,8 @@ struct PhotoBenchmark: AsyncParsableCommand {
 
     struct Row: Encodable {
         var quality: String
+        /// Whether the cameras were prepared with these settings (`PreparePhotoSettings`) first.
+        var prepared: Bool
         var photos: Int
         var psnrDecibels: Distribution
         /// Request sent to `TriggerFired` received: capture and processing stages together.
@@ -45,18 +47,22 @@ struct PhotoBenchmark: AsyncParsableCommand {
         var rows: [Row]
         /// Median PSNR of quality photos over speed photos (goal ≥ 6 dB).
         var qualityOverSpeedDecibels: Double
+        /// Median capture latency of prepared over unprepared photos, per level.
+        var preparedOverUnpreparedLatency: [String: Double]
 
         var text: String {
             var lines = ["photo: quality prioritization on synthetic cameras, \(format), PSNR of the luma against the noise-free scene; \(machine.text)"]
             lines.append(table(
-                ["QUALITY", "PHOTOS", "PSNR dB P50", "PSNR dB MIN", "LATENCY ms P50", "P99", "CAPTURE STAGE ms P50", "PROCESSING ms P50", "FRAMES"],
+                ["QUALITY", "PREPARED", "PHOTOS", "PSNR dB P50", "PSNR dB MIN", "LATENCY ms P50", "P99", "CAPTURE STAGE ms P50", "PROCESSING ms P50", "FRAMES"],
                 rows.map { [
-                    $0.quality, "\($0.photos)", String(format: "%.2f", $0.psnrDecibels.p50), String(format: "%.2f", $0.psnrDecibels.min),
+                    $0.quality, $0.prepared ? "yes" : "no", "\($0.photos)", String(format: "%.2f", $0.psnrDecibels.p50), String(format: "%.2f", $0.psnrDecibels.min),
                     String(format: "%.1f", $0.latencyMilliseconds.p50), String(format: "%.1f", $0.latencyMilliseconds.p99),
                     String(format: "%.1f", $0.captureStageMilliseconds.p50), String(format: "%.1f", $0.processingMilliseconds.p50), "\($0.framesMerged)",
                 ] }
             ))
             lines.append(String(format: "quality over speed: %+.2f dB (goal ≥ 6 dB)", qualityOverSpeedDecibels))
+            let latency = PhotoQualityPrioritization.allCases.map { "\($0): \(times(preparedOverUnpreparedLatency[$0.description] ?? .nan))" }
+            lines.append("latency prepared / unprepared, p50: " + latency.joined(separator: ", "))
             for row in rows { for note in row.notes { lines.append("  \(row.quality): \(note)") } }
             return lines.joined(separator: "\n")
         }
@@ -74,22 +80,33 @@ struct PhotoBenchmark: AsyncParsableCommand {
         }
         var rows: [Row] = []
         var format = ""
-        for level in PhotoQualityPrioritization.allCases {
-            options.say("\(photos) \(level) photos on each of \(cameras) cameras")
+        let passes = [false, true].flatMap { prepared in PhotoQualityPrioritization.allCases.map { (prepared, $0) } }
+        for (prepared, level) in passes {
+            options.say("\(photos) \(level) photos on each of \(cameras) cameras, \(prepared ? "prepared" : "unprepared")")
+            var settings = WirePhotoSettings()
+            settings.qualityPrioritization = WireQualityPrioritization(level)
+            for truth in truths {
+                var prepare = WirePreparePhotoSettings()
+                prepare.deviceID = truth.identity.uniqueID
+                prepare.settings = prepared ? [settings] : []
+                _ = try await client.request(.preparePhotoSettings(prepare))
+            }
+            // A prepared camera's stream is running before the first photo.
+            if prepared { try await Task.sleep(for: .milliseconds(300)) }
             var psnrs: [Double] = []
             var latencies: [Double] = []
             var captureStages: [Double] = []
             var processing: [Double] = []
             var merged = 0
             var notes: Set<String> = []
-            let session = "bench-photo-\(level)"
+            let session = "bench-photo-\(level)-\(prepared)"
             for shot in 0..<photos {
                 for (index, truth) in truths.enumerated() {
                     var capture = WireCapturePhoto()
                     capture.deviceID = truth.identity.uniqueID
                     capture.sessionID = session
+                    capture.settings = settings
                     capture.settings.uniqueID = UInt64(shot * cameras + index + 1)
-                    capture.settings.qualityPrioritization = WireQualityPrioritization(level)
                     let start = ContinuousClock.now
                     let reply = try await client.request(.capturePhoto(capture)).frame.envelope.body
                     guard case .triggerFired = reply else { throw CommandFailure("\(capture.deviceID) answered a \(level) photo with \(String(describing: reply))") }
@@ -117,12 +134,16 @@ struct PhotoBenchmark: AsyncParsableCommand {
             }
             _ = try await client.request(.acknowledgeResults(acknowledge))
             rows.append(Row(
-                quality: level.description, photos: psnrs.count, psnrDecibels: Distribution(psnrs), latencyMilliseconds: Distribution(latencies),
+                quality: level.description, prepared: prepared, photos: psnrs.count, psnrDecibels: Distribution(psnrs), latencyMilliseconds: Distribution(latencies),
                 captureStageMilliseconds: Distribution(captureStages), processingMilliseconds: Distribution(processing), framesMerged: merged,
                 notes: notes.sorted()))
         }
         await client.close()
-        let gain = rows[2].psnrDecibels.p50 - rows[0].psnrDecibels.p50
-        return Result(machine: .current, format: format, rows: rows, qualityOverSpeedDecibels: gain)
+        func row(_ level: PhotoQualityPrioritization, prepared: Bool) -> Row { rows.first { $0.quality == level.description && $0.prepared == prepared }! }
+        let gain = row(.quality, prepared: false).psnrDecibels.p50 - row(.speed, prepared: false).psnrDecibels.p50
+        let latency = Dictionary(uniqueKeysWithValues: PhotoQualityPrioritization.allCases.map { level in
+            (level.description, ratio(row(level, prepared: true).latencyMilliseconds.p50, row(level, prepared: false).latencyMilliseconds.p50))
+        })
+        return Result(machine: .current, format: format, rows: rows, qualityOverSpeedDecibels: gain, preparedOverUnpreparedLatency: latency)
     }
 }

@@ -283,4 +283,79 @@ struct CaptureTests {
         #expect(photo["quality"] as? String == "quality")
         #expect(photo["frames_merged"] as? Int == 8)
     }
+
+    @Test("prepared photo settings: the camera keeps streaming, matching captures say they were prepared, speed takes the frame nearest the request, and releasing frees the camera")
+    func preparedSettings() async throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
+        defer { agent.stop() }
+        let client = try await agent.connect(pki)
+        let device = "synthetic:SYN0001"
+        var speed = WirePhotoSettings()
+        speed.qualityPrioritization = .speed
+        var prepare = WirePreparePhotoSettings()
+        prepare.deviceID = device
+        prepare.settings = [speed]
+        let prepared = try await client.request(.preparePhotoSettings(prepare)).frame.envelope.body
+        guard case .ok = prepared else {
+            Issue.record("PreparePhotoSettings was answered with \(prepared)")
+            return
+        }
+        // While prepared the camera streams: its format cannot change.
+        var lock = WireLock()
+        lock.deviceID = device
+        guard case .lease(let lease) = try await client.request(.lock(lock)).frame.envelope.body else {
+            Issue.record("no lease")
+            return
+        }
+        var configure = WireConfigure()
+        configure.deviceID = device
+        configure.leaseID = lease.lease.leaseID
+        configure.formatID = "YUYV-1280x720"
+        let busy = await #expect(throws: AgentClientError.self, "a prepared camera's format cannot change") {
+            try await client.request(.configure(configure))
+        }
+        #expect(busy?.code == .deviceBusy)
+
+        try await Task.sleep(for: .milliseconds(200))
+        for (index, settings) in [speed, WirePhotoSettings()].enumerated() {
+            var capture = WireCapturePhoto()
+            capture.deviceID = device
+            capture.sessionID = "prepared-\(index)"
+            capture.settings = settings
+            capture.settings.uniqueID = UInt64(index + 1)
+            _ = try await client.request(.capturePhoto(capture))
+            let results = try await fetch(client, session: capture.sessionID)
+            try #require(results.count == 1)
+            let resolved = results[0].0.resolved
+            if index == 0 {
+                #expect(resolved.prepared, "speed matches the prepared settings")
+                // The camera was already streaming: the photo is its newest frame, exposed before the request
+                // (within two frame periods), not one exposed after it.
+                #expect(resolved.captureDurationNs <= 0 && resolved.captureDurationNs >= -2 * 1_000_000_000 / 60, "\(resolved.captureDurationNs) ns")
+            } else {
+                #expect(!resolved.prepared, "balanced was not prepared, and works all the same")
+                #expect(resolved.qualityPrioritization == .balanced)
+            }
+        }
+
+        prepare.settings = []
+        guard case .ok = try await client.request(.preparePhotoSettings(prepare)).frame.envelope.body else {
+            Issue.record("releasing was not answered Ok")
+            return
+        }
+        let configured = try await client.request(.configure(configure)).frame.envelope.body
+        guard case .deviceState = configured else {
+            Issue.record("once released, the format change was answered with \(configured)")
+            return
+        }
+        prepare.deviceID = "synthetic:NOPE"
+        prepare.settings = [speed]
+        let missing = await #expect(throws: AgentClientError.self, "an unknown device cannot be prepared") {
+            try await client.request(.preparePhotoSettings(prepare))
+        }
+        #expect(missing?.code == .deviceNotFound)
+        await client.close()
+    }
 }

@@ -43,6 +43,8 @@ public struct AgentRequestCore: Sendable {
         case subscribe(kinds: [WireEventKind])
         /// Take a photo now.
         case capturePhoto(WireCapturePhoto)
+        /// Prepare a device for photos with these settings (none: release it).
+        case preparePhotoSettings(WirePreparePhotoSettings)
         /// Schedule a validated trigger.
         case scheduleTrigger(WireScheduleTrigger)
         /// Send spooled results of `session`, at most `limit` (0: all).
@@ -103,6 +105,9 @@ public struct AgentRequestCore: Sendable {
         case .capturePhoto(let capture):
             guard configuration.capture else { return unimplemented(request) }
             return .capturePhoto(capture)
+        case .preparePhotoSettings(let prepare):
+            guard configuration.capture else { return unimplemented(request) }
+            return .preparePhotoSettings(prepare)
         case .scheduleTrigger(let trigger):
             guard configuration.capture else { return unimplemented(request) }
             if let refusal = Self.validate(trigger, agentID: agentID) { return .reply(.error(refusal)) }

@@ -89,6 +89,9 @@ struct AgentRequestRouter: Sendable {
             reply(.ok(WireOk()))
         case .capturePhoto(let photo):
             capture?.capturePhoto(photo, requestID: requestID, reply: reply)
+        case .preparePhotoSettings(let prepare):
+            guard let capture, let devices else { return }
+            devices.queue.async { reply(capture.prepare(prepare)) }
         case .scheduleTrigger(let trigger):
             capture?.schedule(trigger, requestID: requestID, connection: connection, reply: reply)
         case .fetchResults(let session, let limit):

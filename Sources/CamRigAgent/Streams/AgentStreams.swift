@@ -193,6 +193,14 @@ extension AgentStreams {
     /// The frames of `deviceID` that `selection` picks, from the device's stream (started for the purpose
     /// if nobody watches it).
     func frames(deviceID: String, selection: FrameSelection, timeout: Duration = .seconds(5)) async throws -> [CapturedFrame] {
+        // Zero shutter lag: a streaming camera's newest frame, delivered once its exposure and readout
+        // ended, is the most recent picture there is when the instant has already come (a photo taken
+        // now). Exposed within two frame periods before the instant, it is the photo, at once.
+        if case .nearest(let instant, let newest?, let period) = selection, period > 0, newest.exposureStart <= instant,
+            Double(instant - newest.exposureStart) <= 2 * period
+        {
+            return [newest]
+        }
         let sink = FramesSink(selection)
         let timer = NIOLockedValueBox<Task<Void, Never>?>(nil)
         defer { timer.withLockedValue { $0?.cancel() } }
@@ -219,8 +227,10 @@ enum FrameSelection: Sendable {
     /// `count` consecutive frames, the first exposed at or after the instant (agent clock).
     case from(Int64, count: Int)
     /// The one frame whose exposure started nearest the instant, before or after it (zero shutter lag:
-    /// the frame before the instant is already there when the instant comes).
-    case nearest(Int64)
+    /// the frame before the instant is already there when the instant comes). `newest` is a frame the
+    /// stream delivered before the capture began (a prepared camera's), a candidate if exposed before it;
+    /// `period` is the camera's frame period in nanoseconds.
+    case nearest(Int64, newest: CapturedFrame? = nil, period: Double = 0)
 }
 
 /// Takes the frames a capture needs from a stream.
@@ -234,7 +244,10 @@ final class FramesSink: FrameSink {
     /// Frames taken so far (for `.from`), or the latest frame before the instant (for `.nearest`).
     private let taken = NIOLockedValueBox<[CapturedFrame]>([])
 
-    init(_ selection: FrameSelection) { self.selection = selection }
+    init(_ selection: FrameSelection) {
+        self.selection = selection
+        if case .nearest(let instant, let newest?, _) = selection, newest.exposureStart < instant { taken.withLockedValue { $0 = [newest] } }
+    }
 
     func deliver(_ frame: CapturedFrame) {
         let complete: [CapturedFrame]? = taken.withLockedValue { taken in
@@ -243,7 +256,7 @@ final class FramesSink: FrameSink {
                 guard frame.exposureStart >= notBefore else { return nil }
                 taken.append(frame)
                 return taken.count >= count ? taken : nil
-            case .nearest(let instant):
+            case .nearest(let instant, _, _):
                 guard frame.exposureStart >= instant else {
                     taken = [frame]
                     return nil
@@ -262,6 +275,26 @@ final class FramesSink: FrameSink {
 
     func fail(_ error: WireProtocolError) {
         continuation.withLockedValue { $0.take() }?.resume(throwing: error)
+    }
+}
+
+/// Keeps a prepared camera streaming and its newest frame at hand, for photos.
+final class NewestFrameSink: FrameSink {
+    private let id = NIOLockedValueBox("")
+    var streamID: String { id.withLockedValue { $0 } }
+    func assign(streamID: String) { id.withLockedValue { $0 = streamID } }
+    let connection: UInt64 = 0
+    private let newestFrame = NIOLockedValueBox<CapturedFrame?>(nil)
+    private let onEnd: @Sendable (NewestFrameSink) -> Void
+
+    /// `onEnd` runs when the stream ends on its own (the device vanished or failed, the agent stops).
+    init(onEnd: @escaping @Sendable (NewestFrameSink) -> Void) { self.onEnd = onEnd }
+
+    var newest: CapturedFrame? { newestFrame.withLockedValue { $0 } }
+    func deliver(_ frame: CapturedFrame) { newestFrame.withLockedValue { $0 = frame } }
+    func end(reason: WireStreamEndReason, message: String) {
+        newestFrame.withLockedValue { $0 = nil }
+        if reason != .stopped { onEnd(self) }
     }
 }
 

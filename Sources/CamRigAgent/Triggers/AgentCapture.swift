@@ -29,6 +29,15 @@ public final class AgentCapture: Sendable {
     private let scheduler: TriggerScheduler<PendingTrigger>
     /// Captures between firing and being stored.
     private let inFlight = NIOLockedValueBox(0)
+    /// Devices prepared for photos (`PreparePhotoSettings`), by device id.
+    private let prepared = NIOLockedValueBox<[String: PreparedDevice]>([:])
+
+    /// A device prepared for photos: the settings it was prepared with, and the sink that keeps its
+    /// camera streaming with the newest frame at hand.
+    struct PreparedDevice: Sendable {
+        let settings: [WirePhotoSettings]
+        let sink: NewestFrameSink
+    }
     private let logger: Logger
 
     /// A trigger between being scheduled and firing; the frames it waits for are found when it is prepared.
@@ -109,6 +118,47 @@ public final class AgentCapture: Sendable {
         }
     }
 
+    /// Prepares a device for photos with `request.settings`, or releases it when there are none; on the
+    /// device queue. The camera streams from now on, so matching captures pay no start.
+    func prepare(_ request: WirePreparePhotoSettings) -> WireEnvelope.OneOf_Body {
+        let deviceID = request.deviceID
+        guard streams.devices.discovery.device(uniqueID: deviceID) != nil else {
+            return .error(WireError(.deviceNotFound, agent: agentID, device: deviceID, "agent \(agentID) has no device '\(deviceID)' to prepare"))
+        }
+        let previous = prepared.withLockedValue { $0[deviceID] }
+        if request.settings.isEmpty {
+            if let previous {
+                prepared.withLockedValue { _ = $0.removeValue(forKey: deviceID) }
+                streams.stop(streamID: previous.sink.streamID, reason: .stopped)
+            }
+            return .ok(WireOk())
+        }
+        if let previous {
+            prepared.withLockedValue { $0[deviceID] = PreparedDevice(settings: request.settings, sink: previous.sink) }
+            return .ok(WireOk())
+        }
+        let sink = NewestFrameSink { [weak self] ended in
+            // The device vanished or failed, or the agent stops: the preparation ends with its stream.
+            self?.prepared.withLockedValue { if $0[deviceID]?.sink === ended { $0.removeValue(forKey: deviceID) } }
+        }
+        if case .failed(let error) = streams.start(deviceID: deviceID, subscriber: sink) { return .error(error) }
+        prepared.withLockedValue { $0[deviceID] = PreparedDevice(settings: request.settings, sink: sink) }
+        return .ok(WireOk())
+    }
+
+    /// A camera's frame period in nanoseconds: as measured on its frames, or else its fastest configured rate's.
+    static func framePeriod(_ frame: CapturedFrame?, _ device: CaptureDevice?) -> Double {
+        if let measured = frame?.measuredFramePeriod, measured > 0 { return measured }
+        return Double(device?.activeMinFrameDuration.nanoseconds ?? 0)
+    }
+
+    /// Whether a capture with `settings` matches settings a device was prepared with: the same quality
+    /// prioritization, output type and size (a capture's unique id is always its own).
+    static func matches(_ settings: WirePhotoSettings, _ prepared: WirePhotoSettings) -> Bool {
+        settings.qualityPrioritization == prepared.qualityPrioritization && settings.outputType == prepared.outputType
+            && settings.maxPhotoDimensions == prepared.maxPhotoDimensions
+    }
+
     /// Schedules a validated trigger; answers `TriggerScheduled` at once and `TriggerFired` (or a stream) at T.
     func schedule(
         _ trigger: WireScheduleTrigger,
@@ -187,6 +237,8 @@ public final class AgentCapture: Sendable {
     struct PendingPhoto: Sendable {
         let deviceID: String
         let plan: PhotoPlan
+        /// Whether the device was prepared with matching settings.
+        let prepared: Bool
         let frames: Task<[CapturedFrame], any Error>
     }
 
@@ -200,13 +252,16 @@ public final class AgentCapture: Sendable {
             let plan = PhotoPlan(
                 requested: PhotoQualityPrioritization(settings.qualityPrioritization), output: PhotoOutputType(settings.outputType),
                 maxDimensions: settings.maxPhotoDimensions.dimensions, format: device?.activeFormat)
+            let preparation = prepared.withLockedValue { $0[deviceID] }
             let selection: FrameSelection =
-                plan.level == .speed ? .nearest(t) : .from(firstExposure(deviceID: deviceID, at: t), count: plan.frames)
+                plan.level == .speed
+                ? .nearest(t, newest: preparation?.sink.newest, period: Self.framePeriod(preparation?.sink.newest, device))
+                : .from(firstExposure(deviceID: deviceID, at: t), count: plan.frames)
             // Five seconds for the camera to start, plus the frames' own time at its slowest rate.
             let framesTime = Double(plan.frames) * (device?.activeMaxFrameDuration.seconds ?? 0)
             let timeout = Duration.seconds(5) + .milliseconds(Int64(framesTime * 1000))
             return PendingPhoto(
-                deviceID: deviceID, plan: plan, frames: Task { try await self.streams.frames(deviceID: deviceID, selection: selection, timeout: timeout) })
+                deviceID: deviceID, plan: plan, prepared: preparation?.settings.contains { Self.matches(settings, $0) } ?? false, frames: Task { try await self.streams.frames(deviceID: deviceID, selection: selection, timeout: timeout) })
         }
     }
 
@@ -248,6 +303,7 @@ public final class AgentCapture: Sendable {
                         plan: pending.plan, photo: photo, framesMerged: taken.count,
                         captureDuration: (taken.last?.exposureStart ?? fireAt) - fireAt,
                         processingDuration: HostClock.monotonicNow() - started)
+                    result.resolved.prepared = pending.prepared
                     if pixelFormat != photo.format.pixelFormat {
                         result.pixelFormat = pixelFormat.rawValue
                         result.bytesPerLine = 0

@@ -1382,6 +1382,14 @@ public nonisolated struct WireEnvelope: Sendable {
     set {body = .acknowledgeResults(newValue)}
   }
 
+  public var preparePhotoSettings: WirePreparePhotoSettings {
+    get {
+      if case .preparePhotoSettings(let v)? = body {return v}
+      return WirePreparePhotoSettings()
+    }
+    set {body = .preparePhotoSettings(newValue)}
+  }
+
   /// Events
   public var subscribe: WireSubscribe {
     get {
@@ -1483,6 +1491,7 @@ public nonisolated struct WireEnvelope: Sendable {
     case photoResult(WirePhotoResult)
     case resultsEnd(WireResultsEnd)
     case acknowledgeResults(WireAcknowledgeResults)
+    case preparePhotoSettings(WirePreparePhotoSettings)
     /// Events
     case subscribe(WireSubscribe)
     case event(WireEvent)
@@ -1838,6 +1847,7 @@ public nonisolated struct WireFormat: Sendable {
 
   public var frameRateRanges: [WireFrameRateRange] = []
 
+  /// the format's size; half of it for uncompressed formats (binned 2x2)
   public var supportedPhotoDimensions: [WireDimensions] = []
 
   public var maxZoomFactor: Double = 0
@@ -2812,7 +2822,7 @@ public nonisolated struct WirePhotoSettings: Sendable {
 
   public var qualityPrioritization: WireQualityPrioritization = .unspecified
 
-  /// 0x0: the active format's size
+  /// a request (0x0: the active format's size); see ResolvedPhotoSettings
   public var maxPhotoDimensions: WireDimensions {
     get {_maxPhotoDimensions ?? WireDimensions()}
     set {_maxPhotoDimensions = newValue}
@@ -2834,6 +2844,27 @@ public nonisolated struct WirePhotoSettings: Sendable {
   public init() {}
 
   fileprivate var _maxPhotoDimensions: WireDimensions? = nil
+}
+
+/// Prepare a device for photos with these settings (AVCapturePhotoOutput.setPreparedPhotoSettingsArray):
+/// the agent keeps the camera streaming and its newest frame at hand, so a capture whose settings match
+/// one of these (quality prioritization, output type and max dimensions; unique_id is ignored) pays no
+/// camera start, and SPEED takes a frame already exposed. A capture that matches none still works; its
+/// resolved settings say it was unprepared. Sending it again replaces the list; an empty list releases
+/// the camera. While prepared the camera streams, so a Configure that changes its format is refused as
+/// busy until the preparation is released. Replied to with Ok.
+public nonisolated struct WirePreparePhotoSettings: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var deviceID: String = String()
+
+  public var settings: [WirePhotoSettings] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
 }
 
 /// Capture one photo now on a device. Replied to with TriggerFired; the photo goes to the result spool.
@@ -3093,6 +3124,9 @@ public nonisolated struct WireResolvedPhotoSettings: Sendable {
 
   /// What the photo was delivered as; a request the format cannot serve gets FRAME, and `note` says why.
   public var outputType: WirePhotoOutputType = .frame
+
+  /// Whether the capture's settings matched settings the device was prepared with (PreparePhotoSettings).
+  public var prepared: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -3435,7 +3469,7 @@ nonisolated extension WirePhaseLockMethod: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Envelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{2}\u{9}hello\0\u{1}welcome\0\u{1}error\0\u{1}goodbye\0\u{1}ping\0\u{1}pong\0\u{3}clock_probe\0\u{3}clock_probe_reply\0\u{1}ok\0\u{3}open_clock_channel\0\u{3}list_devices\0\u{3}discovery_query\0\u{3}device_list\0\u{3}describe_device\0\u{3}device_description\0\u{2}\u{6}lock\0\u{1}lease\0\u{3}renew_lease\0\u{1}unlock\0\u{1}configure\0\u{3}device_state\0\u{4}\u{5}start_stream\0\u{3}stream_started\0\u{3}stop_stream\0\u{3}stream_ended\0\u{3}video_frame\0\u{4}\u{6}capture_photo\0\u{3}schedule_trigger\0\u{3}trigger_scheduled\0\u{3}trigger_fired\0\u{3}fetch_results\0\u{3}photo_result\0\u{3}results_end\0\u{3}acknowledge_results\0\u{2}\u{3}subscribe\0\u{1}event\0\u{3}clock_channel\0\u{4}\u{8}lock_phase\0\u{3}unlock_phase\0\u{3}get_phase_status\0\u{3}phase_status\0\u{3}phase_status_list\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{2}\u{9}hello\0\u{1}welcome\0\u{1}error\0\u{1}goodbye\0\u{1}ping\0\u{1}pong\0\u{3}clock_probe\0\u{3}clock_probe_reply\0\u{1}ok\0\u{3}open_clock_channel\0\u{3}list_devices\0\u{3}discovery_query\0\u{3}device_list\0\u{3}describe_device\0\u{3}device_description\0\u{2}\u{6}lock\0\u{1}lease\0\u{3}renew_lease\0\u{1}unlock\0\u{1}configure\0\u{3}device_state\0\u{4}\u{5}start_stream\0\u{3}stream_started\0\u{3}stop_stream\0\u{3}stream_ended\0\u{3}video_frame\0\u{4}\u{6}capture_photo\0\u{3}schedule_trigger\0\u{3}trigger_scheduled\0\u{3}trigger_fired\0\u{3}fetch_results\0\u{3}photo_result\0\u{3}results_end\0\u{3}acknowledge_results\0\u{3}prepare_photo_settings\0\u{2}\u{2}subscribe\0\u{1}event\0\u{3}clock_channel\0\u{4}\u{8}lock_phase\0\u{3}unlock_phase\0\u{3}get_phase_status\0\u{3}phase_status\0\u{3}phase_status_list\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3886,6 +3920,19 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
           self.body = .acknowledgeResults(v)
         }
       }()
+      case 58: try {
+        var v: WirePreparePhotoSettings?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .preparePhotoSettings(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .preparePhotoSettings(v)
+        }
+      }()
       case 60: try {
         var v: WireSubscribe?
         var hadOneofValue = false
@@ -4139,6 +4186,10 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
     case .acknowledgeResults?: try {
       guard case .acknowledgeResults(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 57)
+    }()
+    case .preparePhotoSettings?: try {
+      guard case .preparePhotoSettings(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 58)
     }()
     case .subscribe?: try {
       guard case .subscribe(let v)? = self.body else { preconditionFailure() }
@@ -6474,6 +6525,41 @@ nonisolated extension WirePhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._M
   }
 }
 
+nonisolated extension WirePreparePhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PreparePhotoSettings"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}device_id\0\u{1}settings\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.deviceID) }()
+      case 2: try { try decoder.decodeRepeatedMessageField(value: &self.settings) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.deviceID.isEmpty {
+      try visitor.visitSingularStringField(value: self.deviceID, fieldNumber: 1)
+    }
+    if !self.settings.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.settings, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WirePreparePhotoSettings, rhs: WirePreparePhotoSettings) -> Bool {
+    if lhs.deviceID != rhs.deviceID {return false}
+    if lhs.settings != rhs.settings {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension WireCapturePhoto: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".CapturePhoto"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}device_id\0\u{3}session_id\0\u{1}settings\0")
@@ -6852,7 +6938,7 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
 
 nonisolated extension WireResolvedPhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ResolvedPhotoSettings"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}quality_prioritization\0\u{1}dimensions\0\u{3}frames_merged\0\u{3}capture_duration_ns\0\u{3}processing_duration_ns\0\u{1}note\0\u{3}output_type\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}quality_prioritization\0\u{1}dimensions\0\u{3}frames_merged\0\u{3}capture_duration_ns\0\u{3}processing_duration_ns\0\u{1}note\0\u{3}output_type\0\u{1}prepared\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -6867,6 +6953,7 @@ nonisolated extension WireResolvedPhotoSettings: SwiftProtobuf.Message, SwiftPro
       case 5: try { try decoder.decodeSingularInt64Field(value: &self.processingDurationNs) }()
       case 6: try { try decoder.decodeSingularStringField(value: &self.note) }()
       case 7: try { try decoder.decodeSingularEnumField(value: &self.outputType) }()
+      case 8: try { try decoder.decodeSingularBoolField(value: &self.prepared) }()
       default: break
       }
     }
@@ -6898,6 +6985,9 @@ nonisolated extension WireResolvedPhotoSettings: SwiftProtobuf.Message, SwiftPro
     if self.outputType != .frame {
       try visitor.visitSingularEnumField(value: self.outputType, fieldNumber: 7)
     }
+    if self.prepared != false {
+      try visitor.visitSingularBoolField(value: self.prepared, fieldNumber: 8)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -6909,6 +6999,7 @@ nonisolated extension WireResolvedPhotoSettings: SwiftProtobuf.Message, SwiftPro
     if lhs.processingDurationNs != rhs.processingDurationNs {return false}
     if lhs.note != rhs.note {return false}
     if lhs.outputType != rhs.outputType {return false}
+    if lhs.prepared != rhs.prepared {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
