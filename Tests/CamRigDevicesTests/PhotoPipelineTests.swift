@@ -115,7 +115,6 @@ struct PhotoPipelineTests {
         let raw = PhotoPlan(requested: .quality, format: yuyv)
         #expect(raw.level == .quality && raw.frames == PhotoProcessing.qualityFrames && raw.note.isEmpty)
         #expect(PhotoPlan(requested: .speed, format: mjpeg).level == .speed)
-        #expect(PhotoQualityPrioritization(name: "quality") == .quality && PhotoQualityPrioritization(name: "best") == nil)
     }
 
     /// Runs a tool and returns what it printed; fails the test when it does not exit with 0.

@@ -18,11 +18,6 @@ public enum PhotoOutputType: Int, CaseIterable, Sendable, CustomStringConvertibl
         }
     }
 
-    public init?(name: String) {
-        guard let type = Self.allCases.first(where: { $0.description == name }) else { return nil }
-        self = type
-    }
-
     /// What a request for this output resolves to on frames of `format`, and why when it differs.
     func resolved(for format: DeviceFormat) -> (PhotoOutputType, note: String?) {
         switch self {

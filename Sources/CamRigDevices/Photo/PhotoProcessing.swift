@@ -21,11 +21,6 @@ public enum PhotoQualityPrioritization: Int, Comparable, CaseIterable, Sendable,
         case .quality: "quality"
         }
     }
-
-    public init?(name: String) {
-        guard let level = Self.allCases.first(where: { $0.description == name }) else { return nil }
-        self = level
-    }
 }
 
 /// How a photo is made on a device in a format: which frames it takes and what it does with them.
