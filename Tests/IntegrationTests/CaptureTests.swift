@@ -358,4 +358,39 @@ struct CaptureTests {
         #expect(missing?.code == .deviceNotFound)
         await client.close()
     }
+
+    @Test("fast capture prioritization: quality photos requested in quick succession step down to balanced and say so; without it they stay quality")
+    func fastCapturePrioritization() async throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
+        defer { agent.stop() }
+        let client = try await agent.connect(pki)
+        for fast in [true, false] {
+            let session = "fast-\(fast)"
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for shot in 0..<3 {
+                    var capture = WireCapturePhoto()
+                    capture.deviceID = "synthetic:SYN0001"
+                    capture.sessionID = session
+                    capture.settings.uniqueID = UInt64(shot + 1)
+                    capture.settings.qualityPrioritization = .quality
+                    capture.settings.fastCapturePrioritization = fast
+                    group.addTask { _ = try await client.request(.capturePhoto(capture)) }
+                }
+                try await group.waitForAll()
+            }
+            let resolved = try await fetch(client, session: session).map(\.0.resolved)
+            try #require(resolved.count == 3)
+            let stepped = resolved.filter { $0.qualityPrioritization == .balanced }
+            if fast {
+                #expect(stepped.count == 2, "the two photos after the first are made as balanced")
+                #expect(stepped.allSatisfy { $0.note.contains("fast capture prioritization") && $0.framesMerged == 1 })
+                #expect(resolved.filter { $0.qualityPrioritization == .quality }.count == 1)
+            } else {
+                #expect(stepped.isEmpty, "without fast capture prioritization every photo is made at quality")
+            }
+        }
+        await client.close()
+    }
 }

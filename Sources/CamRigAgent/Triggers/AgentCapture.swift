@@ -29,6 +29,8 @@ public final class AgentCapture: Sendable {
     private let scheduler: TriggerScheduler<PendingTrigger>
     /// Captures between firing and being stored.
     private let inFlight = NIOLockedValueBox(0)
+    /// When each device's latest photo was requested (agent clock), for fast capture prioritization.
+    private let lastRequested = NIOLockedValueBox<[String: Int64]>([:])
     /// Devices prepared for photos (`PreparePhotoSettings`), by device id.
     private let prepared = NIOLockedValueBox<[String: PreparedDevice]>([:])
 
@@ -249,9 +251,17 @@ public final class AgentCapture: Sendable {
     private func prepare(_ devices: [String], at t: Int64, settings: WirePhotoSettings) -> [PendingPhoto] {
         devices.map { deviceID in
             let device = streams.devices.discovery.device(uniqueID: deviceID)
-            let plan = PhotoPlan(
+            var plan = PhotoPlan(
                 requested: PhotoQualityPrioritization(settings.qualityPrioritization), output: PhotoOutputType(settings.outputType),
                 maxDimensions: settings.maxPhotoDimensions.dimensions, format: device?.activeFormat)
+            let previous = lastRequested.withLockedValue { last in
+                defer { last[deviceID] = t }
+                return last[deviceID]
+            }
+            if settings.fastCapturePrioritization, plan.level == .quality, let previous {
+                let stage = Double(PhotoProcessing.qualityFrames) * Self.framePeriod(nil, device)
+                if Double(t - previous) < stage { plan.stepDown(since: t - previous) }
+            }
             let preparation = prepared.withLockedValue { $0[deviceID] }
             let selection: FrameSelection =
                 plan.level == .speed

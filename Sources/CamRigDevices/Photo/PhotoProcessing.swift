@@ -74,6 +74,18 @@ public struct PhotoPlan: Hashable, Sendable {
     }
 }
 
+extension PhotoPlan {
+    /// Fast capture prioritization: a quality photo requested `nanoseconds` after the previous one, within
+    /// a quality capture stage, is made as balanced.
+    public mutating func stepDown(since nanoseconds: Int64) {
+        guard level == .quality else { return }
+        level = .balanced
+        frames = 1
+        let why = String(format: "fast capture prioritization: requested %.0f ms after the previous photo, within a quality capture stage; made as balanced", Double(nanoseconds) / 1e6)
+        note = note.isEmpty ? why : note + "; " + why
+    }
+}
+
 /// The processing stage of a photo.
 public enum PhotoProcessing {
     /// The size a 2×2 binning of `format` at `dimensions` gives, when the format can be binned: YUYV

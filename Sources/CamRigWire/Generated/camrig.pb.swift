@@ -2839,6 +2839,11 @@ public nonisolated struct WirePhotoSettings: Sendable {
 
   public var outputType: WirePhotoOutputType = .frame
 
+  /// Fast capture prioritization: a QUALITY photo requested on a device while its previous photo is
+  /// still within one quality capture stage (8 frame periods) of being requested is made as BALANCED,
+  /// and its resolved settings say so, so rapid successive captures are not held up merging frames.
+  public var fastCapturePrioritization: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -6468,7 +6473,7 @@ nonisolated extension WireVideoFrame: SwiftProtobuf.Message, SwiftProtobuf._Mess
 
 nonisolated extension WirePhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PhotoSettings"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}unique_id\0\u{3}quality_prioritization\0\u{3}max_photo_dimensions\0\u{3}pixel_format\0\u{3}flash_mode\0\u{3}output_type\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}unique_id\0\u{3}quality_prioritization\0\u{3}max_photo_dimensions\0\u{3}pixel_format\0\u{3}flash_mode\0\u{3}output_type\0\u{3}fast_capture_prioritization\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -6482,6 +6487,7 @@ nonisolated extension WirePhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._M
       case 4: try { try decoder.decodeSingularUInt32Field(value: &self.pixelFormat) }()
       case 5: try { try decoder.decodeSingularEnumField(value: &self.flashMode) }()
       case 6: try { try decoder.decodeSingularEnumField(value: &self.outputType) }()
+      case 7: try { try decoder.decodeSingularBoolField(value: &self.fastCapturePrioritization) }()
       default: break
       }
     }
@@ -6510,6 +6516,9 @@ nonisolated extension WirePhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._M
     if self.outputType != .frame {
       try visitor.visitSingularEnumField(value: self.outputType, fieldNumber: 6)
     }
+    if self.fastCapturePrioritization != false {
+      try visitor.visitSingularBoolField(value: self.fastCapturePrioritization, fieldNumber: 7)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -6520,6 +6529,7 @@ nonisolated extension WirePhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._M
     if lhs.pixelFormat != rhs.pixelFormat {return false}
     if lhs.flashMode != rhs.flashMode {return false}
     if lhs.outputType != rhs.outputType {return false}
+    if lhs.fastCapturePrioritization != rhs.fastCapturePrioritization {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
