@@ -117,19 +117,11 @@ struct PhotoPipelineTests {
         #expect(PhotoPlan(requested: .speed, format: mjpeg).level == .speed)
     }
 
-    /// Runs a tool and returns what it printed; fails the test when it does not exit with 0.
+    /// Runs one of LibRaw's tools and returns what it printed; fails the test when it does not exit with 0.
     func run(_ tool: String, _ arguments: [String]) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [tool] + arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        try #require(process.terminationStatus == 0, "\(tool) \(arguments.joined(separator: " ")) failed: \(printed)")
-        return printed
+        let result = try Executables.runTool("/usr/bin/\(tool)", arguments)
+        try #require(result.status == 0, "\(tool) \(arguments.joined(separator: " ")) failed: \(result.stderr)")
+        return result.stdout + result.stderr
     }
 
     @Test("a Bayer frame as DNG opens in LibRaw with its size, its RGGB pattern and the sensor's values")
