@@ -90,6 +90,8 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
 
     /// Results that may still be collected from their agents.
     public var collectable: [Missing] { (missing ?? []).filter(\.collectable) }
+    /// Photos delivered as deferred proxies whose finals their agents still have to deliver.
+    public var awaitingFinals: [Frame] { sets.flatMap(\.frames).filter { $0.photo?.proxy == true } }
 
     public init(id: String, kind: String, created: String, sessionId: String, framesPerSecond: Double? = nil, frameDuration: Rational? = nil, cameras: [Camera], sets: [SyncSet], unmatched: [Frame], summary: Summary) {
         self.id = id
@@ -213,12 +215,27 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
         public var processingDurationNs: Int64
         /// Why it differs from the request, when it does.
         public var note: String?
-        public init(quality: String, framesMerged: Int, captureDurationNs: Int64, processingDurationNs: Int64, note: String?) {
+        /// The agent's id of the photo: a deferred photo's proxy and final share it.
+        public var photoId: String?
+        /// The file is a deferred photo's proxy: its agent makes the final later
+        /// (`camrig captures finalize` fetches it now). Absent once the final is here.
+        public var proxy: Bool?
+        /// The deferred photo's proxy file, kept beside the final once that is here.
+        public var proxyFile: String?
+        /// How long the capture waited for the camera's previous photo before it began.
+        public var waitedNs: Int64?
+        public init(
+            quality: String, framesMerged: Int, captureDurationNs: Int64, processingDurationNs: Int64, note: String?, photoId: String? = nil,
+            proxy: Bool? = nil, waitedNs: Int64? = nil
+        ) {
             self.quality = quality
             self.framesMerged = framesMerged
             self.captureDurationNs = captureDurationNs
             self.processingDurationNs = processingDurationNs
             self.note = note
+            self.photoId = photoId
+            self.proxy = proxy
+            self.waitedNs = waitedNs
         }
     }
 

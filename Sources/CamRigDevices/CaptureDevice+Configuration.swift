@@ -8,6 +8,7 @@ extension CaptureDevice {
         public var maxFrameDuration: FrameDuration
         public var settings: CameraSettings
         public var rawControls: [UInt32: Int64]
+        public var photoOutput: PhotoOutputSettings
     }
 
     /// Checks a change against the device without applying it (the prepare phase of a rig commit).
@@ -58,7 +59,8 @@ extension CaptureDevice {
             minFrameDuration: minDuration,
             maxFrameDuration: maxDuration,
             settings: settings,
-            rawControls: change.rawControls
+            rawControls: change.rawControls,
+            photoOutput: change.photoOutput ?? current.photoOutput
         )
     }
 
@@ -91,6 +93,7 @@ extension CaptureDevice {
             state.activeMinFrameDuration = resolved.minFrameDuration
             state.activeMaxFrameDuration = resolved.maxFrameDuration
             state.settings = applied
+            state.photoOutput = resolved.photoOutput
         }
         if ramping {
             startZoomRamp(to: resolved.settings.zoomFactor, rate: rampRate)

@@ -15,6 +15,8 @@ public struct DeviceConfigurationChange: Hashable, Sendable {
     public var maxFrameDuration: FrameDuration?
     public var settings = CameraSettingsChange()
     public var rawControls: [UInt32: Int64] = [:]
+    /// The photo output's configuration, replaced as a whole.
+    public var photoOutput: PhotoOutputSettings?
 
     public init(formatID: String? = nil, minFrameDuration: FrameDuration? = nil, maxFrameDuration: FrameDuration? = nil) {
         self.formatID = formatID
@@ -38,6 +40,7 @@ public final class CaptureDevice: Sendable, CustomStringConvertible {
         var activeMinFrameDuration: FrameDuration
         var activeMaxFrameDuration: FrameDuration
         var settings = CameraSettings()
+        var photoOutput = PhotoOutputSettings()
         var controls: [ControlDescriptor]
         var lock: ConfigurationLock?
         var connected = true
@@ -88,6 +91,8 @@ public final class CaptureDevice: Sendable, CustomStringConvertible {
     public var activeMinFrameDuration: FrameDuration { state.withLockedValue { $0.activeMinFrameDuration } }
     public var activeMaxFrameDuration: FrameDuration { state.withLockedValue { $0.activeMaxFrameDuration } }
     public var settings: CameraSettings { state.withLockedValue { $0.settings } }
+    /// How the device makes photos (set with `configure`).
+    public var photoOutput: PhotoOutputSettings { state.withLockedValue { $0.photoOutput } }
     public var isConnected: Bool { state.withLockedValue { $0.connected } }
     public var isStreaming: Bool { state.withLockedValue { $0.streaming } }
     public var currentLock: ConfigurationLock? { state.withLockedValue { $0.lock } }

@@ -44,7 +44,7 @@ public final class CaptureCatalog: Sendable {
             skewP50Ns = manifest.summary.skewP50Ns
             skewMaxNs = manifest.summary.skewMaxNs
             state = (manifest.state ?? .complete).rawValue
-            missing = manifest.collectable.count + (manifest.unacknowledged?.count ?? 0)
+            missing = manifest.collectable.count + (manifest.unacknowledged?.count ?? 0) + manifest.awaitingFinals.count
         }
 
         enum CodingKeys: String, CodingKey {

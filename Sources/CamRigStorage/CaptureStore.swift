@@ -152,8 +152,9 @@ public struct CaptureStore: Sendable {
 
     private func unfinished(_ manifest: CaptureManifest, directory: String) -> UnfinishedCapture? {
         guard let kind = CaptureKind(rawValue: manifest.kind) else { return nil }
-        // Unfinished: a coordinator was at it when it stopped, or agents still hold results of it.
-        let unfinished = manifest.state == .inProgress || !manifest.collectable.isEmpty || !(manifest.unacknowledged ?? []).isEmpty
+        // Unfinished: a coordinator was at it when it stopped, or agents still hold results of it (or have
+        // deferred photos' finals to make).
+        let unfinished = manifest.state == .inProgress || !manifest.collectable.isEmpty || !(manifest.unacknowledged ?? []).isEmpty || !manifest.awaitingFinals.isEmpty
         guard unfinished else { return nil }
         let url = root.appendingPathComponent(directory)
         return UnfinishedCapture(handle: CaptureHandle(id: manifest.id, kind: kind, location: url), manifest: manifest, journal: journal(in: url))

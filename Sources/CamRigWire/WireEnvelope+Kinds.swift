@@ -46,6 +46,8 @@ extension WireEnvelope.OneOf_Body {
         case .resultsEnd: "results_end"
         case .acknowledgeResults: "acknowledge_results"
         case .preparePhotoSettings: "prepare_photo_settings"
+        case .photoStage: "photo_stage"
+        case .finalizePhotos: "finalize_photos"
         case .subscribe: "subscribe"
         case .event: "event"
         case .lockPhase: "lock_phase"
@@ -69,7 +71,7 @@ extension WireEnvelope.OneOf_Body {
         switch self {
         case .ping, .clockProbe, .openClockChannel, .listDevices, .discoveryQuery, .describeDevice, .lock, .renewLease, .unlock,
             .configure, .startStream, .stopStream, .capturePhoto, .scheduleTrigger, .fetchResults,
-            .acknowledgeResults, .preparePhotoSettings, .subscribe, .lockPhase, .unlockPhase, .getPhaseStatus:
+            .acknowledgeResults, .preparePhotoSettings, .finalizePhotos, .subscribe, .lockPhase, .unlockPhase, .getPhaseStatus:
             true
         default:
             false

@@ -51,6 +51,7 @@ extension DeviceConfigurationChange {
             settings.torchMode = configure.torch.mode.mode
             if configure.torch.hasLevel { settings.torchLevel = configure.torch.level }
         }
+        if configure.hasPhotoOutput { photoOutput = PhotoOutputSettings(configure.photoOutput) }
         for control in configure.rawControls {
             switch control.value {
             case .integer(let value): rawControls[control.id] = value

@@ -154,6 +154,7 @@ extension WireDeviceState {
         self.init(
             deviceID: device.uniqueID, formatID: device.activeFormat.id, minFrameDuration: device.activeMinFrameDuration,
             maxFrameDuration: device.activeMaxFrameDuration, settings: device.settings, rawValues: rawValues)
+        photoOutput = WirePhotoOutputSettings(device.photoOutput)
     }
 
     /// The state the device would have after a change that was only validated (`validate_only`):
@@ -163,6 +164,7 @@ extension WireDeviceState {
             deviceID: device.uniqueID, formatID: resolved.format.id, minFrameDuration: resolved.minFrameDuration,
             maxFrameDuration: resolved.maxFrameDuration, settings: resolved.settings,
             rawValues: rawValues.merging(resolved.rawControls) { _, new in new })
+        photoOutput = WirePhotoOutputSettings(resolved.photoOutput)
     }
 
     private init(
@@ -261,5 +263,25 @@ extension WireDeviceDescription {
         }
         state = WireDeviceState(device: device, rawValues: values)
         if let lease { self.lease = WireLeaseInfo(lease) } else { clearLease() }
+    }
+}
+
+extension WirePhotoOutputSettings {
+    public init(_ settings: PhotoOutputSettings) {
+        self.init()
+        maxPhotoDimensions = WireDimensions(settings.maxPhotoDimensions)
+        maxQualityPrioritization = WireQualityPrioritization(settings.maxQualityPrioritization)
+        responsiveCapture = settings.responsiveCapture
+        deferredDelivery = settings.deferredDelivery
+    }
+}
+
+extension PhotoOutputSettings {
+    /// The settings a message asks for; an unspecified level allows every level.
+    public init(_ wire: WirePhotoOutputSettings) {
+        self.init(
+            maxPhotoDimensions: wire.maxPhotoDimensions.dimensions,
+            maxQualityPrioritization: wire.maxQualityPrioritization == .unspecified ? .quality : PhotoQualityPrioritization(wire.maxQualityPrioritization),
+            responsiveCapture: wire.responsiveCapture, deferredDelivery: wire.deferredDelivery)
     }
 }

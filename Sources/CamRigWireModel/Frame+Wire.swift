@@ -130,6 +130,18 @@ extension WireResolvedPhotoSettings {
     }
 }
 
+extension WireResolvedPhotoSettings {
+    /// What a plan will make, announced before its capture (durations not known yet).
+    public init(plan: PhotoPlan, dimensions: Dimensions) {
+        self.init()
+        qualityPrioritization = WireQualityPrioritization(plan.level)
+        self.dimensions = WireDimensions(dimensions)
+        framesMerged = UInt32(plan.frames)
+        note = plan.note
+        outputType = WirePhotoOutputType(rawValue: plan.output.rawValue) ?? .frame
+    }
+}
+
 extension WireTriggerFired {
     /// The report of a firing: when (agent clock, marking the trigger) and how late.
     public init(triggerID: String, fireAt: Int64, firedAt: Int64) {

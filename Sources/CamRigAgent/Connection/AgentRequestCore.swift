@@ -45,6 +45,8 @@ public struct AgentRequestCore: Sendable {
         case capturePhoto(WireCapturePhoto)
         /// Prepare a device for photos with these settings (none: release it).
         case preparePhotoSettings(WirePreparePhotoSettings)
+        /// Make deferred photos' finals now (all when empty).
+        case finalizePhotos([String])
         /// Schedule a validated trigger.
         case scheduleTrigger(WireScheduleTrigger)
         /// Send spooled results of `session`, at most `limit` (0: all).
@@ -108,6 +110,9 @@ public struct AgentRequestCore: Sendable {
         case .preparePhotoSettings(let prepare):
             guard configuration.capture else { return unimplemented(request) }
             return .preparePhotoSettings(prepare)
+        case .finalizePhotos(let finalize):
+            guard configuration.capture else { return unimplemented(request) }
+            return .finalizePhotos(finalize.photoIds)
         case .scheduleTrigger(let trigger):
             guard configuration.capture else { return unimplemented(request) }
             if let refusal = Self.validate(trigger, agentID: agentID) { return .reply(.error(refusal)) }

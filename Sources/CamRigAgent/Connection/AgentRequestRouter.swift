@@ -92,6 +92,9 @@ struct AgentRequestRouter: Sendable {
         case .preparePhotoSettings(let prepare):
             guard let capture, let devices else { return }
             devices.queue.async { reply(capture.prepare(prepare)) }
+        case .finalizePhotos(let ids):
+            guard let capture else { return }
+            Task { reply(await capture.finalize(ids)) }
         case .scheduleTrigger(let trigger):
             capture?.schedule(trigger, requestID: requestID, connection: connection, reply: reply)
         case .fetchResults(let session, let limit):

@@ -51,6 +51,10 @@ public final class ResultSpool: Sendable {
     public var usedBytes: UInt64 { entries.withLockedValue { $0.values.reduce(0) { $0 + $1.size } } }
     /// Results waiting for acknowledgement.
     public var count: Int { entries.withLockedValue { $0.count } }
+    /// Whether a result with this id waits in the spool, or was acknowledged lately.
+    public func contains(_ id: String) -> Bool {
+        entries.withLockedValue { $0[id] != nil } || recentlyAcknowledged.withLockedValue { $0.contains(id) }
+    }
 
     /// Stores a result durably. Throws `SPOOL_FULL` (keeping everything already stored) when it does not fit.
     public func store(_ result: WirePhotoResult, image: ByteBuffer) throws {

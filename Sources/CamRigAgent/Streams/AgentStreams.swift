@@ -284,16 +284,36 @@ final class NewestFrameSink: FrameSink {
     var streamID: String { id.withLockedValue { $0 } }
     func assign(streamID: String) { id.withLockedValue { $0 = streamID } }
     let connection: UInt64 = 0
-    private let newestFrame = NIOLockedValueBox<CapturedFrame?>(nil)
+    /// The stream's most recent frames, oldest first (a short ring: zero shutter lag for every level).
+    private let recentFrames = NIOLockedValueBox<[CapturedFrame]>([])
+    /// How many frames the ring holds.
+    let capacity: Int
     private let onEnd: @Sendable (NewestFrameSink) -> Void
 
     /// `onEnd` runs when the stream ends on its own (the device vanished or failed, the agent stops).
-    init(onEnd: @escaping @Sendable (NewestFrameSink) -> Void) { self.onEnd = onEnd }
+    init(capacity: Int = PhotoProcessing.qualityFrames, onEnd: @escaping @Sendable (NewestFrameSink) -> Void) {
+        self.capacity = max(1, capacity)
+        self.onEnd = onEnd
+    }
 
-    var newest: CapturedFrame? { newestFrame.withLockedValue { $0 } }
-    func deliver(_ frame: CapturedFrame) { newestFrame.withLockedValue { $0 = frame } }
+    var newest: CapturedFrame? { recentFrames.withLockedValue { $0.last } }
+
+    /// Up to `count` frames exposed before `frame` (same format), newest first.
+    func recent(before frame: CapturedFrame, count: Int) -> [CapturedFrame] {
+        recentFrames.withLockedValue { frames in
+            Array(frames.filter { $0.exposureStart < frame.exposureStart && $0.format == frame.format }.suffix(count).reversed())
+        }
+    }
+
+    func deliver(_ frame: CapturedFrame) {
+        recentFrames.withLockedValue { frames in
+            if frames.count >= capacity { frames.removeFirst(frames.count - capacity + 1) }
+            frames.append(frame)
+        }
+    }
+
     func end(reason: WireStreamEndReason, message: String) {
-        newestFrame.withLockedValue { $0 = nil }
+        recentFrames.withLockedValue { $0 = [] }
         if reason != .stopped { onEnd(self) }
     }
 }

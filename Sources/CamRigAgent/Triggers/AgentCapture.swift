@@ -33,6 +33,15 @@ public final class AgentCapture: Sendable {
     private let lastRequested = NIOLockedValueBox<[String: Int64]>([:])
     /// Devices prepared for photos (`PreparePhotoSettings`), by device id.
     private let prepared = NIOLockedValueBox<[String: PreparedDevice]>([:])
+    /// Each device's photos in flight, by device id.
+    private let pipelines = NIOLockedValueBox<[String: DevicePhotoPipeline]>([:])
+    /// Deferred photos waiting for their final.
+    let deferred: DeferredPhotoStore
+    /// When a photo last began or ended a stage (agent clock): deferred photos are made once the agent
+    /// has been idle for `idleBeforeDeferred`.
+    private let lastActivity = NIOLockedValueBox<Int64>(0)
+    static let idleBeforeDeferred: Int64 = 1_000_000_000
+    private let deferredWorker = NIOLockedValueBox<Task<Void, Never>?>(nil)
 
     /// A device prepared for photos: the settings it was prepared with, and the sink that keeps its
     /// camera streaming with the newest frame at hand.
@@ -73,6 +82,7 @@ public final class AgentCapture: Sendable {
         self.spoolThread = spoolThread
         self.agentID = agentID
         self.logger = logger
+        self.deferred = DeferredPhotoStore(spoolDirectory: spool.directory)
         // The scheduler's callbacks reach this object (weakly: the scheduler is part of it) once it
         // exists; they run on the scheduler's thread.
         let owner = NIOLockedValueBox(WeakReference<AgentCapture>())
@@ -100,6 +110,41 @@ public final class AgentCapture: Sendable {
     /// Starts the trigger scheduler's thread (when the agent starts serving).
     func start() {
         scheduler.start()
+        // Finals of deferred photos (also those left by an earlier run) are made while the agent is idle.
+        let worker = Task { [weak self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(200))
+                guard let self, self.isIdle, let next = self.deferred.ids.first else { continue }
+                do {
+                    try await self.makeFinal(next)
+                } catch {
+                    self.logger.error("cannot make a deferred photo's final; it stays deferred", metadata: ["photo": "\(next)", "error": "\(error)"])
+                    try? await Task.sleep(for: .seconds(5))
+                }
+            }
+        }
+        deferredWorker.withLockedValue { $0 = worker }
+    }
+
+    /// No capture stored or in a stage now, nor lately.
+    private var isIdle: Bool {
+        guard inFlight.withLockedValue({ $0 }) == 0, clock.now() - lastActivity.withLockedValue({ $0 }) >= Self.idleBeforeDeferred else { return false }
+        return pipelines.withLockedValue { $0.values.allSatisfy(\.isIdle) }
+    }
+
+    private func touch() {
+        let now = clock.now()
+        lastActivity.withLockedValue { $0 = now }
+    }
+
+    /// The photo pipeline of `deviceID`.
+    func pipeline(for deviceID: String) -> DevicePhotoPipeline {
+        pipelines.withLockedValue { pipelines in
+            if let existing = pipelines[deviceID] { return existing }
+            let made = DevicePhotoPipeline()
+            pipelines[deviceID] = made
+            return made
+        }
     }
 
     /// Runs `store` in a task, counted in flight from now so that `drain()` waits for it.
@@ -114,9 +159,14 @@ public final class AgentCapture: Sendable {
     /// Answers a photo taken now.
     func capturePhoto(_ capture: WireCapturePhoto, requestID: UInt64, reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void) {
         let now = clock.now()
-        let frames = prepare([capture.deviceID], at: now, settings: capture.settings)
+        let triggerID = "photo-\(requestID)"
+        guard streams.devices.discovery.device(uniqueID: capture.deviceID) != nil else {
+            reply(.error(WireError(.deviceNotFound, agent: agentID, device: capture.deviceID, "agent \(agentID) has no device '\(capture.deviceID)'")))
+            return
+        }
+        let frames = prepare([capture.deviceID], at: now, settings: capture.settings, triggerID: triggerID, reply: reply)
         storeInTask(reply) {
-            await self.store(triggerID: "photo-\(requestID)", frames: frames, session: capture.sessionID, settings: capture.settings, fireAt: now, firedAt: now)
+            await self.store(triggerID: triggerID, frames: frames, session: capture.sessionID, settings: capture.settings, fireAt: now, firedAt: now, reply: reply)
         }
     }
 
@@ -211,7 +261,9 @@ public final class AgentCapture: Sendable {
         for deviceID in pending.trigger.deviceIds {
             streams.devices.discovery.device(uniqueID: deviceID)?.alignNextStream(toMonotonic: anchor)
         }
-        let frames = prepare(pending.trigger.deviceIds, at: pending.trigger.fireAtNs, settings: pending.trigger.photoSettings)
+        let frames = prepare(
+            pending.trigger.deviceIds, at: pending.trigger.fireAtNs, settings: pending.trigger.photoSettings, triggerID: pending.trigger.triggerID,
+            reply: pending.reply)
         pending.frames.withLockedValue { $0 = frames }
     }
 
@@ -224,12 +276,15 @@ public final class AgentCapture: Sendable {
         }
         let frames = pending.frames.withLockedValue { $0 }
         storeInTask(pending.reply) {
-            await self.store(triggerID: trigger.triggerID, frames: frames, session: trigger.sessionID, settings: trigger.photoSettings, fireAt: trigger.fireAtNs, firedAt: firedAt)
+            await self.store(
+                triggerID: trigger.triggerID, frames: frames, session: trigger.sessionID, settings: trigger.photoSettings, fireAt: trigger.fireAtNs,
+                firedAt: firedAt, reply: pending.reply)
         }
     }
 
     /// Stops the scheduler; triggers that never fired are answered with `SHUTTING_DOWN`.
     func shutdown() {
+        deferredWorker.withLockedValue { $0?.cancel() }
         for pending in scheduler.shutdown() {
             pending.reply(.error(WireError(.shuttingDown, agent: agentID, "agent \(agentID) shut down before trigger \(pending.trigger.triggerID) fired")))
         }
@@ -241,19 +296,34 @@ public final class AgentCapture: Sendable {
         let plan: PhotoPlan
         /// Whether the device was prepared with matching settings.
         let prepared: Bool
-        let frames: Task<[CapturedFrame], any Error>
+        /// Delivered as a proxy now, made in full later.
+        let deferred: Bool
+        let photoID: String
+        let pipeline: DevicePhotoPipeline
+        let frames: Task<Captured, any Error>
     }
 
-    /// Starts waiting for each device's frames for a photo at instant `t` (starting its stream if
-    /// needed), as the photo's quality prioritization says: the frame exposed nearest `t` (speed), the
-    /// first exposed from `t` on (balanced), or several from `t` on (quality). For a free-running camera
-    /// held on a grid, "from `t` on" starts half a grid period before `t`.
-    private func prepare(_ devices: [String], at t: Int64, settings: WirePhotoSettings) -> [PendingPhoto] {
+    /// A photo's capture stage's outcome: its frames (the reference first) and how long it waited to begin.
+    struct Captured: Sendable {
+        var frames: [CapturedFrame]
+        var waited: Int64
+    }
+
+    /// Starts each device's capture stage for a photo at instant `t`: it waits for the device's previous
+    /// capture (`DevicePhotoPipeline`), then takes the frames the photo's quality prioritization says
+    /// (starting the camera if needed): the frame exposed nearest `t` (speed), the first exposed from `t`
+    /// on (balanced), or several (quality): on a prepared camera the frame nearest `t` and those the
+    /// camera exposed just before it (zero shutter lag), otherwise frames from `t` on. For a free-running
+    /// camera held on a grid, "from `t` on" starts half a grid period before `t`.
+    private func prepare(
+        _ devices: [String], at t: Int64, settings: WirePhotoSettings, triggerID: String, reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void
+    ) -> [PendingPhoto] {
         devices.map { deviceID in
             let device = streams.devices.discovery.device(uniqueID: deviceID)
+            let output = device?.photoOutput ?? PhotoOutputSettings()
             var plan = PhotoPlan(
                 requested: PhotoQualityPrioritization(settings.qualityPrioritization), output: PhotoOutputType(settings.outputType),
-                maxDimensions: settings.maxPhotoDimensions.dimensions, format: device?.activeFormat)
+                maxDimensions: settings.maxPhotoDimensions.dimensions, format: device?.activeFormat, output: output)
             let previous = lastRequested.withLockedValue { last in
                 defer { last[deviceID] = t }
                 return last[deviceID]
@@ -263,15 +333,70 @@ public final class AgentCapture: Sendable {
                 if Double(t - previous) < stage { plan.stepDown(since: t - previous) }
             }
             let preparation = prepared.withLockedValue { $0[deviceID] }
-            let selection: FrameSelection =
-                plan.level == .speed
-                ? .nearest(t, newest: preparation?.sink.newest, period: Self.framePeriod(preparation?.sink.newest, device))
-                : .from(firstExposure(deviceID: deviceID, at: t), count: plan.frames)
+            let pipeline = pipeline(for: deviceID)
+            let deferred = output.deferredDelivery && plan.level == .quality
+            let photoID = "\(agentID)-\(UUID().uuidString.lowercased())"
+            let stages = StageReporter(
+                enabled: settings.stageEvents, triggerID: triggerID, deviceID: deviceID, settingsID: settings.uniqueID, photoID: photoID, clock: clock,
+                reply: reply)
             // Five seconds for the camera to start, plus the frames' own time at its slowest rate.
             let framesTime = Double(plan.frames) * (device?.activeMaxFrameDuration.seconds ?? 0)
             let timeout = Duration.seconds(5) + .milliseconds(Int64(framesTime * 1000))
+            let announced = WireResolvedPhotoSettings(plan: plan, dimensions: plan.dimensions)
+            let estimate = pipeline.estimate(level: plan.level)
+            let task = Task { [plan] () throws -> Captured in
+                stages.send(.willBeginCapture) {
+                    $0.resolved = announced
+                    $0.processingEstimateMinNs = estimate.min
+                    $0.processingEstimateMaxNs = estimate.max
+                }
+                await pipeline.beginCapture(responsive: output.responsiveCapture)
+                self.touch()
+                let began = self.clock.now()
+                // A capture that could not begin until after its instant takes its frames from when it began.
+                let waited = began > t + 1_000_000 ? began - t : 0
+                let instant = t + waited
+                stages.send(.willCapture)
+                do {
+                    let frames = try await self.takeFrames(
+                        deviceID: deviceID, device: device, plan: plan, at: instant, preparation: preparation, timeout: timeout)
+                    stages.send(.didCapture)
+                    pipeline.endCapture(processing: !deferred)
+                    self.touch()
+                    stages.send(.didFinishCapture)
+                    return Captured(frames: frames, waited: waited)
+                } catch {
+                    pipeline.endCapture(processing: false)
+                    throw error
+                }
+            }
             return PendingPhoto(
-                deviceID: deviceID, plan: plan, prepared: preparation?.settings.contains { Self.matches(settings, $0) } ?? false, frames: Task { try await self.streams.frames(deviceID: deviceID, selection: selection, timeout: timeout) })
+                deviceID: deviceID, plan: plan, prepared: preparation?.settings.contains { Self.matches(settings, $0) } ?? false, deferred: deferred,
+                photoID: photoID, pipeline: pipeline, frames: task)
+        }
+    }
+
+    /// The frames a photo at `instant` is made from, the reference first.
+    private func takeFrames(
+        deviceID: String, device: CaptureDevice?, plan: PhotoPlan, at instant: Int64, preparation: PreparedDevice?, timeout: Duration
+    ) async throws -> [CapturedFrame] {
+        let newest = preparation?.sink.newest
+        let period = Self.framePeriod(newest, device)
+        switch plan.level {
+        case .speed:
+            return try await streams.frames(deviceID: deviceID, selection: .nearest(instant, newest: newest, period: period), timeout: timeout)
+        case .quality where preparation != nil:
+            let reference = try await streams.frames(deviceID: deviceID, selection: .nearest(instant, newest: newest, period: period), timeout: timeout)[0]
+            var frames = [reference] + preparation!.sink.recent(before: reference, count: plan.frames - 1)
+            if frames.count < plan.frames {
+                // A camera prepared moments ago has not exposed enough yet: the rest are its next frames.
+                frames += try await streams.frames(
+                    deviceID: deviceID, selection: .from(reference.exposureStart + 1, count: plan.frames - frames.count), timeout: timeout)
+            }
+            return frames
+        case .balanced, .quality:
+            return try await streams.frames(
+                deviceID: deviceID, selection: .from(firstExposure(deviceID: deviceID, at: instant), count: plan.frames), timeout: timeout)
         }
     }
 
@@ -283,44 +408,52 @@ public final class AgentCapture: Sendable {
         return t - Int64((grid.period / 2).rounded())
     }
 
-    /// Stores the photo each device's frame task delivers, and reports the firing.
-    private func store(triggerID: String, frames: [PendingPhoto], session: String, settings: WirePhotoSettings, fireAt: Int64, firedAt: Int64) async -> WireEnvelope.OneOf_Body {
+    /// Stores the photo each device's capture stage delivers (or, deferred, its proxy), and reports the firing.
+    private func store(
+        triggerID: String, frames: [PendingPhoto], session: String, settings: WirePhotoSettings, fireAt: Int64, firedAt: Int64,
+        reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void
+    ) async -> WireEnvelope.OneOf_Body {
         var fired = WireTriggerFired(triggerID: triggerID, fireAt: fireAt, firedAt: firedAt)
         for pending in frames {
             let deviceID = pending.deviceID
+            let stages = StageReporter(
+                enabled: settings.stageEvents, triggerID: triggerID, deviceID: deviceID, settingsID: settings.uniqueID, photoID: pending.photoID,
+                clock: clock, reply: reply)
+            var processing = !pending.deferred
             do {
-                let taken = try await pending.frames.value
+                let captured = try await pending.frames.value
                 let agentID = self.agentID
                 let spool = self.spool
-                // Processed, written and flushed on the spool's thread (the agent's processing stage, one
-                // photo at a time): merging frames or an fsync held on one of the few cooperative threads
-                // would stall every frame delivery and request of this process behind it.
-                let result = try await spoolThread.runIfActive {
+                let deferred = self.deferred
+                // Made, written and flushed on the spool's thread (the agent's processing stage, one photo at
+                // a time): merging frames or an fsync held on one of the few cooperative threads would stall
+                // every frame delivery and request of this process behind it.
+                let made = try await spoolThread.runIfActive { () throws -> (WirePhotoResult, Int64) in
                     let started = HostClock.monotonicNow()
-                    var photo = pending.plan.level == .quality ? PhotoProcessing.merge(taken).frame : taken[0]
-                    if pending.plan.dimensions != photo.format.dimensions, let binned = PhotoProcessing.bin(photo) {
-                        photo = binned
+                    var template = WirePhotoResult(
+                        captured.frames[0], resultID: pending.photoID, sessionID: session, triggerID: triggerID, photoSettingsID: settings.uniqueID)
+                    template.photoID = pending.photoID
+                    template.resolved.prepared = pending.prepared
+                    template.resolved.waitedNs = captured.waited
+                    template.resolved.captureDurationNs = (captured.frames.map(\.exposureStart).max() ?? fireAt) - fireAt
+                    if pending.deferred {
+                        // The frames are kept for the final first: a crash from here on still makes it.
+                        try deferred.save(DeferredPhotoStore.Job(template: template, frames: captured.frames, plan: pending.plan))
+                        let proxy = try Self.proxy(template: template, reference: captured.frames[0], plan: pending.plan, started: started)
+                        try spool.store(proxy.result, image: proxy.image)
+                        return (proxy.result, 0)
                     }
-                    let (file, pixelFormat) = try PhotoEncoder.encode(photo, as: pending.plan.output, model: photo.deviceID)
-                    var result = WirePhotoResult(
-                        photo,
-                        resultID: "\(agentID)-\(UUID().uuidString.lowercased())",
-                        sessionID: session,
-                        triggerID: triggerID,
-                        photoSettingsID: settings.uniqueID
-                    )
-                    result.resolved = WireResolvedPhotoSettings(
-                        plan: pending.plan, photo: photo, framesMerged: taken.count,
-                        captureDuration: (taken.last?.exposureStart ?? fireAt) - fireAt,
-                        processingDuration: HostClock.monotonicNow() - started)
-                    result.resolved.prepared = pending.prepared
-                    if pixelFormat != photo.format.pixelFormat {
-                        result.pixelFormat = pixelFormat.rawValue
-                        result.bytesPerLine = 0
-                    }
-                    try spool.store(result, image: file)
-                    return result
+                    let final = try Self.makeFinal(template: template, frames: captured.frames, plan: pending.plan, started: started)
+                    try spool.store(final.result, image: final.image)
+                    return (final.result, final.result.resolved.processingDurationNs)
                 }
+                if processing {
+                    processing = false
+                    pending.pipeline.endProcessing(level: pending.plan.level, duration: made.1)
+                }
+                touch()
+                let result = made.0
+                stages.send(.didFinishProcessing) { $0.resultID = result.resultID }
                 fired.resultIds.append(result.resultID)
                 let used = spool.usedBytes
                 if used * 10 >= spool.capacityBytes * 9 {
@@ -331,12 +464,102 @@ public final class AgentCapture: Sendable {
                     }
                 }
             } catch let failure as WireProtocolError {
+                if processing { pending.pipeline.endProcessing(level: pending.plan.level, duration: nil) }
                 return .error(WireError(failure.code, agent: agentID, device: deviceID, "trigger \(triggerID) on \(deviceID): \(failure.message)"))
             } catch {
+                if processing { pending.pipeline.endProcessing(level: pending.plan.level, duration: nil) }
                 return .error(WireError(.internal, agent: agentID, device: deviceID, "trigger \(triggerID) on \(deviceID): \(error)"))
             }
         }
         return .triggerFired(fired)
+    }
+
+    /// A photo made from its frames by its plan (the processing stage): merged, sized and encoded, with its
+    /// resolved settings. `template` says what it is of; its result id becomes the photo id.
+    static func makeFinal(template: WirePhotoResult, frames: [CapturedFrame], plan: PhotoPlan, started: Int64) throws -> (result: WirePhotoResult, image: ByteBuffer) {
+        let merged = plan.level == .quality ? PhotoProcessing.merge(frames) : nil
+        var photo = merged?.frame ?? frames[0]
+        if plan.dimensions != photo.format.dimensions, let binned = PhotoProcessing.bin(photo) { photo = binned }
+        let (file, pixelFormat) = try PhotoEncoder.encode(photo, as: plan.output, model: photo.deviceID)
+        var result = template
+        result.resultID = template.photoID
+        let kept = template.resolved
+        result.resolved = WireResolvedPhotoSettings(
+            plan: plan, photo: photo, framesMerged: merged?.frames ?? 1, captureDuration: kept.captureDurationNs,
+            processingDuration: HostClock.monotonicNow() - started)
+        result.resolved.prepared = kept.prepared
+        result.resolved.waitedNs = kept.waitedNs
+        result.dimensions = WireDimensions(photo.format.dimensions)
+        result.bytesPerLine = photo.format.bytesPerLine
+        result.pixelFormat = pixelFormat.rawValue
+        if pixelFormat != photo.format.pixelFormat { result.bytesPerLine = 0 }
+        return (result, file)
+    }
+
+    /// A deferred photo's proxy: its reference frame, binned to half size where the format allows,
+    /// delivered as the plan's output, under the photo id with ".proxy" appended.
+    static func proxy(template: WirePhotoResult, reference: CapturedFrame, plan: PhotoPlan, started: Int64) throws -> (result: WirePhotoResult, image: ByteBuffer) {
+        let photo = PhotoProcessing.bin(reference) ?? reference
+        let (file, pixelFormat) = try PhotoEncoder.encode(photo, as: plan.output, model: photo.deviceID)
+        var result = template
+        result.resultID = template.photoID + ".proxy"
+        var resolved = WireResolvedPhotoSettings(
+            plan: plan, photo: photo, framesMerged: 1, captureDuration: template.resolved.captureDurationNs,
+            processingDuration: HostClock.monotonicNow() - started)
+        resolved.prepared = template.resolved.prepared
+        resolved.waitedNs = template.resolved.waitedNs
+        resolved.deferredProxy = true
+        let why = "deferred: a proxy of the reference frame; the final (\(plan.level), \(plan.dimensions)) comes later under photo id \(template.photoID)"
+        resolved.note = resolved.note.isEmpty ? why : resolved.note + "; " + why
+        result.resolved = resolved
+        result.dimensions = WireDimensions(photo.format.dimensions)
+        result.bytesPerLine = pixelFormat == photo.format.pixelFormat ? photo.format.bytesPerLine : 0
+        result.pixelFormat = pixelFormat.rawValue
+        return (result, file)
+    }
+
+    /// Makes a deferred photo's final now, on the spool's thread, unless it is made already.
+    func makeFinal(_ photoID: String) async throws {
+        let deferred = self.deferred
+        let spool = self.spool
+        let made: (PhotoQualityPrioritization, Int64)? = try await spoolThread.runIfActive {
+            guard deferred.contains(photoID) else { return nil }
+            if spool.contains(photoID) {
+                // Made before a crash that came before its frames were deleted.
+                deferred.remove(photoID)
+                return nil
+            }
+            let job = try deferred.load(photoID)
+            let final = try Self.makeFinal(template: job.template, frames: job.frames, plan: job.plan, started: HostClock.monotonicNow())
+            try spool.store(final.result, image: final.image)
+            deferred.remove(photoID)
+            return (job.plan.level, final.result.resolved.processingDurationNs)
+        }
+        if let (level, duration) = made, let deviceID = spool.pending(session: "").first(where: { $0.resultID == photoID })?.deviceID {
+            pipeline(for: deviceID).record(level: level, duration: duration)
+        }
+    }
+
+    /// `FinalizePhotos`: makes the named deferred photos' finals now (every deferred photo when none is named).
+    func finalize(_ ids: [String]) async -> WireEnvelope.OneOf_Body {
+        let wanted = ids.isEmpty ? deferred.ids : ids
+        var unknown: [String] = []
+        for id in wanted {
+            guard deferred.contains(id) else {
+                if !spool.contains(id) { unknown.append(id) }
+                continue
+            }
+            do {
+                try await makeFinal(id)
+            } catch {
+                return .error(WireError(.internal, agent: agentID, "cannot make deferred photo \(id): \(error)"))
+            }
+        }
+        guard unknown.isEmpty else {
+            let named = unknown.prefix(8).map { "'\($0)'" }.joined(separator: ", ")
+            return .error(WireError(.notFound, agent: agentID, "agent \(agentID) defers no photo \(named) and holds no final of it (made and acknowledged already, or never taken here)"))
+        }
+        return .ok(WireOk())
     }
 
     /// At T: reports the firing, then streams the device's frames exposed from T on, on the trigger's
@@ -366,4 +589,28 @@ public final class AgentCapture: Sendable {
 /// A reference that does not keep its object alive.
 struct WeakReference<Object: AnyObject & Sendable>: Sendable {
     weak var value: Object?
+}
+
+/// Sends a photo's stage events on its capture's request, when the capture asked for them.
+struct StageReporter: Sendable {
+    let enabled: Bool
+    let triggerID: String
+    let deviceID: String
+    let settingsID: UInt64
+    let photoID: String
+    let clock: HostClock
+    let reply: @Sendable (WireEnvelope.OneOf_Body) -> Void
+
+    func send(_ stage: WirePhotoStage, _ fill: (inout WirePhotoStageEvent) -> Void = { _ in }) {
+        guard enabled else { return }
+        var event = WirePhotoStageEvent()
+        event.triggerID = triggerID
+        event.deviceID = deviceID
+        event.stage = stage
+        event.timeNs = clock.now()
+        event.photoSettingsID = settingsID
+        event.photoID = photoID
+        fill(&event)
+        reply(.photoStage(event))
+    }
 }

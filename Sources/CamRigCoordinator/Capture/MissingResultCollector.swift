@@ -41,6 +41,10 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
         public var lost: [String]
         /// The coordinator had died during this capture: its manifest was rebuilt from the journal.
         public var resumed: Bool
+        /// Cameras (`AGENT/DEVICE`) whose deferred photos' finals were collected now.
+        public var finals: [String] = []
+        /// Cameras whose deferred photos' finals their agents have still to deliver.
+        public var awaitingFinals: [String] = []
     }
 
     /// What a collection did.
@@ -63,9 +67,9 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
 
     /// Collects what can be collected now. Never throws for one capture's or one agent's failure: those
     /// stay missing, logged, for the next time.
-    public func collect() async throws -> Report {
+    public func collect(only captureID: String? = nil) async throws -> Report {
         var report = Report()
-        for unfinished in try await sink.unfinished() {
+        for unfinished in try await sink.unfinished() where captureID == nil || unfinished.handle.id == captureID {
             guard let outcome = await collect(unfinished) else { continue }
             report.captures.append(outcome)
         }
@@ -142,7 +146,11 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
             for sessionID in Set(indices.map { missing[$0].sessionId }).sorted() {
                 let wanted = indices.filter { missing[$0].sessionId == sessionID }
                 let fetched = await fetch(
-                    from: client, agentID: agentID, sessionID: sessionID, wanted: wanted.map { missing[$0] },
+                    from: client, agentID: agentID, sessionID: sessionID,
+                    wanted: wanted.map { index in
+                        let entry = missing[index]
+                        return Wanted(camera: entry.camera) { $0.triggerID == entry.triggerId && $0.deviceID == entry.device }
+                    },
                     estimate: estimate, manifest: manifest, capture: unfinished.handle)
                 unacknowledged += fetched.notAcknowledged.map {
                     CaptureManifest.Unacknowledged(agent: agentID, sessionId: sessionID, resultId: $0)
@@ -162,6 +170,31 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
             }
         }
         missing.removeAll { frames[$0.camera] != nil }
+
+        // Deferred photos' finals their agents have made since: each replaces its proxy in the set.
+        var finalNames: [String] = []
+        let proxies = frames.filter { $0.value.photo?.proxy == true }
+        for (agentID, cameras) in Dictionary(grouping: proxies.keys, by: { manifest.cameras[$0].agent }).sorted(by: { $0.key < $1.key }) {
+            guard let agent = pool.agents.first(where: { $0.snapshot.agentID == agentID }),
+                let client = try? agent.client(), let estimate = try? agent.clockEstimate()
+            else { continue }
+            let wanted = cameras.sorted().compactMap { camera -> Wanted? in
+                guard let photoID = frames[camera]?.photo?.photoId else { return nil }
+                return Wanted(camera: camera) { $0.photoID == photoID && !$0.resolved.deferredProxy }
+            }
+            let fetched = await fetch(
+                from: client, agentID: agentID, sessionID: manifest.sessionId, wanted: wanted, estimate: estimate, manifest: manifest,
+                capture: unfinished.handle)
+            unacknowledged += fetched.notAcknowledged.map {
+                CaptureManifest.Unacknowledged(agent: agentID, sessionId: manifest.sessionId, resultId: $0)
+            }
+            for (camera, final) in fetched.found {
+                var final = final
+                final.photo?.proxyFile = frames[camera]?.file
+                frames[camera] = final
+                finalNames.append(manifest.cameras[camera].name)
+            }
+        }
 
         // The capture's set again, with every photo it now has.
         var cameras = manifest.cameras
@@ -183,7 +216,15 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
         if rebuilt != manifest {
             await finish(rebuilt, unfinished.handle)
         }
-        return outcome(rebuilt, unfinished.handle, collected: collectedNames, resumed: resumed)
+        var result = outcome(rebuilt, unfinished.handle, collected: collectedNames, resumed: resumed)
+        result.finals = finalNames.sorted()
+        return result
+    }
+
+    /// A result a fetch looks for, and the camera it is for.
+    private struct Wanted: Sendable {
+        var camera: Int
+        var matches: @Sendable (WirePhotoResult) -> Bool
     }
 
     /// What one fetch from an agent gave.
@@ -219,7 +260,7 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
         from client: AgentClient,
         agentID: String,
         sessionID: String,
-        wanted: [CaptureManifest.Missing],
+        wanted: [Wanted],
         estimate: ClockEstimate,
         manifest: CaptureManifest,
         capture: CaptureHandle
@@ -231,7 +272,7 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
         do {
             for try await frame in client.stream(.fetchResults(fetch)) {
                 guard case .photoResult(let result) = frame.envelope.body, let payload = frame.payload,
-                    let entry = wanted.first(where: { $0.triggerId == result.triggerID && $0.device == result.deviceID }),
+                    let entry = wanted.first(where: { $0.matches(result) }),
                     fetched.found[entry.camera] == nil
                 else { continue }
                 let camera = entry.camera
@@ -282,7 +323,8 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
             collected: collected,
             waiting: missing.filter(\.collectable).map { "\(manifest.cameras[$0.camera].name): \($0.reason)" },
             lost: missing.filter { !$0.collectable }.map { "\(manifest.cameras[$0.camera].name): \($0.reason)" },
-            resumed: resumed
+            resumed: resumed,
+            awaitingFinals: manifest.awaitingFinals.map { manifest.cameras[$0.camera].name }
         )
     }
 }

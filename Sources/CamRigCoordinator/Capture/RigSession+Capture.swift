@@ -120,24 +120,28 @@ struct CaptureRig: Sendable {
     ) async throws -> CaptureManifest.Frame {
         let (timestamp, uncertainty) = coordinatorTime(
             of: result.hasExposureStart ? result.exposureStart : result.captureTime, estimate: estimate)
+        let proxy = result.resolved.deferredProxy
         let file = try await sink.write(
             PayloadBytes(payload),
             layout: layout(pixelFormat: result.pixelFormat, dimensions: result.dimensions, bytesPerLine: result.bytesPerLine),
-            named: stem,
+            named: proxy ? stem + "-proxy" : stem,
             in: capture
         )
         return CaptureManifest.Frame(
             camera: camera, sequence: result.sequence, file: file, timestampNs: timestamp,
             agentTimestampNs: result.captureTime.nanoseconds, marks: result.captureTime.marks.name,
-            uncertaintyNs: uncertainty, latenessNs: lateness, photo: result.hasResolved ? Self.photo(result.resolved) : nil)
+            uncertaintyNs: uncertainty, latenessNs: lateness, photo: result.hasResolved ? Self.photo(result) : nil)
     }
 
     /// A photo's resolved settings as the manifest records them.
-    static func photo(_ resolved: WireResolvedPhotoSettings) -> CaptureManifest.Photo {
-        CaptureManifest.Photo(
+    static func photo(_ result: WirePhotoResult) -> CaptureManifest.Photo {
+        let resolved = result.resolved
+        return CaptureManifest.Photo(
             quality: PhotoQualityPrioritization(resolved.qualityPrioritization).description,
             framesMerged: Int(resolved.framesMerged), captureDurationNs: resolved.captureDurationNs,
-            processingDurationNs: resolved.processingDurationNs, note: resolved.note.isEmpty ? nil : resolved.note)
+            processingDurationNs: resolved.processingDurationNs, note: resolved.note.isEmpty ? nil : resolved.note,
+            photoId: result.photoID.isEmpty ? nil : result.photoID, proxy: resolved.deferredProxy ? true : nil,
+            waitedNs: resolved.waitedNs > 0 ? resolved.waitedNs : nil)
     }
 
     /// How a frame described on the wire is laid out.

@@ -81,6 +81,8 @@ public actor RigSession {
     private var configuring = 0
     private var request = FrameRateRequest()
     private var controlChanges: [String: WireConfigure] = [:]
+    /// The photo output configuration the next commit gives every camera.
+    private var photoOutputSettings: WirePhotoOutputSettings?
     /// Lease id per input name, held from a successful commit until `stop()`.
     private var leases: [String: String] = [:]
     private var renewal: Task<Void, Never>?
@@ -128,7 +130,12 @@ public actor RigSession {
         inputs.append(device)
     }
 
-    public func addPhotoOutput() { photoOutput = true }
+    /// Adds a photo output; `settings` (when given) configures every camera's photo output at the next
+    /// commit, as part of the rig-wide configuration.
+    public func addPhotoOutput(_ settings: WirePhotoOutputSettings? = nil) {
+        photoOutput = true
+        photoOutputSettings = settings
+    }
     public func addFrameOutput() { frameOutput = true }
 
     // MARK: Configuration
@@ -184,6 +191,7 @@ public actor RigSession {
         var changes: [WireConfigure] = inputs.indices.map { index in
             var change = controlChanges[inputs[index].name] ?? WireConfigure()
             change.deviceID = inputs[index].deviceID
+            if let photoOutputSettings { change.photoOutput = photoOutputSettings }
             if let plan {
                 change.formatID = plan.formats[index].id
                 change.minFrameDuration = WireRational(plan.frameDuration)
@@ -191,7 +199,7 @@ public actor RigSession {
             }
             return change
         }
-        if changes.allSatisfy({ !$0.hasFormatID && !$0.hasMinFrameDuration && !$0.hasFocus && !$0.hasExposure && !$0.hasWhiteBalance && !$0.hasZoom && !$0.hasTorch && $0.rawControls.isEmpty }) {
+        if changes.allSatisfy({ !$0.hasFormatID && !$0.hasMinFrameDuration && !$0.hasFocus && !$0.hasExposure && !$0.hasWhiteBalance && !$0.hasZoom && !$0.hasTorch && !$0.hasPhotoOutput && $0.rawControls.isEmpty }) {
             changes = changes.map { var change = $0; change.validateOnly = true; return change }
         }
         try await runCommit(changes)
@@ -352,6 +360,7 @@ public actor RigSession {
         if change.hasWhiteBalance { restore.whiteBalance = state.whiteBalance }
         if change.hasZoom { restore.zoom = state.zoom }
         if change.hasTorch { restore.torch = state.torch }
+        if change.hasPhotoOutput { restore.photoOutput = state.photoOutput }
         let touched = Set(change.rawControls.map(\.id))
         restore.rawControls = state.rawControls.filter { touched.contains($0.id) }
         return restore

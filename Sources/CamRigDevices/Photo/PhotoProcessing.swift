@@ -23,6 +23,28 @@ public enum PhotoQualityPrioritization: Int, Comparable, CaseIterable, Sendable,
     }
 }
 
+/// How a device makes photos, for every capture until changed (AVCapturePhotoOutput's configuration).
+public struct PhotoOutputSettings: Hashable, Sendable {
+    /// The largest photo a capture may ask for (0×0: no limit beyond the format's sizes).
+    public var maxPhotoDimensions = Dimensions(width: 0, height: 0)
+    /// The highest level a capture may ask for.
+    public var maxQualityPrioritization = PhotoQualityPrioritization.quality
+    /// A capture may begin once the previous capture stage ends, while that photo is still processed.
+    public var responsiveCapture = false
+    /// Quality photos are delivered at once as proxies and made in full later, under the same photo id.
+    public var deferredDelivery = false
+
+    public init(
+        maxPhotoDimensions: Dimensions = Dimensions(width: 0, height: 0), maxQualityPrioritization: PhotoQualityPrioritization = .quality,
+        responsiveCapture: Bool = false, deferredDelivery: Bool = false
+    ) {
+        self.maxPhotoDimensions = maxPhotoDimensions
+        self.maxQualityPrioritization = maxQualityPrioritization
+        self.responsiveCapture = responsiveCapture
+        self.deferredDelivery = deferredDelivery
+    }
+}
+
 /// How a photo is made on a device in a format: which frames it takes and what it does with them.
 public struct PhotoPlan: Hashable, Sendable {
     /// The level the photo is made at.
@@ -41,9 +63,16 @@ public struct PhotoPlan: Hashable, Sendable {
     /// largest supported size within it, or, when none fits, at the smallest, and the note says so.
     public init(
         requested: PhotoQualityPrioritization, output requestedOutput: PhotoOutputType = .frame, maxDimensions: Dimensions = Dimensions(width: 0, height: 0),
-        format: DeviceFormat?
+        format: DeviceFormat?, output settings: PhotoOutputSettings = PhotoOutputSettings()
     ) {
         var notes: [String] = []
+        var maxDimensions = maxDimensions
+        let limit = settings.maxPhotoDimensions
+        if limit.width > 0 || limit.height > 0 {
+            let width = maxDimensions.width == 0 ? limit.width : (limit.width == 0 ? maxDimensions.width : min(maxDimensions.width, limit.width))
+            let height = maxDimensions.height == 0 ? limit.height : (limit.height == 0 ? maxDimensions.height : min(maxDimensions.height, limit.height))
+            maxDimensions = Dimensions(width: width, height: height)
+        }
         dimensions = format?.dimensions ?? maxDimensions
         if let format, maxDimensions.width > 0 || maxDimensions.height > 0 {
             func fits(_ size: Dimensions) -> Bool {
@@ -59,7 +88,11 @@ public struct PhotoPlan: Hashable, Sendable {
             }
         }
         level = requested
-        if requested == .quality, let format, format.pixelFormat.isCompressed {
+        if requested > settings.maxQualityPrioritization {
+            level = settings.maxQualityPrioritization
+            notes.append("the photo output allows at most \(settings.maxQualityPrioritization); made as \(level)")
+        }
+        if level == .quality, let format, format.pixelFormat.isCompressed {
             level = .balanced
             notes.append("quality needs an uncompressed format to merge frames; \(format.pixelFormat) frames were taken as balanced")
         }
@@ -186,9 +219,12 @@ public enum PhotoProcessing {
         public var mergedShare: Double
     }
 
-    /// Merges frames of one camera into the first: each image byte becomes the mean of the first frame's
-    /// value and every other frame's value within three noise deviations of it, so still parts lose
-    /// their noise and moving parts keep the first frame's picture instead of smearing. Embedded data rows
+    /// Merges frames of one camera into the first: each tile of the picture is first aligned (the motion
+    /// of its content from the first frame to each other frame is found by block matching, coarse to
+    /// fine), then each image byte becomes the mean of the first frame's value and every other frame's
+    /// value, taken where the tile moved to, within three noise deviations of it, so still and moving
+    /// parts lose their noise, and what alignment cannot follow (a turning disc) keeps the first
+    /// frame's picture instead of smearing. Embedded data rows
     /// are the first frame's. Frames whose format differs from the first are left out.
     public static func merge(_ frames: [CapturedFrame]) -> Merged {
         guard let reference = frames.first else { preconditionFailure("merge needs a frame") }
@@ -200,17 +236,27 @@ public enum PhotoProcessing {
         }
         let sigma = noise(reference.bytes, usable[1].bytes, from: skip)
         let threshold = max(3, Int((3 * sigma).rounded()))
+        let format = reference.format
+        let pitch = Int(format.bytesPerLine)
+        let cell = alignmentCell(format.pixelFormat)
+        let rowBytes = min(pitch, Int(format.dimensions.width) * cell.bytes / cell.pixels)
+        let rows = (size - skip) / pitch / cell.rows * cell.rows
         var out = ByteBufferAllocator().buffer(capacity: size)
         out.writeBytes(reference.bytes.readableBytesView.prefix(skip))
         var merged = 0
         let buffers = usable.map(\.bytes)
         out.writeWithUnsafeMutableBytes(minimumWritableBytes: size - skip) { target in
+            // Bytes past the aligned rows (a partial cell row, row padding) stay the reference's.
+            reference.bytes.withUnsafeReadableBytes { source in
+                target.baseAddress!.copyMemory(from: source.baseAddress! + skip, byteCount: size - skip)
+            }
             withPointers(buffers) { pointers in
                 let starts = pointers.map { $0 + skip }
                 starts.withUnsafeBufferPointer { starts in
-                    merged = camrig_merge_frames(
+                    merged = camrig_align_merge(
                         target.baseAddress!.assumingMemoryBound(to: UInt8.self),
-                        UnsafePointer(OpaquePointer(starts.baseAddress!)), starts.count, size - skip, Int32(threshold))
+                        UnsafePointer(OpaquePointer(starts.baseAddress!)), starts.count, pitch, rowBytes, rows,
+                        cell.bytes, cell.rows, alignmentTile, Int32(alignmentSearch), Int32(threshold))
                 }
             }
             return size - skip
@@ -218,6 +264,21 @@ public enum PhotoProcessing {
         var frame = reference
         frame.bytes = out
         return Merged(frame: frame, frames: usable.count, noiseSigma: sigma, mergedShare: Double(merged) / Double(size - skip))
+    }
+
+    /// The tile (in cells) a quality merge aligns as one, and how far (in cells) it looks for its motion.
+    static let alignmentTile = 16
+    static let alignmentSearch = 32
+
+    /// The cell that repeats across an image of `pixelFormat`: its bytes across, the pixels they hold,
+    /// and its rows. Motion is found and applied in whole cells, so colours and chroma stay in place.
+    static func alignmentCell(_ pixelFormat: PixelFormat) -> (bytes: Int, pixels: Int, rows: Int) {
+        switch pixelFormat {
+        case .yuyv: (4, 2, 1)
+        case .rgb24: (3, 1, 1)
+        case .bayerRGGB8: (2, 2, 2)
+        default: (1, 1, 1)
+        }
     }
 
     /// The noise of one frame estimated from two frames of a still scene: the median absolute difference

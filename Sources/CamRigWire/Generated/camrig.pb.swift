@@ -931,6 +931,69 @@ public nonisolated enum WireTriggerAction: SwiftProtobuf.Enum, Swift.CaseIterabl
 
 }
 
+/// The stages of one device's photo (AVCapturePhotoCaptureDelegate's callbacks), sent with the
+/// capture's request_id when its settings ask for stage_events, in this order: WILL_BEGIN_CAPTURE,
+/// WILL_CAPTURE, DID_CAPTURE, DID_FINISH_CAPTURE, DID_FINISH_PROCESSING.
+public nonisolated enum WirePhotoStage: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case unspecified // = 0
+
+  /// resolved settings and the processing estimate are known
+  case willBeginCapture // = 1
+
+  /// the first frame's exposure is under way
+  case willCapture // = 2
+
+  /// the frames are exposed
+  case didCapture // = 3
+
+  /// the capture stage is over: with responsive capture the device is ready for the next
+  case didFinishCapture // = 4
+
+  /// the photo (or a deferred photo's proxy) is in the spool
+  case didFinishProcessing // = 5
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .unspecified
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .unspecified
+    case 1: self = .willBeginCapture
+    case 2: self = .willCapture
+    case 3: self = .didCapture
+    case 4: self = .didFinishCapture
+    case 5: self = .didFinishProcessing
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .unspecified: return 0
+    case .willBeginCapture: return 1
+    case .willCapture: return 2
+    case .didCapture: return 3
+    case .didFinishCapture: return 4
+    case .didFinishProcessing: return 5
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [WirePhotoStage] = [
+    .unspecified,
+    .willBeginCapture,
+    .willCapture,
+    .didCapture,
+    .didFinishCapture,
+    .didFinishProcessing,
+  ]
+
+}
+
 public nonisolated enum WireEventKind: SwiftProtobuf.Enum, Swift.CaseIterable {
   public typealias RawValue = Int
   case unspecified // = 0
@@ -1390,6 +1453,22 @@ public nonisolated struct WireEnvelope: Sendable {
     set {body = .preparePhotoSettings(newValue)}
   }
 
+  public var photoStage: WirePhotoStageEvent {
+    get {
+      if case .photoStage(let v)? = body {return v}
+      return WirePhotoStageEvent()
+    }
+    set {body = .photoStage(newValue)}
+  }
+
+  public var finalizePhotos: WireFinalizePhotos {
+    get {
+      if case .finalizePhotos(let v)? = body {return v}
+      return WireFinalizePhotos()
+    }
+    set {body = .finalizePhotos(newValue)}
+  }
+
   /// Events
   public var subscribe: WireSubscribe {
     get {
@@ -1492,6 +1571,8 @@ public nonisolated struct WireEnvelope: Sendable {
     case resultsEnd(WireResultsEnd)
     case acknowledgeResults(WireAcknowledgeResults)
     case preparePhotoSettings(WirePreparePhotoSettings)
+    case photoStage(WirePhotoStageEvent)
+    case finalizePhotos(WireFinalizePhotos)
     /// Events
     case subscribe(WireSubscribe)
     case event(WireEvent)
@@ -2265,6 +2346,15 @@ public nonisolated struct WireDeviceState: @unchecked Sendable {
     set {_uniqueStorage()._rawControls = newValue}
   }
 
+  public var photoOutput: WirePhotoOutputSettings {
+    get {_storage._photoOutput ?? WirePhotoOutputSettings()}
+    set {_uniqueStorage()._photoOutput = newValue}
+  }
+  /// Returns true if `photoOutput` has been explicitly set.
+  public var hasPhotoOutput: Bool {_storage._photoOutput != nil}
+  /// Clears the value of `photoOutput`. Subsequent reads from it will return its default value.
+  public mutating func clearPhotoOutput() {_uniqueStorage()._photoOutput = nil}
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -2606,11 +2696,62 @@ public nonisolated struct WireConfigure: @unchecked Sendable {
     set {_uniqueStorage()._rawControls = newValue}
   }
 
+  /// The device's photo output (AVCapturePhotoOutput's configuration), set before captures.
+  public var photoOutput: WirePhotoOutputSettings {
+    get {_storage._photoOutput ?? WirePhotoOutputSettings()}
+    set {_uniqueStorage()._photoOutput = newValue}
+  }
+  /// Returns true if `photoOutput` has been explicitly set.
+  public var hasPhotoOutput: Bool {_storage._photoOutput != nil}
+  /// Clears the value of `photoOutput`. Subsequent reads from it will return its default value.
+  public mutating func clearPhotoOutput() {_uniqueStorage()._photoOutput = nil}
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
   fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+/// How a device makes photos, for every capture until changed (AVCapturePhotoOutput's
+/// maxPhotoDimensions, maxPhotoQualityPrioritization, isResponsiveCaptureEnabled and
+/// isAutoDeferredPhotoDeliveryEnabled). Set with Configure (under the device's lease, as part of a
+/// rig-wide commit); reported in DeviceState.
+public nonisolated struct WirePhotoOutputSettings: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The largest photo a capture may ask for (0x0: no limit beyond the format's sizes). A capture's
+  /// max_photo_dimensions is resolved within it.
+  public var maxPhotoDimensions: WireDimensions {
+    get {_maxPhotoDimensions ?? WireDimensions()}
+    set {_maxPhotoDimensions = newValue}
+  }
+  /// Returns true if `maxPhotoDimensions` has been explicitly set.
+  public var hasMaxPhotoDimensions: Bool {self._maxPhotoDimensions != nil}
+  /// Clears the value of `maxPhotoDimensions`. Subsequent reads from it will return its default value.
+  public mutating func clearMaxPhotoDimensions() {self._maxPhotoDimensions = nil}
+
+  /// The highest level a capture may ask for (UNSPECIFIED: QUALITY). A capture asking for more is made
+  /// at this level and its resolved settings say so.
+  public var maxQualityPrioritization: WireQualityPrioritization = .unspecified
+
+  /// Responsive capture: a capture may begin once the previous capture's capture stage has ended, while
+  /// that photo is still being processed. Off: a capture begins only once the previous photo of the
+  /// device is in the spool (its capture instant waits, and its resolved settings say how long).
+  public var responsiveCapture: Bool = false
+
+  /// Deferred delivery: a QUALITY photo is delivered at once as a proxy (its reference frame, binned to
+  /// half size where the format allows) and made in full later, when the agent is idle or on
+  /// FinalizePhotos, under the same photo_id. Both survive an agent restart.
+  public var deferredDelivery: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _maxPhotoDimensions: WireDimensions? = nil
 }
 
 /// Start streaming a device in its active format. Replied to with StreamStarted, then VideoFrame
@@ -2843,6 +2984,10 @@ public nonisolated struct WirePhotoSettings: Sendable {
   /// still within one quality capture stage (8 frame periods) of being requested is made as BALANCED,
   /// and its resolved settings say so, so rapid successive captures are not held up merging frames.
   public var fastCapturePrioritization: Bool = false
+
+  /// Send PhotoStageEvent messages for this capture's photos, with the capture's request_id, before its
+  /// TriggerFired.
+  public var stageEvents: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -3089,6 +3234,13 @@ public nonisolated struct WirePhotoResult: @unchecked Sendable {
   /// Clears the value of `resolved`. Subsequent reads from it will return its default value.
   public mutating func clearResolved() {_uniqueStorage()._resolved = nil}
 
+  /// The photo this result is of (AVCapturePhoto's identifier): a deferred photo's proxy and its final
+  /// share it; the final's result_id equals it, the proxy's is it with ".proxy" appended.
+  public var photoID: String {
+    get {_storage._photoID}
+    set {_uniqueStorage()._photoID = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -3133,10 +3285,153 @@ public nonisolated struct WireResolvedPhotoSettings: Sendable {
   /// Whether the capture's settings matched settings the device was prepared with (PreparePhotoSettings).
   public var prepared: Bool = false
 
+  /// This result is a deferred photo's proxy: its final comes later under the same photo_id.
+  public var deferredProxy: Bool = false
+
+  /// How long the capture waited for the device's previous photo (its capture stage, or all of it when
+  /// responsive capture is off) before it began; its exposure instant moved as much.
+  public var waitedNs: Int64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
+  fileprivate var _dimensions: WireDimensions? = nil
+}
+
+public nonisolated struct WirePhotoStageEvent: @unchecked Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var triggerID: String {
+    get {_storage._triggerID}
+    set {_uniqueStorage()._triggerID = newValue}
+  }
+
+  public var deviceID: String {
+    get {_storage._deviceID}
+    set {_uniqueStorage()._deviceID = newValue}
+  }
+
+  public var stage: WirePhotoStage {
+    get {_storage._stage}
+    set {_uniqueStorage()._stage = newValue}
+  }
+
+  /// agent clock (CLOCK_MONOTONIC)
+  public var timeNs: Int64 {
+    get {_storage._timeNs}
+    set {_uniqueStorage()._timeNs = newValue}
+  }
+
+  public var photoSettingsID: UInt64 {
+    get {_storage._photoSettingsID}
+    set {_uniqueStorage()._photoSettingsID = newValue}
+  }
+
+  public var photoID: String {
+    get {_storage._photoID}
+    set {_uniqueStorage()._photoID = newValue}
+  }
+
+  /// WILL_BEGIN_CAPTURE: what will be made (dimensions, level, frames, output type; durations unknown yet).
+  public var resolved: WireResolvedPhotoSettings {
+    get {_storage._resolved ?? WireResolvedPhotoSettings()}
+    set {_uniqueStorage()._resolved = newValue}
+  }
+  /// Returns true if `resolved` has been explicitly set.
+  public var hasResolved: Bool {_storage._resolved != nil}
+  /// Clears the value of `resolved`. Subsequent reads from it will return its default value.
+  public mutating func clearResolved() {_uniqueStorage()._resolved = nil}
+
+  /// WILL_BEGIN_CAPTURE: the processing stage's expected range, from this device's recent photos at this
+  /// level (both 0 until one has been made).
+  public var processingEstimateMinNs: Int64 {
+    get {_storage._processingEstimateMinNs}
+    set {_uniqueStorage()._processingEstimateMinNs = newValue}
+  }
+
+  public var processingEstimateMaxNs: Int64 {
+    get {_storage._processingEstimateMaxNs}
+    set {_uniqueStorage()._processingEstimateMaxNs = newValue}
+  }
+
+  /// DID_FINISH_PROCESSING: the result now in the spool.
+  public var resultID: String {
+    get {_storage._resultID}
+    set {_uniqueStorage()._resultID = newValue}
+  }
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+/// Make deferred photos' finals now rather than when the agent is idle. Replied to with Ok once every
+/// named final is in the spool, or NOT_FOUND naming photo ids the agent neither defers nor holds.
+public nonisolated struct WireFinalizePhotos: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// empty: every deferred photo
+  public var photoIds: [String] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// A deferred photo waiting for processing, as the agent keeps it on disk (deferred/ID.photo in the
+/// spool's directory: a big-endian u32 length, this message, then the frames' payloads in order).
+public nonisolated struct WireDeferredPhoto: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// the final's result, but for its image and processing duration
+  public var result: WirePhotoResult {
+    get {_result ?? WirePhotoResult()}
+    set {_result = newValue}
+  }
+  /// Returns true if `result` has been explicitly set.
+  public var hasResult: Bool {self._result != nil}
+  /// Clears the value of `result`. Subsequent reads from it will return its default value.
+  public mutating func clearResult() {self._result = nil}
+
+  /// the captured frames' headers; payloads follow this message
+  public var frames: [WireVideoFrame] = []
+
+  public var payloadLengths: [UInt32] = []
+
+  /// the planned photo size
+  public var dimensions: WireDimensions {
+    get {_dimensions ?? WireDimensions()}
+    set {_dimensions = newValue}
+  }
+  /// Returns true if `dimensions` has been explicitly set.
+  public var hasDimensions: Bool {self._dimensions != nil}
+  /// Clears the value of `dimensions`. Subsequent reads from it will return its default value.
+  public mutating func clearDimensions() {self._dimensions = nil}
+
+  /// rows of the frames that carry data rather than picture
+  public var embeddedDataRows: UInt32 = 0
+
+  public var qualityPrioritization: WireQualityPrioritization = .unspecified
+
+  public var outputType: WirePhotoOutputType = .frame
+
+  /// the plan's note
+  public var note: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _result: WirePhotoResult? = nil
   fileprivate var _dimensions: WireDimensions? = nil
 }
 
@@ -3460,6 +3755,10 @@ nonisolated extension WireTriggerAction: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0TRIGGER_ACTION_UNSPECIFIED\0\u{1}TRIGGER_ACTION_CAPTURE_PHOTO\0\u{1}TRIGGER_ACTION_START_STREAM\0")
 }
 
+nonisolated extension WirePhotoStage: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0PHOTO_STAGE_UNSPECIFIED\0\u{1}PHOTO_STAGE_WILL_BEGIN_CAPTURE\0\u{1}PHOTO_STAGE_WILL_CAPTURE\0\u{1}PHOTO_STAGE_DID_CAPTURE\0\u{1}PHOTO_STAGE_DID_FINISH_CAPTURE\0\u{1}PHOTO_STAGE_DID_FINISH_PROCESSING\0")
+}
+
 nonisolated extension WireEventKind: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0EVENT_KIND_UNSPECIFIED\0\u{1}EVENT_KIND_DEVICE_CONNECTED\0\u{1}EVENT_KIND_DEVICE_DISCONNECTED\0\u{1}EVENT_KIND_LEASE_LOST\0\u{1}EVENT_KIND_SPOOL_NEAR_FULL\0\u{1}EVENT_KIND_TRIGGER_LATE\0")
 }
@@ -3474,7 +3773,7 @@ nonisolated extension WirePhaseLockMethod: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Envelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{2}\u{9}hello\0\u{1}welcome\0\u{1}error\0\u{1}goodbye\0\u{1}ping\0\u{1}pong\0\u{3}clock_probe\0\u{3}clock_probe_reply\0\u{1}ok\0\u{3}open_clock_channel\0\u{3}list_devices\0\u{3}discovery_query\0\u{3}device_list\0\u{3}describe_device\0\u{3}device_description\0\u{2}\u{6}lock\0\u{1}lease\0\u{3}renew_lease\0\u{1}unlock\0\u{1}configure\0\u{3}device_state\0\u{4}\u{5}start_stream\0\u{3}stream_started\0\u{3}stop_stream\0\u{3}stream_ended\0\u{3}video_frame\0\u{4}\u{6}capture_photo\0\u{3}schedule_trigger\0\u{3}trigger_scheduled\0\u{3}trigger_fired\0\u{3}fetch_results\0\u{3}photo_result\0\u{3}results_end\0\u{3}acknowledge_results\0\u{3}prepare_photo_settings\0\u{2}\u{2}subscribe\0\u{1}event\0\u{3}clock_channel\0\u{4}\u{8}lock_phase\0\u{3}unlock_phase\0\u{3}get_phase_status\0\u{3}phase_status\0\u{3}phase_status_list\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{2}\u{9}hello\0\u{1}welcome\0\u{1}error\0\u{1}goodbye\0\u{1}ping\0\u{1}pong\0\u{3}clock_probe\0\u{3}clock_probe_reply\0\u{1}ok\0\u{3}open_clock_channel\0\u{3}list_devices\0\u{3}discovery_query\0\u{3}device_list\0\u{3}describe_device\0\u{3}device_description\0\u{2}\u{6}lock\0\u{1}lease\0\u{3}renew_lease\0\u{1}unlock\0\u{1}configure\0\u{3}device_state\0\u{4}\u{5}start_stream\0\u{3}stream_started\0\u{3}stop_stream\0\u{3}stream_ended\0\u{3}video_frame\0\u{4}\u{6}capture_photo\0\u{3}schedule_trigger\0\u{3}trigger_scheduled\0\u{3}trigger_fired\0\u{3}fetch_results\0\u{3}photo_result\0\u{3}results_end\0\u{3}acknowledge_results\0\u{3}prepare_photo_settings\0\u{3}photo_stage\0\u{1}subscribe\0\u{1}event\0\u{3}clock_channel\0\u{3}finalize_photos\0\u{4}\u{7}lock_phase\0\u{3}unlock_phase\0\u{3}get_phase_status\0\u{3}phase_status\0\u{3}phase_status_list\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3938,6 +4237,19 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
           self.body = .preparePhotoSettings(v)
         }
       }()
+      case 59: try {
+        var v: WirePhotoStageEvent?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .photoStage(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .photoStage(v)
+        }
+      }()
       case 60: try {
         var v: WireSubscribe?
         var hadOneofValue = false
@@ -3975,6 +4287,19 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
         if let v = v {
           if hadOneofValue {try decoder.handleConflictingOneOf()}
           self.body = .clockChannel(v)
+        }
+      }()
+      case 63: try {
+        var v: WireFinalizePhotos?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .finalizePhotos(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .finalizePhotos(v)
         }
       }()
       case 70: try {
@@ -4196,6 +4521,10 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
       guard case .preparePhotoSettings(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 58)
     }()
+    case .photoStage?: try {
+      guard case .photoStage(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 59)
+    }()
     case .subscribe?: try {
       guard case .subscribe(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 60)
@@ -4207,6 +4536,10 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
     case .clockChannel?: try {
       guard case .clockChannel(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 62)
+    }()
+    case .finalizePhotos?: try {
+      guard case .finalizePhotos(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 63)
     }()
     case .lockPhase?: try {
       guard case .lockPhase(let v)? = self.body else { preconditionFailure() }
@@ -5381,7 +5714,7 @@ nonisolated extension WireControlSupport: SwiftProtobuf.Message, SwiftProtobuf._
 
 nonisolated extension WireDeviceState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".DeviceState"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}device_id\0\u{3}active_format_id\0\u{3}active_min_frame_duration\0\u{3}active_max_frame_duration\0\u{1}focus\0\u{1}exposure\0\u{3}white_balance\0\u{1}zoom\0\u{1}torch\0\u{3}raw_controls\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}device_id\0\u{3}active_format_id\0\u{3}active_min_frame_duration\0\u{3}active_max_frame_duration\0\u{1}focus\0\u{1}exposure\0\u{3}white_balance\0\u{1}zoom\0\u{1}torch\0\u{3}raw_controls\0\u{3}photo_output\0")
 
   fileprivate class _StorageClass {
     var _deviceID: String = String()
@@ -5394,6 +5727,7 @@ nonisolated extension WireDeviceState: SwiftProtobuf.Message, SwiftProtobuf._Mes
     var _zoom: WireZoomSettings? = nil
     var _torch: WireTorchSettings? = nil
     var _rawControls: [WireControlValue] = []
+    var _photoOutput: WirePhotoOutputSettings? = nil
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -5414,6 +5748,7 @@ nonisolated extension WireDeviceState: SwiftProtobuf.Message, SwiftProtobuf._Mes
       _zoom = source._zoom
       _torch = source._torch
       _rawControls = source._rawControls
+      _photoOutput = source._photoOutput
     }
   }
 
@@ -5442,6 +5777,7 @@ nonisolated extension WireDeviceState: SwiftProtobuf.Message, SwiftProtobuf._Mes
         case 8: try { try decoder.decodeSingularMessageField(value: &_storage._zoom) }()
         case 9: try { try decoder.decodeSingularMessageField(value: &_storage._torch) }()
         case 10: try { try decoder.decodeRepeatedMessageField(value: &_storage._rawControls) }()
+        case 11: try { try decoder.decodeSingularMessageField(value: &_storage._photoOutput) }()
         default: break
         }
       }
@@ -5484,6 +5820,9 @@ nonisolated extension WireDeviceState: SwiftProtobuf.Message, SwiftProtobuf._Mes
       if !_storage._rawControls.isEmpty {
         try visitor.visitRepeatedMessageField(value: _storage._rawControls, fieldNumber: 10)
       }
+      try { if let v = _storage._photoOutput {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
+      } }()
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -5503,6 +5842,7 @@ nonisolated extension WireDeviceState: SwiftProtobuf.Message, SwiftProtobuf._Mes
         if _storage._zoom != rhs_storage._zoom {return false}
         if _storage._torch != rhs_storage._torch {return false}
         if _storage._rawControls != rhs_storage._rawControls {return false}
+        if _storage._photoOutput != rhs_storage._photoOutput {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -5968,7 +6308,7 @@ nonisolated extension WireUnlock: SwiftProtobuf.Message, SwiftProtobuf._MessageI
 
 nonisolated extension WireConfigure: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Configure"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}device_id\0\u{3}lease_id\0\u{3}validate_only\0\u{3}format_id\0\u{3}min_frame_duration\0\u{3}max_frame_duration\0\u{1}focus\0\u{1}exposure\0\u{3}white_balance\0\u{1}zoom\0\u{1}torch\0\u{3}raw_controls\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}device_id\0\u{3}lease_id\0\u{3}validate_only\0\u{3}format_id\0\u{3}min_frame_duration\0\u{3}max_frame_duration\0\u{1}focus\0\u{1}exposure\0\u{3}white_balance\0\u{1}zoom\0\u{1}torch\0\u{3}raw_controls\0\u{3}photo_output\0")
 
   fileprivate class _StorageClass {
     var _deviceID: String = String()
@@ -5983,6 +6323,7 @@ nonisolated extension WireConfigure: SwiftProtobuf.Message, SwiftProtobuf._Messa
     var _zoom: WireZoomSettings? = nil
     var _torch: WireTorchSettings? = nil
     var _rawControls: [WireControlValue] = []
+    var _photoOutput: WirePhotoOutputSettings? = nil
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -6005,6 +6346,7 @@ nonisolated extension WireConfigure: SwiftProtobuf.Message, SwiftProtobuf._Messa
       _zoom = source._zoom
       _torch = source._torch
       _rawControls = source._rawControls
+      _photoOutput = source._photoOutput
     }
   }
 
@@ -6035,6 +6377,7 @@ nonisolated extension WireConfigure: SwiftProtobuf.Message, SwiftProtobuf._Messa
         case 10: try { try decoder.decodeSingularMessageField(value: &_storage._zoom) }()
         case 11: try { try decoder.decodeSingularMessageField(value: &_storage._torch) }()
         case 12: try { try decoder.decodeRepeatedMessageField(value: &_storage._rawControls) }()
+        case 13: try { try decoder.decodeSingularMessageField(value: &_storage._photoOutput) }()
         default: break
         }
       }
@@ -6083,6 +6426,9 @@ nonisolated extension WireConfigure: SwiftProtobuf.Message, SwiftProtobuf._Messa
       if !_storage._rawControls.isEmpty {
         try visitor.visitRepeatedMessageField(value: _storage._rawControls, fieldNumber: 12)
       }
+      try { if let v = _storage._photoOutput {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
+      } }()
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -6104,10 +6450,60 @@ nonisolated extension WireConfigure: SwiftProtobuf.Message, SwiftProtobuf._Messa
         if _storage._zoom != rhs_storage._zoom {return false}
         if _storage._torch != rhs_storage._torch {return false}
         if _storage._rawControls != rhs_storage._rawControls {return false}
+        if _storage._photoOutput != rhs_storage._photoOutput {return false}
         return true
       }
       if !storagesAreEqual {return false}
     }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WirePhotoOutputSettings: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PhotoOutputSettings"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}max_photo_dimensions\0\u{3}max_quality_prioritization\0\u{3}responsive_capture\0\u{3}deferred_delivery\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._maxPhotoDimensions) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.maxQualityPrioritization) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.responsiveCapture) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.deferredDelivery) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._maxPhotoDimensions {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    if self.maxQualityPrioritization != .unspecified {
+      try visitor.visitSingularEnumField(value: self.maxQualityPrioritization, fieldNumber: 2)
+    }
+    if self.responsiveCapture != false {
+      try visitor.visitSingularBoolField(value: self.responsiveCapture, fieldNumber: 3)
+    }
+    if self.deferredDelivery != false {
+      try visitor.visitSingularBoolField(value: self.deferredDelivery, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WirePhotoOutputSettings, rhs: WirePhotoOutputSettings) -> Bool {
+    if lhs._maxPhotoDimensions != rhs._maxPhotoDimensions {return false}
+    if lhs.maxQualityPrioritization != rhs.maxQualityPrioritization {return false}
+    if lhs.responsiveCapture != rhs.responsiveCapture {return false}
+    if lhs.deferredDelivery != rhs.deferredDelivery {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -6473,7 +6869,7 @@ nonisolated extension WireVideoFrame: SwiftProtobuf.Message, SwiftProtobuf._Mess
 
 nonisolated extension WirePhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PhotoSettings"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}unique_id\0\u{3}quality_prioritization\0\u{3}max_photo_dimensions\0\u{3}pixel_format\0\u{3}flash_mode\0\u{3}output_type\0\u{3}fast_capture_prioritization\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}unique_id\0\u{3}quality_prioritization\0\u{3}max_photo_dimensions\0\u{3}pixel_format\0\u{3}flash_mode\0\u{3}output_type\0\u{3}fast_capture_prioritization\0\u{3}stage_events\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -6488,6 +6884,7 @@ nonisolated extension WirePhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._M
       case 5: try { try decoder.decodeSingularEnumField(value: &self.flashMode) }()
       case 6: try { try decoder.decodeSingularEnumField(value: &self.outputType) }()
       case 7: try { try decoder.decodeSingularBoolField(value: &self.fastCapturePrioritization) }()
+      case 8: try { try decoder.decodeSingularBoolField(value: &self.stageEvents) }()
       default: break
       }
     }
@@ -6519,6 +6916,9 @@ nonisolated extension WirePhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._M
     if self.fastCapturePrioritization != false {
       try visitor.visitSingularBoolField(value: self.fastCapturePrioritization, fieldNumber: 7)
     }
+    if self.stageEvents != false {
+      try visitor.visitSingularBoolField(value: self.stageEvents, fieldNumber: 8)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -6530,6 +6930,7 @@ nonisolated extension WirePhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._M
     if lhs.flashMode != rhs.flashMode {return false}
     if lhs.outputType != rhs.outputType {return false}
     if lhs.fastCapturePrioritization != rhs.fastCapturePrioritization {return false}
+    if lhs.stageEvents != rhs.stageEvents {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -6794,7 +7195,7 @@ nonisolated extension WireFetchResults: SwiftProtobuf.Message, SwiftProtobuf._Me
 
 nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PhotoResult"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}result_id\0\u{3}session_id\0\u{3}trigger_id\0\u{3}device_id\0\u{3}capture_time\0\u{3}pixel_format\0\u{1}dimensions\0\u{3}bytes_per_line\0\u{3}photo_settings_id\0\u{1}metadata\0\u{1}sequence\0\u{3}exposure_start\0\u{1}resolved\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}result_id\0\u{3}session_id\0\u{3}trigger_id\0\u{3}device_id\0\u{3}capture_time\0\u{3}pixel_format\0\u{1}dimensions\0\u{3}bytes_per_line\0\u{3}photo_settings_id\0\u{1}metadata\0\u{1}sequence\0\u{3}exposure_start\0\u{1}resolved\0\u{3}photo_id\0")
 
   fileprivate class _StorageClass {
     var _resultID: String = String()
@@ -6810,6 +7211,7 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
     var _sequence: UInt64 = 0
     var _exposureStart: WireTimestamp? = nil
     var _resolved: WireResolvedPhotoSettings? = nil
+    var _photoID: String = String()
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -6833,6 +7235,7 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
       _sequence = source._sequence
       _exposureStart = source._exposureStart
       _resolved = source._resolved
+      _photoID = source._photoID
     }
   }
 
@@ -6864,6 +7267,7 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
         case 11: try { try decoder.decodeSingularUInt64Field(value: &_storage._sequence) }()
         case 12: try { try decoder.decodeSingularMessageField(value: &_storage._exposureStart) }()
         case 13: try { try decoder.decodeSingularMessageField(value: &_storage._resolved) }()
+        case 14: try { try decoder.decodeSingularStringField(value: &_storage._photoID) }()
         default: break
         }
       }
@@ -6915,6 +7319,9 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
       try { if let v = _storage._resolved {
         try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
       } }()
+      if !_storage._photoID.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._photoID, fieldNumber: 14)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -6937,6 +7344,7 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
         if _storage._sequence != rhs_storage._sequence {return false}
         if _storage._exposureStart != rhs_storage._exposureStart {return false}
         if _storage._resolved != rhs_storage._resolved {return false}
+        if _storage._photoID != rhs_storage._photoID {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -6948,7 +7356,7 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
 
 nonisolated extension WireResolvedPhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ResolvedPhotoSettings"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}quality_prioritization\0\u{1}dimensions\0\u{3}frames_merged\0\u{3}capture_duration_ns\0\u{3}processing_duration_ns\0\u{1}note\0\u{3}output_type\0\u{1}prepared\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}quality_prioritization\0\u{1}dimensions\0\u{3}frames_merged\0\u{3}capture_duration_ns\0\u{3}processing_duration_ns\0\u{1}note\0\u{3}output_type\0\u{1}prepared\0\u{3}deferred_proxy\0\u{3}waited_ns\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -6964,6 +7372,8 @@ nonisolated extension WireResolvedPhotoSettings: SwiftProtobuf.Message, SwiftPro
       case 6: try { try decoder.decodeSingularStringField(value: &self.note) }()
       case 7: try { try decoder.decodeSingularEnumField(value: &self.outputType) }()
       case 8: try { try decoder.decodeSingularBoolField(value: &self.prepared) }()
+      case 9: try { try decoder.decodeSingularBoolField(value: &self.deferredProxy) }()
+      case 10: try { try decoder.decodeSingularInt64Field(value: &self.waitedNs) }()
       default: break
       }
     }
@@ -6998,6 +7408,12 @@ nonisolated extension WireResolvedPhotoSettings: SwiftProtobuf.Message, SwiftPro
     if self.prepared != false {
       try visitor.visitSingularBoolField(value: self.prepared, fieldNumber: 8)
     }
+    if self.deferredProxy != false {
+      try visitor.visitSingularBoolField(value: self.deferredProxy, fieldNumber: 9)
+    }
+    if self.waitedNs != 0 {
+      try visitor.visitSingularInt64Field(value: self.waitedNs, fieldNumber: 10)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -7010,6 +7426,240 @@ nonisolated extension WireResolvedPhotoSettings: SwiftProtobuf.Message, SwiftPro
     if lhs.note != rhs.note {return false}
     if lhs.outputType != rhs.outputType {return false}
     if lhs.prepared != rhs.prepared {return false}
+    if lhs.deferredProxy != rhs.deferredProxy {return false}
+    if lhs.waitedNs != rhs.waitedNs {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WirePhotoStageEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PhotoStageEvent"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}trigger_id\0\u{3}device_id\0\u{1}stage\0\u{3}time_ns\0\u{3}photo_settings_id\0\u{3}photo_id\0\u{1}resolved\0\u{3}processing_estimate_min_ns\0\u{3}processing_estimate_max_ns\0\u{3}result_id\0")
+
+  fileprivate class _StorageClass {
+    var _triggerID: String = String()
+    var _deviceID: String = String()
+    var _stage: WirePhotoStage = .unspecified
+    var _timeNs: Int64 = 0
+    var _photoSettingsID: UInt64 = 0
+    var _photoID: String = String()
+    var _resolved: WireResolvedPhotoSettings? = nil
+    var _processingEstimateMinNs: Int64 = 0
+    var _processingEstimateMaxNs: Int64 = 0
+    var _resultID: String = String()
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _triggerID = source._triggerID
+      _deviceID = source._deviceID
+      _stage = source._stage
+      _timeNs = source._timeNs
+      _photoSettingsID = source._photoSettingsID
+      _photoID = source._photoID
+      _resolved = source._resolved
+      _processingEstimateMinNs = source._processingEstimateMinNs
+      _processingEstimateMaxNs = source._processingEstimateMaxNs
+      _resultID = source._resultID
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularStringField(value: &_storage._triggerID) }()
+        case 2: try { try decoder.decodeSingularStringField(value: &_storage._deviceID) }()
+        case 3: try { try decoder.decodeSingularEnumField(value: &_storage._stage) }()
+        case 4: try { try decoder.decodeSingularInt64Field(value: &_storage._timeNs) }()
+        case 5: try { try decoder.decodeSingularUInt64Field(value: &_storage._photoSettingsID) }()
+        case 6: try { try decoder.decodeSingularStringField(value: &_storage._photoID) }()
+        case 7: try { try decoder.decodeSingularMessageField(value: &_storage._resolved) }()
+        case 8: try { try decoder.decodeSingularInt64Field(value: &_storage._processingEstimateMinNs) }()
+        case 9: try { try decoder.decodeSingularInt64Field(value: &_storage._processingEstimateMaxNs) }()
+        case 10: try { try decoder.decodeSingularStringField(value: &_storage._resultID) }()
+        default: break
+        }
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if !_storage._triggerID.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._triggerID, fieldNumber: 1)
+      }
+      if !_storage._deviceID.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._deviceID, fieldNumber: 2)
+      }
+      if _storage._stage != .unspecified {
+        try visitor.visitSingularEnumField(value: _storage._stage, fieldNumber: 3)
+      }
+      if _storage._timeNs != 0 {
+        try visitor.visitSingularInt64Field(value: _storage._timeNs, fieldNumber: 4)
+      }
+      if _storage._photoSettingsID != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._photoSettingsID, fieldNumber: 5)
+      }
+      if !_storage._photoID.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._photoID, fieldNumber: 6)
+      }
+      try { if let v = _storage._resolved {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
+      } }()
+      if _storage._processingEstimateMinNs != 0 {
+        try visitor.visitSingularInt64Field(value: _storage._processingEstimateMinNs, fieldNumber: 8)
+      }
+      if _storage._processingEstimateMaxNs != 0 {
+        try visitor.visitSingularInt64Field(value: _storage._processingEstimateMaxNs, fieldNumber: 9)
+      }
+      if !_storage._resultID.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._resultID, fieldNumber: 10)
+      }
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WirePhotoStageEvent, rhs: WirePhotoStageEvent) -> Bool {
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._triggerID != rhs_storage._triggerID {return false}
+        if _storage._deviceID != rhs_storage._deviceID {return false}
+        if _storage._stage != rhs_storage._stage {return false}
+        if _storage._timeNs != rhs_storage._timeNs {return false}
+        if _storage._photoSettingsID != rhs_storage._photoSettingsID {return false}
+        if _storage._photoID != rhs_storage._photoID {return false}
+        if _storage._resolved != rhs_storage._resolved {return false}
+        if _storage._processingEstimateMinNs != rhs_storage._processingEstimateMinNs {return false}
+        if _storage._processingEstimateMaxNs != rhs_storage._processingEstimateMaxNs {return false}
+        if _storage._resultID != rhs_storage._resultID {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireFinalizePhotos: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".FinalizePhotos"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}photo_ids\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedStringField(value: &self.photoIds) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.photoIds.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.photoIds, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireFinalizePhotos, rhs: WireFinalizePhotos) -> Bool {
+    if lhs.photoIds != rhs.photoIds {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireDeferredPhoto: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".DeferredPhoto"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}result\0\u{1}frames\0\u{3}payload_lengths\0\u{1}dimensions\0\u{3}embedded_data_rows\0\u{3}quality_prioritization\0\u{3}output_type\0\u{1}note\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._result) }()
+      case 2: try { try decoder.decodeRepeatedMessageField(value: &self.frames) }()
+      case 3: try { try decoder.decodeRepeatedUInt32Field(value: &self.payloadLengths) }()
+      case 4: try { try decoder.decodeSingularMessageField(value: &self._dimensions) }()
+      case 5: try { try decoder.decodeSingularUInt32Field(value: &self.embeddedDataRows) }()
+      case 6: try { try decoder.decodeSingularEnumField(value: &self.qualityPrioritization) }()
+      case 7: try { try decoder.decodeSingularEnumField(value: &self.outputType) }()
+      case 8: try { try decoder.decodeSingularStringField(value: &self.note) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._result {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    if !self.frames.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.frames, fieldNumber: 2)
+    }
+    if !self.payloadLengths.isEmpty {
+      try visitor.visitPackedUInt32Field(value: self.payloadLengths, fieldNumber: 3)
+    }
+    try { if let v = self._dimensions {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+    } }()
+    if self.embeddedDataRows != 0 {
+      try visitor.visitSingularUInt32Field(value: self.embeddedDataRows, fieldNumber: 5)
+    }
+    if self.qualityPrioritization != .unspecified {
+      try visitor.visitSingularEnumField(value: self.qualityPrioritization, fieldNumber: 6)
+    }
+    if self.outputType != .frame {
+      try visitor.visitSingularEnumField(value: self.outputType, fieldNumber: 7)
+    }
+    if !self.note.isEmpty {
+      try visitor.visitSingularStringField(value: self.note, fieldNumber: 8)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireDeferredPhoto, rhs: WireDeferredPhoto) -> Bool {
+    if lhs._result != rhs._result {return false}
+    if lhs.frames != rhs.frames {return false}
+    if lhs.payloadLengths != rhs.payloadLengths {return false}
+    if lhs._dimensions != rhs._dimensions {return false}
+    if lhs.embeddedDataRows != rhs.embeddedDataRows {return false}
+    if lhs.qualityPrioritization != rhs.qualityPrioritization {return false}
+    if lhs.outputType != rhs.outputType {return false}
+    if lhs.note != rhs.note {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -28,6 +28,18 @@ struct Capture: AsyncParsableCommand {
     @Flag(name: .long, help: "Deliver each photo as a JPEG made on its agent (from YUYV, RGB or grey frames).")
     var jpeg = false
 
+    @Flag(name: .long, help: "Deferred delivery: each quality photo is delivered at once as a proxy (its reference frame, half size) and made in full on its agent when idle; `camrig captures finalize ID` fetches the finals now.")
+    var deferred = false
+
+    @Flag(name: .long, help: "Responsive capture: a camera may begin its next photo once the previous one's frames are taken, while that photo is still processed.")
+    var responsive = false
+
+    @Option(name: .long, help: ArgumentHelp("Take a burst of this many photos, each a sync set of its own (one capture folder each).", valueName: "n"))
+    var burst = 1
+
+    @Option(name: .long, help: ArgumentHelp("Seconds between the photos of a burst (default: 0.5).", valueName: "s"))
+    var interval = 0.5
+
     @OptionGroup var session: SessionOptions
     @OptionGroup var captures: CaptureOptions
     @OptionGroup var rig: RigOptions
@@ -36,30 +48,55 @@ struct Capture: AsyncParsableCommand {
     func validate() throws {
         guard photo else { throw ValidationError("say what to capture: --photo (for video, use `camrig record`)") }
         guard !(raw && jpeg) else { throw ValidationError("--raw and --jpeg exclude each other: a photo is delivered as one of them") }
+        guard (1...1000).contains(burst) else { throw ValidationError("--burst takes 1 to 1000 photos") }
+        guard interval > 0, interval.isFinite else { throw ValidationError("--interval must be a positive number of seconds") }
     }
 
     func run() async throws {
         let logger = output.makeLogger()
         do {
             let store = try captures.store()
-            let report = try await rig.withPool(logger: logger) { pool in
+            var photoOutput = WirePhotoOutputSettings()
+            photoOutput.responsiveCapture = responsive
+            photoOutput.deferredDelivery = deferred
+            let reports = try await rig.withPool(logger: logger) { pool in
                 await captures.collectEarlier(pool: pool, store: store, logger: logger)
-                let rigSession = try await session.makeSession(pool: pool, preset: session.size == nil ? .inputPriority : .photo, fps: nil, logger: logger)
+                let rigSession = try await session.makeSession(
+                    pool: pool, preset: session.size == nil ? .inputPriority : .photo, fps: nil, photoOutput: photoOutput, logger: logger)
                 do {
                     var settings = WirePhotoSettings()
-                    settings.uniqueID = UInt64.random(in: 1...UInt64.max)
                     settings.qualityPrioritization = WireQualityPrioritization(quality.level)
                     settings.outputType = raw ? .dng : jpeg ? .jpeg : .frame
-                    let report = try await rigSession.capturePhoto(into: store, settings: settings)
+                    let start = ContinuousClock.now
+                    let (burst, interval) = (self.burst, self.interval)
+                    // Each photo of a burst is its own capture, begun `interval` after the previous one
+                    // began: with responsive capture and deferred delivery the cameras keep up.
+                    let reports = try await withThrowingTaskGroup(of: (Int, CaptureReport).self) { group in
+                        for index in 0..<burst {
+                            var settings = settings
+                            settings.uniqueID = UInt64.random(in: 1...UInt64.max)
+                            group.addTask { [settings] in
+                                try await ContinuousClock().sleep(until: start + .seconds(interval * Double(index)))
+                                return (index, try await rigSession.capturePhoto(into: store, settings: settings))
+                            }
+                        }
+                        var reports: [(Int, CaptureReport)] = []
+                        for try await report in group { reports.append(report) }
+                        return reports.sorted { $0.0 < $1.0 }.map(\.1)
+                    }
                     await rigSession.stop()
-                    return report
+                    return reports
                 } catch {
                     await rigSession.stop()
                     throw error
                 }
             }
-            let summary = CaptureOutput(report.manifest, directory: report.directory.path)
-            if output.json { try printJSON(summary, snakeCase: true) } else { print(summary.text) }
+            let summaries = reports.map { CaptureOutput($0.manifest, directory: $0.directory.path) }
+            if output.json {
+                if burst == 1 { try printJSON(summaries[0], snakeCase: true) } else { try printJSON(summaries, snakeCase: true) }
+            } else {
+                print(summaries.map(\.text).joined(separator: "\n"))
+            }
         } catch {
             throw userFacing(error)
         }

@@ -37,6 +37,8 @@ struct CaptureOutput: Encodable {
     /// Results missing that their agents may still hold, and those known lost.
     var waitingResults: Int
     var lostResults: Int
+    /// Photos delivered as deferred proxies whose finals are still to come.
+    var awaitingFinals: Int
     /// Skew in real time, where the truth is known (`camrig demo`).
     var trueSkew: TrueSkew?
 
@@ -62,6 +64,7 @@ struct CaptureOutput: Encodable {
         state = (manifest.state ?? .complete).rawValue
         waitingResults = manifest.collectable.count
         lostResults = (manifest.missing ?? []).count - manifest.collectable.count
+        awaitingFinals = manifest.awaitingFinals.count
         cameras = manifest.cameras.map {
             Camera(
                 camera: $0.name, framesDelivered: $0.framesDelivered, droppedFrames: $0.framesDropped, unmatchedFrames: $0.framesUnmatched,
@@ -89,6 +92,9 @@ struct CaptureOutput: Encodable {
         for camera in cameras { if let error = camera.error { lines.append("  \(camera.camera): \(error)") } }
         if waitingResults > 0 {
             lines.append("  \(waitingResults) result(s) still held by their agents: they are collected into this capture by the next capture to this directory once the agents are back, or by `camrig captures recover`")
+        }
+        if awaitingFinals > 0 {
+            lines.append("  \(awaitingFinals) photo(s) delivered as deferred proxies: their agents make the finals when idle; `camrig captures finalize \(id)` fetches them now")
         }
         for camera in cameras where camera.phaseLock != nil && camera.phaseLock != "locked" {
             lines.append("  \(camera.camera): not phase-locked (\(camera.phaseLock ?? "")): \(camera.phaseLockReason ?? "no reason given"); its frames may be up to a frame period off the others'")

@@ -1,0 +1,95 @@
+import CamRigDevices
+import NIOConcurrencyHelpers
+
+/// One device's photos in flight (AVCapturePhotoOutput's capture and processing stages).
+///
+/// One capture stage runs at a time: a capture begins when the previous one's capture stage has ended
+/// (responsive capture), or, without responsive capture, once the previous photo is processed too.
+/// Captures wait their turn in the order they asked. The pipeline also keeps how long processing took
+/// at each level lately, for the estimate a capture announces before it begins.
+final class DevicePhotoPipeline: Sendable {
+    private struct Waiter {
+        let responsive: Bool
+        let continuation: CheckedContinuation<Void, Never>
+    }
+
+    private struct State {
+        var capturing = false
+        var processing = 0
+        var waiters: [Waiter] = []
+        /// Recent processing durations per level, newest last.
+        var history: [PhotoQualityPrioritization: [Int64]] = [:]
+
+        func ready(responsive: Bool) -> Bool { !capturing && (responsive || processing == 0) }
+
+        /// Lets the first waiter in, when it may begin; it takes the capture stage.
+        mutating func admit() -> CheckedContinuation<Void, Never>? {
+            guard let first = waiters.first, ready(responsive: first.responsive) else { return nil }
+            waiters.removeFirst()
+            capturing = true
+            return first.continuation
+        }
+    }
+
+    private let state = NIOLockedValueBox(State())
+    /// Processing durations kept per level for the estimate.
+    static let historyLength = 16
+
+    /// Whether a capture could begin now (AVCapturePhotoOutput's `captureReadiness`).
+    func isReady(responsive: Bool) -> Bool {
+        state.withLockedValue { $0.waiters.isEmpty && $0.ready(responsive: responsive) }
+    }
+
+    /// Waits until this capture may begin, then holds the capture stage until `endCapture`.
+    func beginCapture(responsive: Bool) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let admitted = state.withLockedValue { state -> CheckedContinuation<Void, Never>? in
+                state.waiters.append(Waiter(responsive: responsive, continuation: continuation))
+                return state.admit()
+            }
+            admitted?.resume()
+        }
+    }
+
+    /// Ends the capture stage; `processing` when a processing stage follows now (not deferred, not failed).
+    func endCapture(processing: Bool) {
+        let admitted = state.withLockedValue { state -> CheckedContinuation<Void, Never>? in
+            state.capturing = false
+            if processing { state.processing += 1 }
+            return state.admit()
+        }
+        admitted?.resume()
+    }
+
+    /// Ends a processing stage; `duration` (when it completed) joins the level's history.
+    func endProcessing(level: PhotoQualityPrioritization, duration: Int64?) {
+        let admitted = state.withLockedValue { state -> CheckedContinuation<Void, Never>? in
+            state.processing = max(0, state.processing - 1)
+            if let duration {
+                state.history[level, default: []].append(duration)
+                if state.history[level]!.count > Self.historyLength { state.history[level]!.removeFirst() }
+            }
+            return state.admit()
+        }
+        admitted?.resume()
+    }
+
+    /// Records a processing duration made outside the pipeline (a deferred photo's final).
+    func record(level: PhotoQualityPrioritization, duration: Int64) {
+        state.withLockedValue { state in
+            state.history[level, default: []].append(duration)
+            if state.history[level]!.count > Self.historyLength { state.history[level]!.removeFirst() }
+        }
+    }
+
+    /// The processing time to expect at `level`: the smallest and largest of the recent ones (0, 0 when none).
+    func estimate(level: PhotoQualityPrioritization) -> (min: Int64, max: Int64) {
+        state.withLockedValue { state in
+            guard let history = state.history[level], let low = history.min(), let high = history.max() else { return (0, 0) }
+            return (low, high)
+        }
+    }
+
+    /// Whether nothing is captured or processed now.
+    var isIdle: Bool { state.withLockedValue { !$0.capturing && $0.processing == 0 && $0.waiters.isEmpty } }
+}
