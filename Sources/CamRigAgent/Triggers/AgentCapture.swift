@@ -447,13 +447,13 @@ public final class AgentCapture: Sendable {
                     try spool.store(final.result, image: final.image)
                     return (final.result, final.result.resolved.processingDurationNs)
                 }
+                let result = made.0
+                stages.send(.didFinishProcessing) { $0.resultID = result.resultID }
                 if processing {
                     processing = false
                     pending.pipeline.endProcessing(level: pending.plan.level, duration: made.1)
                 }
                 touch()
-                let result = made.0
-                stages.send(.didFinishProcessing) { $0.resultID = result.resultID }
                 fired.resultIds.append(result.resultID)
                 let used = spool.usedBytes
                 if used * 10 >= spool.capacityBytes * 9 {

@@ -1,0 +1,172 @@
+import CamRigCoordinator
+import CamRigDevices
+import CamRigTestSupport
+import CamRigWire
+import Foundation
+import NIOCore
+import Testing
+
+/// The photo output's responsive capture and deferred delivery, and photo stage events, on real agent processes.
+@Suite("Responsive capture and deferred photos", .timeLimit(.minutes(3)))
+struct DeferredCaptureTests {
+    static let device = "synthetic:SYN0001"
+
+    /// Configures the device's photo output under a lease (the lease ends with the connection; the
+    /// configuration stays).
+    func configurePhotoOutput(_ client: AgentClient, responsive: Bool, deferred: Bool) async throws {
+        var lock = WireLock()
+        lock.deviceID = Self.device
+        guard case .lease(let lease) = try await client.request(.lock(lock)).frame.envelope.body else {
+            throw AgentClientError(.protocolViolation, agent: "?", "no lease")
+        }
+        var configure = WireConfigure()
+        configure.deviceID = Self.device
+        configure.leaseID = lease.lease.leaseID
+        configure.photoOutput.responsiveCapture = responsive
+        configure.photoOutput.deferredDelivery = deferred
+        guard case .deviceState(let state) = try await client.request(.configure(configure)).frame.envelope.body else {
+            throw AgentClientError(.protocolViolation, agent: "?", "no device state")
+        }
+        #expect(state.photoOutput.responsiveCapture == responsive && state.photoOutput.deferredDelivery == deferred)
+    }
+
+    /// One quality photo with stage events: the events in arrival order and the firing.
+    func capture(_ client: AgentClient, session: String) async throws -> (stages: [WirePhotoStageEvent], fired: WireTriggerFired) {
+        var capture = WireCapturePhoto()
+        capture.deviceID = Self.device
+        capture.sessionID = session
+        capture.settings.uniqueID = UInt64.random(in: 1...UInt64.max)
+        capture.settings.qualityPrioritization = .quality
+        capture.settings.stageEvents = true
+        var stages: [WirePhotoStageEvent] = []
+        for try await message in client.stream(.capturePhoto(capture)) {
+            switch message.envelope.body {
+            case .photoStage(let stage): stages.append(stage)
+            case .triggerFired(let fired): return (stages, fired)
+            case .error(let error): throw AgentClientError(.protocolViolation, agent: "?", "capture failed: \(error.message)")
+            default: continue
+            }
+        }
+        throw AgentClientError(.connectionClosed, agent: "?", "the capture ended without firing")
+    }
+
+    func fetch(_ client: AgentClient, session: String) async throws -> [(WirePhotoResult, ByteBuffer)] {
+        var fetch = WireFetchResults()
+        fetch.sessionID = session
+        var results: [(WirePhotoResult, ByteBuffer)] = []
+        for try await message in client.stream(.fetchResults(fetch)) {
+            if case .photoResult(let result) = message.envelope.body { results.append((result, message.payload ?? ByteBuffer())) }
+        }
+        return results
+    }
+
+    func acknowledge(_ client: AgentClient, _ ids: [String]) async throws {
+        var acknowledge = WireAcknowledgeResults()
+        acknowledge.resultIds = ids
+        _ = try await client.request(.acknowledgeResults(acknowledge))
+    }
+
+    @Test("deferred delivery: the stages come in order, a half-size proxy is in the spool at once, and after kill -9 and a restart FinalizePhotos makes the merged final under the same photo id")
+    func deferredSurvivesRestart() async throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let spool = NSTemporaryDirectory() + "camrig-deferred-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: spool) }
+        let arguments = ["--tls-dir", pki.path, "--synthetic", "1", "--spool-dir", spool]
+        var agent = try AgentProcess(arguments)
+        var client = try await agent.connect(pki)
+        try await configurePhotoOutput(client, responsive: true, deferred: true)
+
+        let (stages, fired) = try await capture(client, session: "d1")
+        #expect(stages.map(\.stage) == [.willBeginCapture, .willCapture, .didCapture, .didFinishCapture, .didFinishProcessing])
+        let begin = try #require(stages.first)
+        #expect(begin.resolved.qualityPrioritization == .quality && begin.resolved.framesMerged == 8)
+        #expect(begin.resolved.dimensions.width == 640)
+        let photoID = begin.photoID
+        #expect(!photoID.isEmpty && stages.allSatisfy { $0.photoID == photoID })
+        #expect(fired.resultIds == [photoID + ".proxy"], "the firing reports the proxy")
+        // The agent dies at once, before it has been idle long enough to make the final itself.
+        agent.crash()
+        await client.close()
+
+        agent = try AgentProcess(arguments)
+        client = try await agent.connect(pki)
+        var finalize = WireFinalizePhotos()
+        finalize.photoIds = [photoID]
+        guard case .ok = try await client.request(.finalizePhotos(finalize), timeout: .seconds(60)).frame.envelope.body else {
+            Issue.record("FinalizePhotos was not answered with Ok")
+            return
+        }
+        let results = try await fetch(client, session: "d1")
+        let proxy = try #require(results.first { $0.0.resultID == photoID + ".proxy" }?.0, "the proxy survives the crash")
+        #expect(proxy.resolved.deferredProxy && proxy.photoID == photoID)
+        #expect(proxy.dimensions.width == 320 && proxy.dimensions.height == 240, "the proxy is binned to half size")
+        #expect(proxy.resolved.framesMerged == 1 && proxy.resolved.note.contains("deferred"))
+        let (final, image) = try #require(results.first { $0.0.resultID == photoID }, "the final is made after the restart")
+        #expect(!final.resolved.deferredProxy && final.photoID == photoID)
+        #expect(final.resolved.qualityPrioritization == .quality && final.resolved.framesMerged == 8)
+        #expect(final.dimensions.width == 640 && final.dimensions.height == 480 && image.readableBytes == 640 * 480 * 2)
+        #expect(final.resolved.processingDurationNs > 0)
+        #expect(final.sequence == proxy.sequence, "proxy and final are of the same reference frame")
+
+        // A finalized photo asked for again is Ok (its final is held); a photo never taken is NOT_FOUND.
+        guard case .ok = try await client.request(.finalizePhotos(finalize)).frame.envelope.body else {
+            Issue.record("finalizing a photo whose final is held was not Ok")
+            return
+        }
+        finalize.photoIds = ["agent-nobody-0"]
+        let unknown = await #expect(throws: AgentClientError.self) { try await client.request(.finalizePhotos(finalize)) }
+        #expect(unknown?.code == .notFound)
+        try await acknowledge(client, results.map(\.0.resultID))
+        await client.close()
+        agent.stop()
+    }
+
+    @Test("deferred finals are made on their own once the agent is idle")
+    func finalWhenIdle() async throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
+        defer { agent.stop() }
+        let client = try await agent.connect(pki)
+        try await configurePhotoOutput(client, responsive: false, deferred: true)
+        let (stages, fired) = try await capture(client, session: "idle")
+        let photoID = try #require(stages.first?.photoID)
+        #expect(fired.resultIds == [photoID + ".proxy"])
+        var final: WirePhotoResult?
+        let deadline = ContinuousClock.now + .seconds(20)
+        while final == nil && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(250))
+            final = try await fetch(client, session: "idle").first { $0.0.resultID == photoID }?.0
+        }
+        let made = try #require(final, "the agent made the final within 20 s of idling")
+        #expect(made.resolved.framesMerged == 8 && !made.resolved.deferredProxy)
+        await client.close()
+    }
+
+    @Test("responsive capture: a second photo begins while the first is still processed; without it, only once the first is in the spool")
+    func responsiveCapture() async throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
+        defer { agent.stop() }
+        let client = try await agent.connect(pki)
+        for responsive in [false, true] {
+            try await configurePhotoOutput(client, responsive: responsive, deferred: false)
+            async let first = capture(client, session: "r-\(responsive)-1")
+            try await Task.sleep(for: .milliseconds(30))
+            async let second = capture(client, session: "r-\(responsive)-2")
+            let (a, b) = try await (first, second)
+            let firstProcessed = try #require(a.stages.first { $0.stage == .didFinishProcessing }?.timeNs)
+            let firstCaptured = try #require(a.stages.first { $0.stage == .didFinishCapture }?.timeNs)
+            let secondBegan = try #require(b.stages.first { $0.stage == .willCapture }?.timeNs)
+            #expect(secondBegan >= firstCaptured, "one capture stage at a time")
+            if responsive {
+                #expect(secondBegan < firstProcessed, "with responsive capture the second photo began while the first was processed")
+            } else {
+                #expect(secondBegan >= firstProcessed, "without responsive capture the second photo waited for the first to be processed")
+            }
+        }
+        await client.close()
+    }
+}
