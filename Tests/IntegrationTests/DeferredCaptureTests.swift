@@ -170,3 +170,65 @@ struct DeferredCaptureTests {
         await client.close()
     }
 }
+
+/// `camrig capture --deferred` and `camrig captures finalize` through the command line.
+@Suite("Deferred photos from the command line", .timeLimit(.minutes(4)))
+struct DeferredCommandTests {
+    @Test("camrig capture --deferred stores proxies and says finals are to come; camrig captures finalize replaces them with the merged finals, keeping the proxies beside them")
+    func captureAndFinalize() throws {
+        let pki = try TestPKI(agents: ["agent-1"])
+        defer { pki.remove() }
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "2"])
+        defer { agent.stop() }
+        let work = NSTemporaryDirectory() + "camrig-deferred-cli-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+        let rig = work + "/rig.yaml"
+        try "tls_dir: \(pki.path)\nagents:\n  - 127.0.0.1:\(agent.port)\n".write(toFile: rig, atomically: true, encoding: .utf8)
+
+        let captured = try Executables.run(
+            "camrig", ["capture", "--photo", "--quality", "quality", "--deferred", "--rig", rig, "--out", work + "/captures", "--json"], timeout: 120)
+        try #require(captured.status == 0, "camrig capture: \(captured.stderr)")
+        let output = try SessionTests.object(captured.stdout)
+        #expect(output["awaiting_finals"] as? Int == 2)
+        let id = try #require(output["id"] as? String)
+        let directory = try #require(output["directory"] as? String)
+        func frames() throws -> [[String: Any]] {
+            let manifest = try #require(
+                try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: directory + "/manifest.json"))) as? [String: Any])
+            return try #require((manifest["sets"] as? [[String: Any]])?.first?["frames"] as? [[String: Any]])
+        }
+        let proxies = try frames()
+        #expect(proxies.count == 2)
+        for frame in proxies {
+            let photo = try #require(frame["photo"] as? [String: Any])
+            #expect(photo["proxy"] as? Bool == true)
+            #expect((frame["file"] as? String)?.contains("-proxy") == true)
+        }
+
+        let before = try Executables.run("camrig", ["captures", "list", "--out", work + "/captures", "--json"], timeout: 30)
+        let pending = try #require(try SessionTests.object(before.stdout)["captures"] as? [[String: Any]]).first { $0["id"] as? String == id }
+        #expect(pending?["missing"] as? Int == 2, "the catalog counts finals still held by agents")
+
+        let finalized = try Executables.run(
+            "camrig", ["captures", "finalize", id, "--rig", rig, "--out", work + "/captures", "--json"], timeout: 120)
+        try #require(finalized.status == 0, "camrig captures finalize: \(finalized.stderr)")
+        let finals = try frames()
+        #expect(finals.count == 2)
+        for frame in finals {
+            let photo = try #require(frame["photo"] as? [String: Any])
+            #expect(photo["proxy"] == nil, "the final replaced the proxy")
+            #expect(photo["frames_merged"] as? Int == 8)
+            let file = try #require(frame["file"] as? String)
+            let proxyFile = try #require(photo["proxy_file"] as? String)
+            #expect(!file.contains("-proxy") && proxyFile.contains("-proxy"))
+            #expect(FileManager.default.fileExists(atPath: directory + "/" + file))
+            #expect(FileManager.default.fileExists(atPath: directory + "/" + proxyFile))
+        }
+        let listed = try Executables.run("camrig", ["captures", "list", "--out", work + "/captures", "--json"], timeout: 30)
+        try #require(listed.status == 0)
+        let entries = try #require(try SessionTests.object(listed.stdout)["captures"] as? [[String: Any]])
+        let entry = try #require(entries.first { $0["id"] as? String == id })
+        #expect(entry["missing"] as? Int == 0, "the catalog no longer counts the finals as held by agents")
+    }
+}
