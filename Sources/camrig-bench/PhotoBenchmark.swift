@@ -24,7 +24,28 @@ struct PhotoBenchmark: AsyncParsableCommand {
     @Option(name: .long, help: "Synthetic cameras on the agent.")
     var cameras = 2
 
+    @Option(name: .long, help: "Quality photos per camera in the burst rows (0: no burst rows).")
+    var burst = 10
+
+    @Option(name: .long, help: "The format of the burst rows.")
+    var burstFormat = "YUYV-1280x720"
+
     @OptionGroup var options: BenchOptions
+
+    /// A burst of quality photos taken as fast as each camera is ready for the next.
+    struct BurstRow: Encodable {
+        var responsiveCapture: Bool
+        var deferredDelivery: Bool
+        var photos: Int
+        /// From one photo's request to the next one's on the same camera.
+        var shotToShotMilliseconds: Distribution
+        /// From the first request to the last photo (or proxy) in the spool, per camera.
+        var burstMilliseconds: Distribution
+        /// Deferred: from the last proxy to every final made (FinalizePhotos), per camera.
+        var finalsMilliseconds: Distribution?
+        var processingMilliseconds: Distribution
+        var framesMerged: Int
+    }
 
     struct Row: Encodable {
         var quality: String
@@ -49,6 +70,10 @@ struct PhotoBenchmark: AsyncParsableCommand {
         var qualityOverSpeedDecibels: Double
         /// Median capture latency of prepared over unprepared photos, per level.
         var preparedOverUnpreparedLatency: [String: Double]
+        var burstFormat: String
+        var burstRows: [BurstRow]
+        /// Median shot-to-shot delay without responsive capture and deferred delivery over with them (goal ≥ 3×).
+        var burstSpeedup: Double
 
         var text: String {
             var lines = ["photo: quality prioritization on synthetic cameras, \(format), PSNR of the luma against the noise-free scene; \(machine.text)"]
@@ -64,6 +89,18 @@ struct PhotoBenchmark: AsyncParsableCommand {
             let latency = PhotoQualityPrioritization.allCases.map { "\($0): \(times(preparedOverUnpreparedLatency[$0.description] ?? .nan))" }
             lines.append("latency prepared / unprepared, p50: " + latency.joined(separator: ", "))
             for row in rows { for note in row.notes { lines.append("  \(row.quality): \(note)") } }
+            if !burstRows.isEmpty {
+                lines.append("burst of quality photos on prepared cameras, \(burstFormat), each photo requested as soon as its camera is ready:")
+                lines.append(table(
+                    ["RESPONSIVE", "DEFERRED", "PHOTOS", "SHOT-TO-SHOT ms P50", "P99", "BURST ms P50", "FINALS ms P50", "PROCESSING ms P50", "FRAMES"],
+                    burstRows.map { [
+                        $0.responsiveCapture ? "on" : "off", $0.deferredDelivery ? "on" : "off", "\($0.photos)", String(format: "%.1f", $0.shotToShotMilliseconds.p50),
+                        String(format: "%.1f", $0.shotToShotMilliseconds.p99), String(format: "%.1f", $0.burstMilliseconds.p50),
+                        $0.finalsMilliseconds.map { String(format: "%.1f", $0.p50) } ?? "-", String(format: "%.1f", $0.processingMilliseconds.p50), "\($0.framesMerged)",
+                    ] }
+                ))
+                lines.append("shot to shot, off / on: \(times(burstSpeedup)) (goal ≥ 3×)")
+            }
             return lines.joined(separator: "\n")
         }
     }
@@ -138,12 +175,130 @@ struct PhotoBenchmark: AsyncParsableCommand {
                 captureStageMilliseconds: Distribution(captureStages), processingMilliseconds: Distribution(processing), framesMerged: merged,
                 notes: notes.sorted()))
         }
+        var burstRows: [BurstRow] = []
+        if burst > 0 {
+            for on in [false, true] {
+                burstRows.append(try await measureBurst(client, devices: truths.map(\.identity.uniqueID), responsive: on, deferred: on))
+            }
+        }
         await client.close()
         func row(_ level: PhotoQualityPrioritization, prepared: Bool) -> Row { rows.first { $0.quality == level.description && $0.prepared == prepared }! }
         let gain = row(.quality, prepared: false).psnrDecibels.p50 - row(.speed, prepared: false).psnrDecibels.p50
         let latency = Dictionary(uniqueKeysWithValues: PhotoQualityPrioritization.allCases.map { level in
             (level.description, ratio(row(level, prepared: true).latencyMilliseconds.p50, row(level, prepared: false).latencyMilliseconds.p50))
         })
-        return Result(machine: .current, format: format, rows: rows, qualityOverSpeedDecibels: gain, preparedOverUnpreparedLatency: latency)
+        let speedup = burstRows.count == 2 ? ratio(burstRows[0].shotToShotMilliseconds.p50, burstRows[1].shotToShotMilliseconds.p50) : .nan
+        return Result(
+            machine: .current, format: format, rows: rows, qualityOverSpeedDecibels: gain, preparedOverUnpreparedLatency: latency, burstFormat: burstFormat,
+            burstRows: burstRows, burstSpeedup: speedup)
+    }
+
+    /// Bursts of quality photos on every camera at once, each camera's next photo requested as soon as
+    /// it is ready: once the previous photo is fired (in the spool), or, with responsive capture, once its
+    /// capture stage has ended (its `DID_FINISH_CAPTURE` stage event).
+    func measureBurst(_ client: AgentClient, devices: [String], responsive: Bool, deferred: Bool) async throws -> BurstRow {
+        options.say("burst of \(burst) quality photos on each of \(devices.count) cameras, responsive \(responsive ? "on" : "off"), deferred \(deferred ? "on" : "off")")
+        var settings = WirePhotoSettings()
+        settings.qualityPrioritization = .quality
+        settings.stageEvents = true
+        for device in devices {
+            var lock = WireLock()
+            lock.deviceID = device
+            guard case .lease(let lease) = try await client.request(.lock(lock)).frame.envelope.body else { throw CommandFailure("\(device): no lease") }
+            var prepare = WirePreparePhotoSettings()
+            prepare.deviceID = device
+            _ = try await client.request(.preparePhotoSettings(prepare))
+            var configure = WireConfigure()
+            configure.deviceID = device
+            configure.leaseID = lease.lease.leaseID
+            configure.formatID = burstFormat
+            configure.photoOutput.responsiveCapture = responsive
+            configure.photoOutput.deferredDelivery = deferred
+            _ = try await client.request(.configure(configure))
+            var unlock = WireUnlock()
+            unlock.leaseID = lease.lease.leaseID
+            _ = try await client.request(.unlock(unlock))
+            prepare.settings = [settings]
+            _ = try await client.request(.preparePhotoSettings(prepare))
+        }
+        // The prepared cameras' rings fill before the first photo.
+        try await Task.sleep(for: .milliseconds(500))
+        let session = "bench-burst-\(responsive)-\(deferred)"
+        let burst = self.burst
+        let perCamera = try await withThrowingTaskGroup(of: (intervals: [Double], total: Double).self) { group in
+            for device in devices {
+                group.addTask { [settings] in
+                    var requested: [ContinuousClock.Instant] = []
+                    let start = ContinuousClock.now
+                    var pending: [Task<Void, any Error>] = []
+                    for shot in 0..<burst {
+                        var capture = WireCapturePhoto()
+                        capture.deviceID = device
+                        capture.sessionID = session
+                        capture.settings = settings
+                        capture.settings.uniqueID = UInt64(shot + 1)
+                        let ready = AsyncStream<Void>.makeStream()
+                        requested.append(.now)
+                        let stream = client.stream(.capturePhoto(capture))
+                        pending.append(Task {
+                            var signalled = false
+                            for try await message in stream {
+                                switch message.envelope.body {
+                                case .photoStage(let stage) where responsive && stage.stage == .didFinishCapture:
+                                    ready.continuation.yield()
+                                    signalled = true
+                                case .triggerFired:
+                                    if !signalled { ready.continuation.yield() }
+                                    ready.continuation.finish()
+                                    return
+                                case .error(let error):
+                                    ready.continuation.finish()
+                                    throw CommandFailure("\(device): a burst photo failed: \(error.message)")
+                                default: continue
+                                }
+                            }
+                            ready.continuation.finish()
+                        })
+                        for await _ in ready.stream { break }
+                    }
+                    for task in pending { try await task.value }
+                    let total = (ContinuousClock.now - start).microseconds / 1000
+                    let intervals = zip(requested.dropFirst(), requested).map { ($0 - $1).microseconds / 1000 }
+                    return (intervals, total)
+                }
+            }
+            var all: [(intervals: [Double], total: Double)] = []
+            for try await camera in group { all.append(camera) }
+            return all
+        }
+        // Deferred finals: made now, on request, and timed.
+        var finals: [Double] = []
+        if deferred {
+            let start = ContinuousClock.now
+            _ = try await client.request(.finalizePhotos(WireFinalizePhotos()), timeout: .seconds(300))
+            finals.append((ContinuousClock.now - start).microseconds / 1000)
+        }
+        var fetch = WireFetchResults()
+        fetch.sessionID = session
+        var acknowledge = WireAcknowledgeResults()
+        var processing: [Double] = []
+        var merged = 0
+        for try await message in client.stream(.fetchResults(fetch)) {
+            guard case .photoResult(let result) = message.envelope.body else { continue }
+            acknowledge.resultIds.append(result.resultID)
+            guard !result.resolved.deferredProxy else { continue }
+            processing.append(Double(result.resolved.processingDurationNs) / 1e6)
+            merged = max(merged, Int(result.resolved.framesMerged))
+        }
+        _ = try await client.request(.acknowledgeResults(acknowledge))
+        for device in devices {
+            var release = WirePreparePhotoSettings()
+            release.deviceID = device
+            _ = try await client.request(.preparePhotoSettings(release))
+        }
+        return BurstRow(
+            responsiveCapture: responsive, deferredDelivery: deferred, photos: burst * devices.count,
+            shotToShotMilliseconds: Distribution(perCamera.flatMap(\.intervals)), burstMilliseconds: Distribution(perCamera.map(\.total)),
+            finalsMilliseconds: deferred ? Distribution(finals) : nil, processingMilliseconds: Distribution(processing), framesMerged: merged)
     }
 }

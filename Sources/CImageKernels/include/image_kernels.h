@@ -15,18 +15,22 @@ void camrig_add_noise(uint8_t *bytes, size_t count, const int16_t table[256], ui
 size_t camrig_merge_frames(uint8_t *out, const uint8_t *const *frames, size_t frame_count, size_t count, int threshold);
 
 /// Aligns `frame_count - 1` images to the reference (`frames[0]`) tile by tile and merges them into
-/// `out` (laid out as the frames, `pitch` bytes per row) as `camrig_merge_frames` does, each tile taking every other frame's bytes from where that
-/// tile's content moved to.
+/// `out` (laid out as the frames, `pitch` bytes per row) as `camrig_merge_frames` does, each tile taking
+/// every other frame's bytes from where that tile's content moved to, within `threshold_sigmas` noise
+/// deviations of the reference (at least 3 levels). The noise deviation is estimated from the reference
+/// and the second frame once aligned, and stored in `*sigma`.
 ///
 /// The images are `rows` rows of `row_bytes` bytes, `pitch` bytes apart, made of cells of `cell_bytes`
 /// bytes by `cell_rows` rows that repeat across the image (YUYV: 4 by 1; RGB: 3 by 1; grey: 1 by 1;
 /// a Bayer mosaic: 2 by 2); motion is found and applied in whole cells. Each tile of `tile_cells` by
-/// `tile_cells` cells is matched over ±`search_cells` cells, first on images averaged over 4 by 4
-/// cells, then refined by ±3 cells at full resolution (sum of absolute differences of each cell's mean;
-/// the smaller motion wins a tie). Returns how many bytes took more than the reference.
+/// `tile_cells` cells is matched over ±`search_cells` cells on images averaged over 4 by 4 cells (with a
+/// window twice the tile's size), then refined by ±3 cells at full resolution around that motion and
+/// around no motion, the better kept (mean absolute difference of each cell's mean; the smaller motion
+/// wins a tie; a move may take up to half the tile out of the picture). Samples a motion takes out of
+/// the picture are left out. Returns how many bytes took more than the reference.
 size_t camrig_align_merge(
     uint8_t *out, const uint8_t *const *frames, size_t frame_count, size_t pitch, size_t row_bytes, size_t rows,
-    size_t cell_bytes, size_t cell_rows, size_t tile_cells, int search_cells, int threshold);
+    size_t cell_bytes, size_t cell_rows, size_t tile_cells, int search_cells, double threshold_sigmas, double *sigma);
 
 /// The sum of squared differences of `count` samples of `a` and `b`, taken every `stride` bytes.
 double camrig_squared_error(const uint8_t *a, const uint8_t *b, size_t count, size_t stride);

@@ -359,7 +359,9 @@ public final class AgentCapture: Sendable {
                 stages.send(.willCapture)
                 do {
                     let frames = try await self.takeFrames(
-                        deviceID: deviceID, device: device, plan: plan, at: instant, preparation: preparation, timeout: timeout)
+                        deviceID: deviceID, device: device, plan: plan, at: instant, after: pipeline.lastReference, preparation: preparation,
+                        timeout: timeout)
+                    pipeline.setLastReference(frames[0].exposureStart)
                     stages.send(.didCapture)
                     pipeline.endCapture(processing: !deferred)
                     self.touch()
@@ -376,17 +378,24 @@ public final class AgentCapture: Sendable {
         }
     }
 
-    /// The frames a photo at `instant` is made from, the reference first.
+    /// The frames a photo at `instant` is made from, the reference first. The reference is always exposed
+    /// after the previous photo's (`after`): photos asked for faster than the camera's frame rate take
+    /// successive frames rather than the same one twice.
     private func takeFrames(
-        deviceID: String, device: CaptureDevice?, plan: PhotoPlan, at instant: Int64, preparation: PreparedDevice?, timeout: Duration
+        deviceID: String, device: CaptureDevice?, plan: PhotoPlan, at instant: Int64, after: Int64, preparation: PreparedDevice?, timeout: Duration
     ) async throws -> [CapturedFrame] {
         let newest = preparation?.sink.newest
         let period = Self.framePeriod(newest, device)
+        func nearest() async throws -> CapturedFrame {
+            let candidate = try await streams.frames(deviceID: deviceID, selection: .nearest(instant, newest: newest, period: period), timeout: timeout)[0]
+            guard candidate.exposureStart <= after else { return candidate }
+            return try await streams.frames(deviceID: deviceID, selection: .from(after + 1, count: 1), timeout: timeout)[0]
+        }
         switch plan.level {
         case .speed:
-            return try await streams.frames(deviceID: deviceID, selection: .nearest(instant, newest: newest, period: period), timeout: timeout)
+            return [try await nearest()]
         case .quality where preparation != nil:
-            let reference = try await streams.frames(deviceID: deviceID, selection: .nearest(instant, newest: newest, period: period), timeout: timeout)[0]
+            let reference = try await nearest()
             var frames = [reference] + preparation!.sink.recent(before: reference, count: plan.frames - 1)
             if frames.count < plan.frames {
                 // A camera prepared moments ago has not exposed enough yet: the rest are its next frames.
@@ -395,8 +404,8 @@ public final class AgentCapture: Sendable {
             }
             return frames
         case .balanced, .quality:
-            return try await streams.frames(
-                deviceID: deviceID, selection: .from(firstExposure(deviceID: deviceID, at: instant), count: plan.frames), timeout: timeout)
+            let from = max(firstExposure(deviceID: deviceID, at: instant), after == .min ? .min : after + 1)
+            return try await streams.frames(deviceID: deviceID, selection: .from(from, count: plan.frames), timeout: timeout)
         }
     }
 

@@ -17,6 +17,8 @@ final class DevicePhotoPipeline: Sendable {
         var capturing = false
         var processing = 0
         var waiters: [Waiter] = []
+        /// The exposure start of the latest photo's reference frame: the next photo's is later.
+        var lastReference: Int64 = .min
         /// Recent processing durations per level, newest last.
         var history: [PhotoQualityPrioritization: [Int64]] = [:]
 
@@ -88,6 +90,16 @@ final class DevicePhotoPipeline: Sendable {
             guard let history = state.history[level], let low = history.min(), let high = history.max() else { return (0, 0) }
             return (low, high)
         }
+    }
+
+    /// The exposure start of the device's latest photo's reference frame (`Int64.min` before the first):
+    /// a photo is never of the same moment as the one before it.
+    var lastReference: Int64 {
+        get { state.withLockedValue { $0.lastReference } }
+    }
+
+    func setLastReference(_ exposureStart: Int64) {
+        state.withLockedValue { $0.lastReference = max($0.lastReference, exposureStart) }
     }
 
     /// Whether nothing is captured or processed now.

@@ -234,8 +234,7 @@ public enum PhotoProcessing {
         guard usable.count > 1, !reference.format.pixelFormat.isCompressed, size > skip else {
             return Merged(frame: reference, frames: 1, noiseSigma: 0, mergedShare: 0)
         }
-        let sigma = noise(reference.bytes, usable[1].bytes, from: skip)
-        let threshold = max(3, Int((3 * sigma).rounded()))
+        var sigma = 0.0
         let format = reference.format
         let pitch = Int(format.bytesPerLine)
         let cell = alignmentCell(format.pixelFormat)
@@ -256,7 +255,7 @@ public enum PhotoProcessing {
                     merged = camrig_align_merge(
                         target.baseAddress!.assumingMemoryBound(to: UInt8.self),
                         UnsafePointer(OpaquePointer(starts.baseAddress!)), starts.count, pitch, rowBytes, rows,
-                        cell.bytes, cell.rows, alignmentTile, Int32(alignmentSearch), Int32(threshold))
+                        cell.bytes, cell.rows, alignmentTile, Int32(alignmentSearch), 3, &sigma)
                 }
             }
             return size - skip
