@@ -106,7 +106,7 @@ let package = Package(
         ),
         .target(
             name: "CamRigCapture",
-            dependencies: ["CamRigClock", "CamRigDevices"]
+            dependencies: ["CamRigClock", "CamRigDevices", "CTurboJPEG"]
         ),
         .systemLibrary(
             name: "CZlib",

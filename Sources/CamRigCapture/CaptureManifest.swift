@@ -39,6 +39,9 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
     /// What the capture lacks: one entry per camera whose result is not here, saying why and whether
     /// its agent may still hold it.
     public var missing: [Missing]?
+    /// For photos: the contact sheet of the set (every camera's photo on one image, labelled), relative
+    /// to the capture's folder; made from the photos as first delivered (a deferred photo's proxy).
+    public var contactSheet: String?
     /// Results stored in this capture that their agents were not told to delete (the connection failed
     /// after storing): a collector acknowledges them, so they are never offered twice.
     public var unacknowledged: [Unacknowledged]?

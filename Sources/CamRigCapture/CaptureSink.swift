@@ -57,6 +57,9 @@ public protocol CaptureSink: Sendable {
     /// The capture failed before `finish`: gives up this process's hold on it, leaving its manifest
     /// `in_progress` for a collector to finish.
     func abandon(_ capture: CaptureHandle) async
+    /// Stores a contact sheet of the capture's set as an image file; returns its name, relative to the
+    /// capture (`nil` for a sink that keeps none).
+    func writeContactSheet(_ sheet: ContactSheet, in capture: CaptureHandle) async throws -> String?
 }
 
 /// A capture held by one collector until `release()`.
@@ -82,6 +85,8 @@ extension CaptureSink {
     /// A sink without locks: every claim succeeds.
     public func claim(_ capture: CaptureHandle) async -> CaptureClaim? { CaptureClaim() }
     public func abandon(_ capture: CaptureHandle) async {}
+    /// A sink that keeps no contact sheets.
+    public func writeContactSheet(_ sheet: ContactSheet, in capture: CaptureHandle) async throws -> String? { nil }
 }
 
 /// One stored result, as the capture's journal keeps it.

@@ -279,6 +279,20 @@ extension CaptureStore: CaptureSink {
         }
     }
 
+    /// Writes the sheet as `contact-sheet.png`, durable once `finish` flushes the capture's directory.
+    public func writeContactSheet(_ sheet: ContactSheet, in capture: CaptureHandle) async throws -> String? {
+        try await BlockingWork.run {
+            let (width, height, rgb) = sheet.render()
+            let png = try rgb.withUnsafeBytes {
+                try PNGEncoder.encode(width: width, height: height, channels: .rgb8, pixels: $0, bytesPerRow: width * 3, compressionLevel: 6)
+            }
+            let relative = "contact-sheet.png"
+            let url = try Self.file(relative, in: capture.location)
+            try png.withUnsafeBytes { try DurableFile.write($0, to: url, guarantee: .durableOnceDirectoryFlushed) }
+            return relative
+        }
+    }
+
     /// Writes the bytes as they came to `STEM.raw`, atomically but without flushing: `convert` writes
     /// the durable image and removes this file.
     public func spill(_ bytes: some FrameBytes, layout: FrameLayout, named stem: String, in capture: CaptureHandle)

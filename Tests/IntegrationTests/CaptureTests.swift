@@ -282,6 +282,13 @@ struct CaptureTests {
         let photo = try #require(frame["photo"] as? [String: Any], "the manifest records how the photo was made")
         #expect(photo["quality"] as? String == "quality")
         #expect(photo["frames_merged"] as? Int == 8)
+        // The set's contact sheet: a PNG of one labelled 320-pixel tile (the camera's JPEG decoded).
+        let sheet = try #require(manifest["contact_sheet"] as? String)
+        let png = try [UInt8](Data(contentsOf: URL(fileURLWithPath: directory + "/" + sheet)))
+        #expect(png.starts(with: [0x89, 0x50, 0x4E, 0x47]))
+        let width = png[16..<20].reduce(0) { $0 << 8 | Int($1) }
+        let height = png[20..<24].reduce(0) { $0 << 8 | Int($1) }
+        #expect(width == 8 + 320 + 8 && height == 20 + 20 + 240 + 8 + 8, "one tile of 320×240 under its label: \(width)×\(height)")
     }
 
     @Test("prepared photo settings: the camera keeps streaming, matching captures say they were prepared, speed takes the frame nearest the request, and releasing frees the camera")

@@ -208,6 +208,7 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
             syncFrames, fireAt: fireAt, onGrid: manifest.onGrid ?? false,
             failures: Dictionary(missing.map { ($0.camera, $0.reason) }, uniquingKeysWith: { first, _ in first }))
         rebuilt.triggerId = manifest.triggerId
+        rebuilt.contactSheet = manifest.contactSheet
         rebuilt.fireAtNs = manifest.fireAtNs
         rebuilt.onGrid = manifest.onGrid
         rebuilt.missing = missing

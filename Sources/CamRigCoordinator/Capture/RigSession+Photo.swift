@@ -28,8 +28,11 @@ extension RigSession {
         var result: Result<WireTriggerFired, any Error>
     }
 
-    /// One photo of an agent's results, stored or not.
-    private typealias PhotoWrite = (camera: Int, resultID: String, frame: Result<SyncFrame<StoredFrame>, any Error>)
+    /// One photo of an agent's results, stored or not, with its contact sheet thumbnail.
+    private typealias PhotoWrite = (
+        camera: Int, resultID: String, frame: Result<SyncFrame<StoredFrame>, any Error>,
+        thumbnail: Result<ContactSheet.Thumbnail, ContactSheet.ThumbnailRefusal>?
+    )
 
     /// What gathering one agent's photos gave.
     private struct Gathered: Sendable {
@@ -40,6 +43,8 @@ extension RigSession {
         var failure: String?
         /// Results stored whose acknowledgement did not reach the agent.
         var unacknowledged: [String] = []
+        /// Each stored photo's thumbnail for the contact sheet, or why it has none.
+        var thumbnails: [Int: Result<ContactSheet.Thumbnail, ContactSheet.ThumbnailRefusal>] = [:]
     }
 
     private static func capturePhoto(_ rig: CaptureRig, settings: WirePhotoSettings, into sink: some CaptureSink)
@@ -105,7 +110,9 @@ extension RigSession {
             return all.sorted { $0.0 < $1.0 }
         }
         var unacknowledged: [CaptureManifest.Unacknowledged] = []
+        var thumbnails: [Int: Result<ContactSheet.Thumbnail, ContactSheet.ThumbnailRefusal>] = [:]
         for (agentID, outcome) in gathered {
+            thumbnails.merge(outcome.thumbnails) { first, _ in first }
             unacknowledged += outcome.unacknowledged.map {
                 CaptureManifest.Unacknowledged(agent: agentID, sessionId: rig.sessionID, resultId: $0)
             }
@@ -128,6 +135,8 @@ extension RigSession {
         manifest.missing = missing
         manifest.unacknowledged = unacknowledged.isEmpty ? nil : unacknowledged
         manifest.state = missing.isEmpty ? .complete : .incomplete
+        // A sheet that cannot be written leaves the capture without one; its photos are what matter.
+        manifest.contactSheet = try? await sink.writeContactSheet(contactSheet(manifest, thumbnails: thumbnails, failures: cameraFailures), in: capture)
         do {
             try await sink.finish(manifest, in: capture)
         } catch {
@@ -150,6 +159,30 @@ extension RigSession {
             triggerFanOut: lastScheduled.map { .nanoseconds($0 - plan.plannedAt) },
             gatheredAfterTrigger: .nanoseconds(HostClock.monotonicNow() - plan.fireAt)
         )
+    }
+
+    /// The set on one sheet: every camera's photo under its name and how far its exposure started from
+    /// the trigger instant (coordinator clock), under a title naming the capture and the set's skew.
+    private static func contactSheet(
+        _ manifest: CaptureManifest, thumbnails: [Int: Result<ContactSheet.Thumbnail, ContactSheet.ThumbnailRefusal>], failures: [Int: String]
+    ) -> ContactSheet {
+        let frames = Dictionary(manifest.sets.first?.frames.map { ($0.camera, $0) } ?? [], uniquingKeysWith: { first, _ in first })
+        let fireAt = manifest.fireAtNs ?? 0
+        let tiles = manifest.cameras.indices.map { camera -> ContactSheet.Tile in
+            let name = manifest.cameras[camera].name
+            guard let frame = frames[camera] else {
+                return ContactSheet.Tile(label: name, thumbnail: nil, placeholder: failures[camera] == nil ? "NO PHOTO" : "NO PHOTO: \(failures[camera]!)")
+            }
+            let offset = String(format: "%+.1f µs", Double(frame.timestampNs - fireAt) / 1000)
+            let label = "\(name) \(offset)\(frame.photo?.proxy == true ? " PROXY" : "")"
+            switch thumbnails[camera] {
+            case .success(let thumbnail)?: return ContactSheet.Tile(label: label, thumbnail: thumbnail)
+            case .failure(let refusal)?: return ContactSheet.Tile(label: label, thumbnail: nil, placeholder: refusal.reason)
+            case nil: return ContactSheet.Tile(label: label, thumbnail: nil)
+            }
+        }
+        let skew = manifest.sets.first.map { String(format: "skew %.1f µs", Double($0.skewNs) / 1000) } ?? ""
+        return ContactSheet(title: "\(manifest.id)  \(skew)", tiles: tiles)
     }
 
     /// One trigger per agent, naming its cameras, all at T; returns how each agent fired, by agent, and
@@ -247,9 +280,13 @@ extension RigSession {
                                 // the capture's folder says everything the manifest needs of it.
                                 try await sink.journal(
                                     JournalEntry(resultId: result.resultID, agent: rig.inputs[camera].agentID, frame: stored), in: capture)
-                                return (camera, result.resultID, .success(SyncFrame(stored)))
+                                let layout = CaptureRig.layout(pixelFormat: result.pixelFormat, dimensions: result.dimensions, bytesPerLine: result.bytesPerLine)
+                                let thumbnail = payload.withUnsafeReadableBytes {
+                                    ContactSheet.thumbnail(of: $0, layout: layout, width: ContactSheet.tileWidth(cameras: rig.inputs.count))
+                                }
+                                return (camera, result.resultID, .success(SyncFrame(stored)), thumbnail)
                             } catch {
-                                return (camera, result.resultID, .failure(error))
+                                return (camera, result.resultID, .failure(error), nil)
                             }
                         }
                     }
@@ -264,6 +301,7 @@ extension RigSession {
                 switch write.frame {
                 case .success(let frame):
                     gathered.frames[write.camera] = frame
+                    gathered.thumbnails[write.camera] = write.thumbnail
                     stored.append(write.resultID)
                 case .failure(let error):
                     gathered.cameraFailures[write.camera] =
