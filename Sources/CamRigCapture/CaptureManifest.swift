@@ -227,10 +227,26 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
         public var proxyFile: String?
         /// How long the capture waited for the camera's previous photo before it began.
         public var waitedNs: Int64?
+        /// An exposure bracket's image: its place (from 1) and bias in EV.
+        public var bracketIndex: Int?
+        public var exposureBias: Float?
+        /// The bracket's other images, when this is its first.
+        public var brackets: [Bracket]?
+
+        /// One more image of an exposure bracket.
+        public struct Bracket: Codable, Sendable, Hashable {
+            public var index: Int
+            public var exposureBias: Float
+            public var file: String
+            public var timestampNs: Int64
+            public var note: String?
+        }
         public init(
             quality: String, framesMerged: Int, captureDurationNs: Int64, processingDurationNs: Int64, note: String?, photoId: String? = nil,
-            proxy: Bool? = nil, waitedNs: Int64? = nil
+            proxy: Bool? = nil, waitedNs: Int64? = nil, bracketIndex: Int? = nil, exposureBias: Float? = nil
         ) {
+            self.bracketIndex = bracketIndex
+            self.exposureBias = exposureBias
             self.quality = quality
             self.framesMerged = framesMerged
             self.captureDurationNs = captureDurationNs
@@ -338,5 +354,26 @@ extension CaptureManifest {
     public func trueSpan(of set: SyncSet, clock: (Camera) -> HostClock) -> Int64 {
         let instants = set.frames.map { clock(cameras[$0.camera]).monotonic(atReading: $0.agentTimestampNs) }
         return (instants.max() ?? 0) - (instants.min() ?? 0)
+    }
+}
+
+extension CaptureManifest.Frame {
+    /// This frame and `other`, images of one camera's exposure bracket, as one: the image with the lower
+    /// bracket index is the set's frame, the other is listed among its `brackets`.
+    public func addingBracketImage(_ other: CaptureManifest.Frame) -> CaptureManifest.Frame {
+        let (first, second) = (photo?.bracketIndex ?? 0) <= (other.photo?.bracketIndex ?? 0) ? (self, other) : (other, self)
+        var combined = first
+        var brackets = (first.photo?.brackets ?? []) + (second.photo?.brackets ?? [])
+        brackets.append(
+            CaptureManifest.Photo.Bracket(
+                index: second.photo?.bracketIndex ?? 0, exposureBias: second.photo?.exposureBias ?? 0, file: second.file,
+                timestampNs: second.timestampNs, note: second.photo?.note))
+        combined.photo?.brackets = brackets.sorted { $0.index < $1.index }
+        return combined
+    }
+
+    /// Whether `file` is this frame's, or one of its bracket's.
+    public func holds(file: String) -> Bool {
+        self.file == file || (photo?.brackets ?? []).contains { $0.file == file }
     }
 }

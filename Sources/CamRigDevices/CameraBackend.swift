@@ -54,6 +54,8 @@ public struct TypedControlSupport: Hashable, Sendable {
     public var whiteBalanceModes: Set<WhiteBalanceMode> = []
     public var zoom = false
     public var torch = false
+    /// The camera applies `exposureTargetBias` while exposing automatically.
+    public var exposureTargetBias = false
 
     public init() {}
 }

@@ -232,3 +232,94 @@ struct DeferredCommandTests {
         #expect(entry["missing"] as? Int == 0, "the catalog no longer counts the finals as held by agents")
     }
 }
+
+/// Exposure brackets on a real agent and from the command line.
+@Suite("Exposure brackets", .timeLimit(.minutes(3)))
+struct BracketTests {
+    /// The mean luma of a YUYV image below its embedded data rows.
+    static func meanLuma(_ image: ByteBuffer, width: Int) -> Double {
+        let skip = SyntheticScene.embeddedDataRows * width * 2
+        return image.withUnsafeReadableBytes { bytes in
+            var sum = 0
+            var count = 0
+            for index in stride(from: skip, to: bytes.count, by: 2) {
+                sum += Int(bytes[index])
+                count += 1
+            }
+            return Double(sum) / Double(max(count, 1))
+        }
+    }
+
+    @Test("a bracket of -1, 0 and +1 EV makes three images, each its own result, darker to brighter, and leaves the camera's exposure as it was")
+    func bracketOnAgent() async throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
+        defer { agent.stop() }
+        let client = try await agent.connect(pki)
+        var capture = WireCapturePhoto()
+        capture.deviceID = DeferredCaptureTests.device
+        capture.sessionID = "bracket"
+        capture.settings.uniqueID = 7
+        capture.settings.qualityPrioritization = .quality
+        capture.settings.bracketExposureBiases = [-1, 0, 1]
+        guard case .triggerFired(let fired) = try await client.request(.capturePhoto(capture)).frame.envelope.body else {
+            Issue.record("the bracket was not fired")
+            return
+        }
+        #expect(fired.resultIds.count == 3)
+        let results = try await DeferredCaptureTests().fetch(client, session: "bracket").sorted { $0.0.resolved.bracketIndex < $1.0.resolved.bracketIndex }
+        try #require(results.count == 3)
+        #expect(results.map(\.0.resolved.bracketIndex) == [1, 2, 3])
+        #expect(results.map(\.0.resolved.exposureBias) == [-1, 0, 1])
+        #expect(results.allSatisfy { $0.0.resolved.qualityPrioritization == .balanced && $0.0.resolved.note.contains("bracket") })
+        #expect(Set(results.map(\.0.sequence)).count == 3, "one frame per bias")
+        let luma = results.map { Self.meanLuma($0.1, width: 640) }
+        #expect(luma[0] + 10 < luma[1] && luma[1] + 10 < luma[2], "darker to brighter: \(luma)")
+
+        // The camera's own exposure is as before: a photo now matches the middle image's brightness.
+        capture.settings.bracketExposureBiases = []
+        capture.sessionID = "after"
+        _ = try await client.request(.capturePhoto(capture))
+        let after = try #require(try await DeferredCaptureTests().fetch(client, session: "after").first)
+        #expect(abs(Self.meanLuma(after.1, width: 640) - luma[1]) < 10)
+        await client.close()
+    }
+
+    @Test("camrig capture --bracket -2,0,2: the set holds each camera's first image and lists the others under it")
+    func bracketCommand() throws {
+        let pki = try TestPKI(agents: ["agent-1"])
+        defer { pki.remove() }
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "2"])
+        defer { agent.stop() }
+        let work = NSTemporaryDirectory() + "camrig-bracket-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+        let rig = work + "/rig.yaml"
+        try "tls_dir: \(pki.path)\nagents:\n  - 127.0.0.1:\(agent.port)\n".write(toFile: rig, atomically: true, encoding: .utf8)
+        let refused = try Executables.run("camrig", ["capture", "--photo", "--bracket", "-2,x", "--rig", rig, "--out", work + "/captures"], timeout: 30)
+        #expect(refused.status != 0 && refused.stderr.contains("--bracket"))
+
+        let captured = try Executables.run(
+            "camrig", ["capture", "--photo", "--bracket", "-2,0,2", "--rig", rig, "--out", work + "/captures", "--json"], timeout: 120)
+        try #require(captured.status == 0, "camrig capture: \(captured.stderr)")
+        let directory = try #require(try SessionTests.object(captured.stdout)["directory"] as? String)
+        let manifest = try #require(
+            try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: directory + "/manifest.json"))) as? [String: Any])
+        #expect(manifest["state"] as? String == "complete")
+        let frames = try #require((manifest["sets"] as? [[String: Any]])?.first?["frames"] as? [[String: Any]])
+        #expect(frames.count == 2)
+        for frame in frames {
+            let photo = try #require(frame["photo"] as? [String: Any])
+            #expect(photo["bracket_index"] as? Int == 1)
+            #expect(photo["exposure_bias"] as? Double == -2)
+            let brackets = try #require(photo["brackets"] as? [[String: Any]])
+            #expect(brackets.map { $0["index"] as? Int } == [2, 3])
+            #expect(brackets.map { $0["exposure_bias"] as? Double } == [0, 2])
+            for file in [frame["file"] as? String] + brackets.map({ $0["file"] as? String }) {
+                let file = try #require(file)
+                #expect(FileManager.default.fileExists(atPath: directory + "/" + file), "\(file) is in the capture")
+            }
+        }
+    }
+}

@@ -299,6 +299,8 @@ public final class AgentCapture: Sendable {
         /// Delivered as a proxy now, made in full later.
         let deferred: Bool
         let photoID: String
+        /// An exposure bracket's biases (EV), one image each; empty for a single photo.
+        let bracket: [Float]
         let pipeline: DevicePhotoPipeline
         let frames: Task<Captured, any Error>
     }
@@ -307,6 +309,8 @@ public final class AgentCapture: Sendable {
     struct Captured: Sendable {
         var frames: [CapturedFrame]
         var waited: Int64
+        /// How a bracket moved the exposure (`nil` when not bracketed).
+        var bracketMethod: CaptureDevice.BracketMethod?
     }
 
     /// Starts each device's capture stage for a photo at instant `t`: it waits for the device's previous
@@ -332,6 +336,8 @@ public final class AgentCapture: Sendable {
                 let stage = Double(PhotoProcessing.qualityFrames) * Self.framePeriod(nil, device)
                 if Double(t - previous) < stage { plan.stepDown(since: t - previous) }
             }
+            let bracket = Array(settings.bracketExposureBiases.prefix(Self.maxBracket))
+            if !bracket.isEmpty { plan.bracket(count: bracket.count) }
             let preparation = prepared.withLockedValue { $0[deviceID] }
             let pipeline = pipeline(for: deviceID)
             let deferred = output.deferredDelivery && plan.level == .quality
@@ -358,15 +364,22 @@ public final class AgentCapture: Sendable {
                 let instant = t + waited
                 stages.send(.willCapture)
                 do {
-                    let frames = try await self.takeFrames(
-                        deviceID: deviceID, device: device, plan: plan, at: instant, after: pipeline.lastReference, preparation: preparation,
-                        timeout: timeout)
-                    pipeline.setLastReference(frames[0].exposureStart)
+                    var method: CaptureDevice.BracketMethod?
+                    let frames: [CapturedFrame]
+                    if let device, !bracket.isEmpty {
+                        (frames, method) = try await self.takeBracket(
+                            deviceID: deviceID, device: device, biases: bracket, at: instant, after: pipeline.lastReference, timeout: timeout)
+                    } else {
+                        frames = try await self.takeFrames(
+                            deviceID: deviceID, device: device, plan: plan, at: instant, after: pipeline.lastReference, preparation: preparation,
+                            timeout: timeout)
+                    }
+                    pipeline.setLastReference(frames.map(\.exposureStart).max() ?? .min)
                     stages.send(.didCapture)
                     pipeline.endCapture(processing: !deferred)
                     self.touch()
                     stages.send(.didFinishCapture)
-                    return Captured(frames: frames, waited: waited)
+                    return Captured(frames: frames, waited: waited, bracketMethod: method)
                 } catch {
                     pipeline.endCapture(processing: false)
                     throw error
@@ -374,8 +387,44 @@ public final class AgentCapture: Sendable {
             }
             return PendingPhoto(
                 deviceID: deviceID, plan: plan, prepared: preparation?.settings.contains { Self.matches(settings, $0) } ?? false, deferred: deferred,
-                photoID: photoID, pipeline: pipeline, frames: task)
+                photoID: photoID, bracket: bracket, pipeline: pipeline, frames: task)
         }
+    }
+
+    /// The most images an exposure bracket takes.
+    static let maxBracket = 16
+
+    /// An exposure bracket's frames, one per bias: each the first frame exposed a frame period after its
+    /// bias was applied (so the camera exposed it with that bias), the device's own exposure restored
+    /// afterwards.
+    private func takeBracket(
+        deviceID: String, device: CaptureDevice, biases: [Float], at instant: Int64, after: Int64, timeout: Duration
+    ) async throws -> ([CapturedFrame], CaptureDevice.BracketMethod) {
+        var frames: [CapturedFrame] = []
+        var method = CaptureDevice.BracketMethod.none
+        var previous = max(after, instant - 1)
+        // The camera streams for the whole bracket: a camera started again would expose with its own settings.
+        let keepAlive = NewestFrameSink { _ in }
+        if case .failed(let error) = streams.start(deviceID: deviceID, subscriber: keepAlive) { throw WireProtocolError(error.code, error.message) }
+        defer { streams.stop(streamID: keepAlive.streamID, reason: .stopped) }
+        do {
+            for bias in biases {
+                method = try device.applyExposureBracket(bias: bias)
+                let applied = clock.now()
+                let period = Int64(Self.framePeriod(frames.last, device))
+                let frame = try await streams.frames(deviceID: deviceID, selection: .from(max(applied + period, previous + 1), count: 1), timeout: timeout)[0]
+                frames.append(frame)
+                previous = frame.exposureStart
+            }
+        } catch let error as DeviceError {
+            try? device.endExposureBracket()
+            throw WireProtocolError(.internal, "\(deviceID) could not take its exposure bracket: \(error)")
+        } catch {
+            try? device.endExposureBracket()
+            throw error
+        }
+        try? device.endExposureBracket()
+        return (frames, method)
     }
 
     /// The frames a photo at `instant` is made from, the reference first. The reference is always exposed
@@ -437,7 +486,7 @@ public final class AgentCapture: Sendable {
                 // Made, written and flushed on the spool's thread (the agent's processing stage, one photo at
                 // a time): merging frames or an fsync held on one of the few cooperative threads would stall
                 // every frame delivery and request of this process behind it.
-                let made = try await spoolThread.runIfActive { () throws -> (WirePhotoResult, Int64) in
+                let made = try await spoolThread.runIfActive { () throws -> ([WirePhotoResult], Int64) in
                     let started = HostClock.monotonicNow()
                     var template = WirePhotoResult(
                         captured.frames[0], resultID: pending.photoID, sessionID: session, triggerID: triggerID, photoSettingsID: settings.uniqueID)
@@ -445,25 +494,49 @@ public final class AgentCapture: Sendable {
                     template.resolved.prepared = pending.prepared
                     template.resolved.waitedNs = captured.waited
                     template.resolved.captureDurationNs = (captured.frames.map(\.exposureStart).max() ?? fireAt) - fireAt
+                    if !pending.bracket.isEmpty {
+                        // One image per bias, each its own photo and result.
+                        var results: [WirePhotoResult] = []
+                        for (index, (frame, bias)) in zip(captured.frames, pending.bracket).enumerated() {
+                            var image = WirePhotoResult(
+                                frame, resultID: "\(pending.photoID)-\(index + 1)", sessionID: session, triggerID: triggerID, photoSettingsID: settings.uniqueID)
+                            image.photoID = image.resultID
+                            image.resolved = template.resolved
+                            image.resolved.captureDurationNs = frame.exposureStart - fireAt
+                            var (final, file) = try Self.makeFinal(template: image, frames: [frame], plan: pending.plan, started: HostClock.monotonicNow())
+                            final.resolved.bracketIndex = UInt32(index + 1)
+                            final.resolved.exposureBias = bias
+                            if let method = captured.bracketMethod {
+                                let how = method == .none
+                                    ? "this camera cannot bracket its automatic exposure (no target bias): the image is exposed as the others; set a custom exposure to bracket its duration"
+                                    : "exposure bracket \(index + 1) of \(pending.bracket.count): \(String(format: "%+.1f", bias)) EV by its \(method.rawValue)"
+                                final.resolved.note = final.resolved.note.isEmpty ? how : final.resolved.note + "; " + how
+                            }
+                            try spool.store(final, image: file)
+                            results.append(final)
+                        }
+                        return (results, results.map(\.resolved.processingDurationNs).reduce(0, +))
+                    }
                     if pending.deferred {
                         // The frames are kept for the final first: a crash from here on still makes it.
                         try deferred.save(DeferredPhotoStore.Job(template: template, frames: captured.frames, plan: pending.plan))
                         let proxy = try Self.proxy(template: template, reference: captured.frames[0], plan: pending.plan, started: started)
                         try spool.store(proxy.result, image: proxy.image)
-                        return (proxy.result, 0)
+                        return ([proxy.result], 0)
                     }
                     let final = try Self.makeFinal(template: template, frames: captured.frames, plan: pending.plan, started: started)
                     try spool.store(final.result, image: final.image)
-                    return (final.result, final.result.resolved.processingDurationNs)
+                    return ([final.result], final.result.resolved.processingDurationNs)
                 }
-                let result = made.0
-                stages.send(.didFinishProcessing) { $0.resultID = result.resultID }
+                for result in made.0 {
+                    stages.send(.didFinishProcessing) { $0.resultID = result.resultID }
+                    fired.resultIds.append(result.resultID)
+                }
                 if processing {
                     processing = false
                     pending.pipeline.endProcessing(level: pending.plan.level, duration: made.1)
                 }
                 touch()
-                fired.resultIds.append(result.resultID)
                 let used = spool.usedBytes
                 if used * 10 >= spool.capacityBytes * 9 {
                     streams.devices.events.publish(.spoolNearFull, message: "result spool is \(used * 100 / max(spool.capacityBytes, 1))% full") {

@@ -106,7 +106,22 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
         var frames: [Int: CaptureManifest.Frame] = [:]
         for frame in manifest.sets.first?.frames ?? [] { frames[frame.camera] = frame }
         for entry in current.journal where manifest.cameras.indices.contains(entry.frame.camera) {
-            frames[entry.frame.camera] = entry.frame
+            let camera = entry.frame.camera
+            guard let existing = frames[camera] else {
+                frames[camera] = entry.frame
+                continue
+            }
+            // Known already: the frame itself, one of its bracket's images, or the proxy its final replaced.
+            if existing.holds(file: entry.frame.file) || existing.photo?.proxyFile == entry.frame.file { continue }
+            if existing.photo?.bracketIndex != nil, entry.frame.photo?.bracketIndex != nil {
+                frames[camera] = existing.addingBracketImage(entry.frame)
+                continue
+            }
+            var replacement = entry.frame
+            if existing.photo?.proxy == true, replacement.photo?.proxy != true, replacement.photo?.photoId == existing.photo?.photoId {
+                replacement.photo?.proxyFile = existing.file
+            }
+            frames[camera] = replacement
         }
         var missing = (manifest.missing ?? []).filter { frames[$0.camera] == nil }
         if resumed {
@@ -274,7 +289,7 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
             for try await frame in client.stream(.fetchResults(fetch)) {
                 guard case .photoResult(let result) = frame.envelope.body, let payload = frame.payload,
                     let entry = wanted.first(where: { $0.matches(result) }),
-                    fetched.found[entry.camera] == nil
+                    fetched.found[entry.camera] == nil || result.resolved.bracketIndex > 0
                 else { continue }
                 let camera = entry.camera
                 do {
@@ -283,7 +298,8 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
                         stem: CaptureRig.fileStem(camera: camera, name: manifest.cameras[camera].name), estimate: estimate, lateness: nil,
                         into: sink, capture: capture)
                     try await sink.journal(JournalEntry(resultId: result.resultID, agent: agentID, frame: stamp), in: capture)
-                    fetched.found[camera] = stamp
+                    // An exposure bracket's images join its first one.
+                    fetched.found[camera] = fetched.found[camera].map { $0.addingBracketImage(stamp) } ?? stamp
                     stored.append(result.resultID)
                 } catch {
                     fetched.failedToStore.insert(camera)

@@ -141,7 +141,9 @@ struct CaptureRig: Sendable {
             framesMerged: Int(resolved.framesMerged), captureDurationNs: resolved.captureDurationNs,
             processingDurationNs: resolved.processingDurationNs, note: resolved.note.isEmpty ? nil : resolved.note,
             photoId: result.photoID.isEmpty ? nil : result.photoID, proxy: resolved.deferredProxy ? true : nil,
-            waitedNs: resolved.waitedNs > 0 ? resolved.waitedNs : nil)
+            waitedNs: resolved.waitedNs > 0 ? resolved.waitedNs : nil,
+            bracketIndex: resolved.bracketIndex > 0 ? Int(resolved.bracketIndex) : nil,
+            exposureBias: resolved.bracketIndex > 0 ? resolved.exposureBias : nil)
     }
 
     /// How a frame described on the wire is laid out.

@@ -300,8 +300,15 @@ extension RigSession {
             for write in writes {
                 switch write.frame {
                 case .success(let frame):
-                    gathered.frames[write.camera] = frame
-                    gathered.thumbnails[write.camera] = write.thumbnail
+                    // An exposure bracket delivers several images of one camera: its first is the set's frame.
+                    if let earlier = gathered.frames[write.camera] {
+                        let combined = ManifestBuilder.entry(earlier).addingBracketImage(ManifestBuilder.entry(frame))
+                        if combined.file == frame.payload.file { gathered.thumbnails[write.camera] = write.thumbnail }
+                        gathered.frames[write.camera] = SyncFrame(combined)
+                    } else {
+                        gathered.frames[write.camera] = frame
+                        gathered.thumbnails[write.camera] = write.thumbnail
+                    }
                     stored.append(write.resultID)
                 case .failure(let error):
                     gathered.cameraFailures[write.camera] =

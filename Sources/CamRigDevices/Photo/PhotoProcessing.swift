@@ -119,6 +119,17 @@ extension PhotoPlan {
     }
 }
 
+extension PhotoPlan {
+    /// An exposure bracket of `count` images: each a single frame, so quality is made as balanced.
+    public mutating func bracket(count: Int) {
+        guard level == .quality else { return }
+        level = .balanced
+        frames = 1
+        let why = "an exposure bracket takes one frame per bias; made as balanced"
+        note = note.isEmpty ? why : note + "; " + why
+    }
+}
+
 /// The processing stage of a photo.
 public enum PhotoProcessing {
     /// The size a 2×2 binning of `format` at `dimensions` gives, when the format can be binned: YUYV

@@ -95,6 +95,7 @@ public final class SyntheticCamera: FrameAlignableBackend {
         support.focusModes = [.locked, .auto, .continuous]
         support.lensPosition = true
         support.exposureModes = Set(ExposureMode.allCases)
+        support.exposureTargetBias = true
         support.whiteBalanceModes = Set(WhiteBalanceMode.allCases)
         support.zoom = true
         support.torch = true

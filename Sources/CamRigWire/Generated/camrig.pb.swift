@@ -2989,6 +2989,12 @@ public nonisolated struct WirePhotoSettings: Sendable {
   /// TriggerFired.
   public var stageEvents: Bool = false
 
+  /// An exposure bracket: one image per bias, in EV relative to the device's exposure, each a frame
+  /// exposed after the bias was applied (a custom or locked exposure's duration times 2^bias, else the
+  /// automatic exposure's target bias plus it), each its own PhotoResult with resolved.bracket_index.
+  /// Bracket images are single frames: QUALITY is made as BALANCED, and never deferred. At most 16.
+  public var bracketExposureBiases: [Float] = []
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -3291,6 +3297,11 @@ public nonisolated struct WireResolvedPhotoSettings: Sendable {
   /// How long the capture waited for the device's previous photo (its capture stage, or all of it when
   /// responsive capture is off) before it began; its exposure instant moved as much.
   public var waitedNs: Int64 = 0
+
+  /// An exposure bracket's image: its place in the bracket (from 1; 0 when not bracketed) and its bias.
+  public var bracketIndex: UInt32 = 0
+
+  public var exposureBias: Float = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -6869,7 +6880,7 @@ nonisolated extension WireVideoFrame: SwiftProtobuf.Message, SwiftProtobuf._Mess
 
 nonisolated extension WirePhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PhotoSettings"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}unique_id\0\u{3}quality_prioritization\0\u{3}max_photo_dimensions\0\u{3}pixel_format\0\u{3}flash_mode\0\u{3}output_type\0\u{3}fast_capture_prioritization\0\u{3}stage_events\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}unique_id\0\u{3}quality_prioritization\0\u{3}max_photo_dimensions\0\u{3}pixel_format\0\u{3}flash_mode\0\u{3}output_type\0\u{3}fast_capture_prioritization\0\u{3}stage_events\0\u{3}bracket_exposure_biases\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -6885,6 +6896,7 @@ nonisolated extension WirePhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._M
       case 6: try { try decoder.decodeSingularEnumField(value: &self.outputType) }()
       case 7: try { try decoder.decodeSingularBoolField(value: &self.fastCapturePrioritization) }()
       case 8: try { try decoder.decodeSingularBoolField(value: &self.stageEvents) }()
+      case 9: try { try decoder.decodeRepeatedFloatField(value: &self.bracketExposureBiases) }()
       default: break
       }
     }
@@ -6919,6 +6931,9 @@ nonisolated extension WirePhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._M
     if self.stageEvents != false {
       try visitor.visitSingularBoolField(value: self.stageEvents, fieldNumber: 8)
     }
+    if !self.bracketExposureBiases.isEmpty {
+      try visitor.visitPackedFloatField(value: self.bracketExposureBiases, fieldNumber: 9)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -6931,6 +6946,7 @@ nonisolated extension WirePhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._M
     if lhs.outputType != rhs.outputType {return false}
     if lhs.fastCapturePrioritization != rhs.fastCapturePrioritization {return false}
     if lhs.stageEvents != rhs.stageEvents {return false}
+    if lhs.bracketExposureBiases != rhs.bracketExposureBiases {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -7356,7 +7372,7 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
 
 nonisolated extension WireResolvedPhotoSettings: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ResolvedPhotoSettings"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}quality_prioritization\0\u{1}dimensions\0\u{3}frames_merged\0\u{3}capture_duration_ns\0\u{3}processing_duration_ns\0\u{1}note\0\u{3}output_type\0\u{1}prepared\0\u{3}deferred_proxy\0\u{3}waited_ns\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}quality_prioritization\0\u{1}dimensions\0\u{3}frames_merged\0\u{3}capture_duration_ns\0\u{3}processing_duration_ns\0\u{1}note\0\u{3}output_type\0\u{1}prepared\0\u{3}deferred_proxy\0\u{3}waited_ns\0\u{3}bracket_index\0\u{3}exposure_bias\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -7374,6 +7390,8 @@ nonisolated extension WireResolvedPhotoSettings: SwiftProtobuf.Message, SwiftPro
       case 8: try { try decoder.decodeSingularBoolField(value: &self.prepared) }()
       case 9: try { try decoder.decodeSingularBoolField(value: &self.deferredProxy) }()
       case 10: try { try decoder.decodeSingularInt64Field(value: &self.waitedNs) }()
+      case 11: try { try decoder.decodeSingularUInt32Field(value: &self.bracketIndex) }()
+      case 12: try { try decoder.decodeSingularFloatField(value: &self.exposureBias) }()
       default: break
       }
     }
@@ -7414,6 +7432,12 @@ nonisolated extension WireResolvedPhotoSettings: SwiftProtobuf.Message, SwiftPro
     if self.waitedNs != 0 {
       try visitor.visitSingularInt64Field(value: self.waitedNs, fieldNumber: 10)
     }
+    if self.bracketIndex != 0 {
+      try visitor.visitSingularUInt32Field(value: self.bracketIndex, fieldNumber: 11)
+    }
+    if self.exposureBias.bitPattern != 0 {
+      try visitor.visitSingularFloatField(value: self.exposureBias, fieldNumber: 12)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -7428,6 +7452,8 @@ nonisolated extension WireResolvedPhotoSettings: SwiftProtobuf.Message, SwiftPro
     if lhs.prepared != rhs.prepared {return false}
     if lhs.deferredProxy != rhs.deferredProxy {return false}
     if lhs.waitedNs != rhs.waitedNs {return false}
+    if lhs.bracketIndex != rhs.bracketIndex {return false}
+    if lhs.exposureBias != rhs.exposureBias {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 import CamRigCLI
 import CamRigCoordinator
 import CamRigDevices
@@ -28,6 +29,13 @@ struct Capture: AsyncParsableCommand {
     @Flag(name: .long, help: "Deliver each photo as a JPEG made on its agent (from YUYV, RGB or grey frames).")
     var jpeg = false
 
+    @Option(
+        name: .long, parsing: .unconditional,
+        help: ArgumentHelp(
+            "An exposure bracket: one image per bias in EV, comma-separated (e.g. -2,0,2), each a frame exposed with it (a custom exposure's duration times 2^bias, else the automatic exposure's target bias); the first image is the set's, the others are listed under it.",
+            valueName: "ev,ev,…"))
+    var bracket: String?
+
     @Flag(name: .long, help: "Deferred delivery: each quality photo is delivered at once as a proxy (its reference frame, half size) and made in full on its agent when idle; `camrig captures finalize ID` fetches the finals now.")
     var deferred = false
 
@@ -48,6 +56,7 @@ struct Capture: AsyncParsableCommand {
     func validate() throws {
         guard photo else { throw ValidationError("say what to capture: --photo (for video, use `camrig record`)") }
         guard !(raw && jpeg) else { throw ValidationError("--raw and --jpeg exclude each other: a photo is delivered as one of them") }
+        _ = try bracketBiases()
         guard (1...1000).contains(burst) else { throw ValidationError("--burst takes 1 to 1000 photos") }
         guard interval > 0, interval.isFinite else { throw ValidationError("--interval must be a positive number of seconds") }
     }
@@ -67,6 +76,7 @@ struct Capture: AsyncParsableCommand {
                     var settings = WirePhotoSettings()
                     settings.qualityPrioritization = WireQualityPrioritization(quality.level)
                     settings.outputType = raw ? .dng : jpeg ? .jpeg : .frame
+                    settings.bracketExposureBiases = try bracketBiases()
                     let start = ContinuousClock.now
                     let (burst, interval) = (self.burst, self.interval)
                     // Each photo of a burst is its own capture, begun `interval` after the previous one
@@ -100,6 +110,21 @@ struct Capture: AsyncParsableCommand {
         } catch {
             throw userFacing(error)
         }
+    }
+}
+
+extension Capture {
+    /// `--bracket`'s biases, checked.
+    func bracketBiases() throws -> [Float] {
+        guard let bracket else { return [] }
+        let parts = bracket.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+        let biases = parts.compactMap(Float.init)
+        guard biases.count == parts.count, !biases.isEmpty else {
+            throw ValidationError("--bracket '\(bracket)' is not a comma-separated list of exposure biases in EV, e.g. -2,0,2")
+        }
+        guard biases.count <= 16 else { throw ValidationError("--bracket takes at most 16 biases, got \(biases.count)") }
+        guard biases.allSatisfy({ (-8...8).contains($0) }) else { throw ValidationError("--bracket biases must be within -8…8 EV") }
+        return biases
     }
 }
 
