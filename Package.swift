@@ -86,7 +86,7 @@ let package = Package(
             providers: [.apt(["libv4l-dev"])]
         ),
         // Pixel loops of the synthetic camera and the photo pipeline (noise, frame merging, image error).
-        .target(name: "CImageKernels", cSettings: [.unsafeFlags(["-O2"])]),
+        .target(name: "CImageKernels", cSettings: [.unsafeFlags(["-O3"])]),
         .systemLibrary(
             name: "CTurboJPEG",
             pkgConfig: "libturbojpeg",
