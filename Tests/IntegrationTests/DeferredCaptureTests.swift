@@ -122,6 +122,39 @@ struct DeferredCaptureTests {
         agent.stop()
     }
 
+    @Test("a deferred photo whose saved frames are damaged is set aside with a clear error; its proxy stays, and the agent keeps serving")
+    func damagedDeferredPhoto() async throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let spool = NSTemporaryDirectory() + "camrig-deferred-bad-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: spool) }
+        let arguments = ["--tls-dir", pki.path, "--synthetic", "1", "--spool-dir", spool]
+        var agent = try AgentProcess(arguments)
+        var client = try await agent.connect(pki)
+        try await configurePhotoOutput(client, responsive: false, deferred: true)
+        let (stages, _) = try await capture(client, session: "bad")
+        let photoID = try #require(stages.first?.photoID)
+        agent.crash()
+        await client.close()
+        // Half of the saved file is lost.
+        let saved = URL(fileURLWithPath: spool + "/deferred/\(photoID).photo")
+        let bytes = try Data(contentsOf: saved)
+        try bytes.prefix(bytes.count / 2).write(to: saved)
+
+        agent = try AgentProcess(arguments)
+        client = try await agent.connect(pki)
+        var finalize = WireFinalizePhotos()
+        finalize.photoIds = [photoID]
+        let failure = await #expect(throws: AgentClientError.self) { try await client.request(.finalizePhotos(finalize)) }
+        #expect(failure?.message.contains(photoID) == true && failure?.message.contains("cannot be read") == true, "\(String(describing: failure))")
+        #expect(FileManager.default.fileExists(atPath: saved.path + ".unreadable"))
+        let results = try await fetch(client, session: "bad")
+        #expect(results.map(\.0.resultID) == [photoID + ".proxy"], "the proxy stays")
+        _ = try await capture(client, session: "after")
+        await client.close()
+        agent.stop()
+    }
+
     @Test("deferred finals are made on their own once the agent is idle")
     func finalWhenIdle() async throws {
         let pki = try TestPKI()

@@ -100,6 +100,13 @@ public final class DeferredPhotoStore: Sendable {
         return Job(template: message.result, frames: frames, plan: plan)
     }
 
+    /// Sets aside a saved photo that cannot be read (`ID.photo.unreadable`, kept for inspection): its
+    /// proxy stays the photo.
+    func setAside(_ id: String) {
+        waiting.withLockedValue { $0.removeAll { $0 == id } }
+        try? FileManager.default.moveItem(at: url(id), to: directory.appendingPathComponent("\(id).photo.unreadable"))
+    }
+
     /// Deletes a photo once its final is in the spool.
     func remove(_ id: String) {
         waiting.withLockedValue { $0.removeAll { $0 == id } }

@@ -611,7 +611,13 @@ public final class AgentCapture: Sendable {
                 deferred.remove(photoID)
                 return nil
             }
-            let job = try deferred.load(photoID)
+            let job: DeferredPhotoStore.Job
+            do {
+                job = try deferred.load(photoID)
+            } catch {
+                deferred.setAside(photoID)
+                throw WireProtocolError(.internal, "the saved frames of deferred photo \(photoID) cannot be read (\(error)); set aside, its proxy stays the photo")
+            }
             let final = try Self.makeFinal(template: job.template, frames: job.frames, plan: job.plan, started: HostClock.monotonicNow())
             try spool.store(final.result, image: final.image)
             deferred.remove(photoID)
