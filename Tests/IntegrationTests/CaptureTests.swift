@@ -161,6 +161,19 @@ struct CaptureTests {
         trigger.fireAtNs = HostClock.monotonicNow() + 150_000_000
         let refused = await #expect(throws: AgentClientError.self) { try await client.request(.scheduleTrigger(trigger)) }
         #expect(refused?.code == .invalidArgument)
+
+        // A stream started by a trigger takes no turn in the camera's photo pipeline: a photo right after
+        // it is made at once (the camera's photos wait only for the camera's photos).
+        let started = ContinuousClock.now
+        var photo = WireCapturePhoto()
+        photo.deviceID = "synthetic:SYN0001"
+        photo.sessionID = "after-stream"
+        guard case .triggerFired(let fired) = try await client.request(.capturePhoto(photo)).frame.envelope.body else {
+            Issue.record("the photo after the stream was not fired")
+            return
+        }
+        #expect(fired.resultIds.count == 1)
+        #expect(ContinuousClock.now - started < .seconds(10))
         await client.close()
     }
 

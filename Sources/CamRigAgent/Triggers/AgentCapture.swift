@@ -261,6 +261,15 @@ public final class AgentCapture: Sendable {
         for deviceID in pending.trigger.deviceIds {
             streams.devices.discovery.device(uniqueID: deviceID)?.alignNextStream(toMonotonic: anchor)
         }
+        if pending.trigger.action == .startStream {
+            // Waiting for the first frame from T on keeps the camera running until the stream's own
+            // subscriber joins at T. No photo: the photo pipeline is not involved.
+            for deviceID in pending.trigger.deviceIds {
+                let from = firstExposure(deviceID: deviceID, at: pending.trigger.fireAtNs)
+                Task { _ = try? await self.streams.frames(deviceID: deviceID, selection: .from(from, count: 1), timeout: .seconds(5)) }
+            }
+            return
+        }
         let frames = prepare(
             pending.trigger.deviceIds, at: pending.trigger.fireAtNs, settings: pending.trigger.photoSettings, triggerID: pending.trigger.triggerID,
             reply: pending.reply)
