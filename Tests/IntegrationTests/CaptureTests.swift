@@ -269,25 +269,13 @@ struct CaptureTests {
 
     @Test("camrig capture --photo --quality quality --jpeg: the photo is a JPEG file and the manifest says how each agent made it")
     func captureCommandQuality() throws {
-        let pki = try TestPKI(agents: ["agent-1"])
-        defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "1"])
-        defer { agent.stop() }
-        let work = NSTemporaryDirectory() + "camrig-quality-\(UUID().uuidString)"
-        defer { try? FileManager.default.removeItem(atPath: work) }
-        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
-        let rig = work + "/rig.yaml"
-        try "tls_dir: \(pki.path)\nagents:\n  - 127.0.0.1:\(agent.port)\n".write(toFile: rig, atomically: true, encoding: .utf8)
-
-        let result = try Executables.run(
-            "camrig", ["capture", "--photo", "--quality", "quality", "--jpeg", "--rig", rig, "--out", work + "/captures", "--json"], timeout: 120)
+        let rig = try CommandLineRig(cameras: 1)
+        defer { rig.remove() }
+        let result = try rig.camrig(["capture", "--photo", "--quality", "quality", "--jpeg", "--json"])
         try #require(result.status == 0, "camrig capture: \(result.stderr)")
-        let output = try SessionTests.object(result.stdout)
-        let directory = try #require(output["directory"] as? String)
-        let manifest = try #require(
-            try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: directory + "/manifest.json"))) as? [String: Any])
-        let sets = try #require(manifest["sets"] as? [[String: Any]])
-        let frame = try #require((sets.first?["frames"] as? [[String: Any]])?.first)
+        let directory = try #require(try SessionTests.object(result.stdout)["directory"] as? String)
+        let manifest = try CommandLineRig.manifest(in: directory)
+        let frame = try #require(try CommandLineRig.frames(in: directory).first)
         let file = try #require(frame["file"] as? String)
         #expect(file.hasSuffix(".jpg"))
         let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: directory + "/" + file)))

@@ -209,28 +209,15 @@ struct DeferredCaptureTests {
 struct DeferredCommandTests {
     @Test("camrig capture --deferred stores proxies and says finals are to come; camrig captures finalize replaces them with the merged finals, keeping the proxies beside them")
     func captureAndFinalize() throws {
-        let pki = try TestPKI(agents: ["agent-1"])
-        defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "2"])
-        defer { agent.stop() }
-        let work = NSTemporaryDirectory() + "camrig-deferred-cli-\(UUID().uuidString)"
-        defer { try? FileManager.default.removeItem(atPath: work) }
-        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
-        let rig = work + "/rig.yaml"
-        try "tls_dir: \(pki.path)\nagents:\n  - 127.0.0.1:\(agent.port)\n".write(toFile: rig, atomically: true, encoding: .utf8)
-
-        let captured = try Executables.run(
-            "camrig", ["capture", "--photo", "--quality", "quality", "--deferred", "--rig", rig, "--out", work + "/captures", "--json"], timeout: 120)
+        let rig = try CommandLineRig(cameras: 2)
+        defer { rig.remove() }
+        let captured = try rig.camrig(["capture", "--photo", "--quality", "quality", "--deferred", "--json"])
         try #require(captured.status == 0, "camrig capture: \(captured.stderr)")
         let output = try SessionTests.object(captured.stdout)
         #expect(output["awaiting_finals"] as? Int == 2)
         let id = try #require(output["id"] as? String)
         let directory = try #require(output["directory"] as? String)
-        func frames() throws -> [[String: Any]] {
-            let manifest = try #require(
-                try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: directory + "/manifest.json"))) as? [String: Any])
-            return try #require((manifest["sets"] as? [[String: Any]])?.first?["frames"] as? [[String: Any]])
-        }
+        func frames() throws -> [[String: Any]] { try CommandLineRig.frames(in: directory) }
         let proxies = try frames()
         #expect(proxies.count == 2)
         for frame in proxies {
@@ -239,12 +226,11 @@ struct DeferredCommandTests {
             #expect((frame["file"] as? String)?.contains("-proxy") == true)
         }
 
-        let before = try Executables.run("camrig", ["captures", "list", "--out", work + "/captures", "--json"], timeout: 30)
+        let before = try Executables.run("camrig", ["captures", "list", "--out", rig.captures, "--json"], timeout: 30)
         let pending = try #require(try SessionTests.object(before.stdout)["captures"] as? [[String: Any]]).first { $0["id"] as? String == id }
         #expect(pending?["missing"] as? Int == 2, "the catalog counts finals still held by agents")
 
-        let finalized = try Executables.run(
-            "camrig", ["captures", "finalize", id, "--rig", rig, "--out", work + "/captures", "--json"], timeout: 120)
+        let finalized = try rig.camrig(["captures", "finalize", id, "--json"])
         try #require(finalized.status == 0, "camrig captures finalize: \(finalized.stderr)")
         let finals = try frames()
         #expect(finals.count == 2)
@@ -258,7 +244,7 @@ struct DeferredCommandTests {
             #expect(FileManager.default.fileExists(atPath: directory + "/" + file))
             #expect(FileManager.default.fileExists(atPath: directory + "/" + proxyFile))
         }
-        let listed = try Executables.run("camrig", ["captures", "list", "--out", work + "/captures", "--json"], timeout: 30)
+        let listed = try Executables.run("camrig", ["captures", "list", "--out", rig.captures, "--json"], timeout: 30)
         try #require(listed.status == 0)
         let entries = try #require(try SessionTests.object(listed.stdout)["captures"] as? [[String: Any]])
         let entry = try #require(entries.first { $0["id"] as? String == id })
@@ -321,26 +307,16 @@ struct BracketTests {
 
     @Test("camrig capture --bracket -2,0,2: the set holds each camera's first image and lists the others under it")
     func bracketCommand() throws {
-        let pki = try TestPKI(agents: ["agent-1"])
-        defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "2"])
-        defer { agent.stop() }
-        let work = NSTemporaryDirectory() + "camrig-bracket-\(UUID().uuidString)"
-        defer { try? FileManager.default.removeItem(atPath: work) }
-        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
-        let rig = work + "/rig.yaml"
-        try "tls_dir: \(pki.path)\nagents:\n  - 127.0.0.1:\(agent.port)\n".write(toFile: rig, atomically: true, encoding: .utf8)
-        let refused = try Executables.run("camrig", ["capture", "--photo", "--bracket", "-2,x", "--rig", rig, "--out", work + "/captures"], timeout: 30)
+        let rig = try CommandLineRig(cameras: 2)
+        defer { rig.remove() }
+        let refused = try rig.camrig(["capture", "--photo", "--bracket", "-2,x"], timeout: 30)
         #expect(refused.status != 0 && refused.stderr.contains("--bracket"))
 
-        let captured = try Executables.run(
-            "camrig", ["capture", "--photo", "--bracket", "-2,0,2", "--rig", rig, "--out", work + "/captures", "--json"], timeout: 120)
+        let captured = try rig.camrig(["capture", "--photo", "--bracket", "-2,0,2", "--json"])
         try #require(captured.status == 0, "camrig capture: \(captured.stderr)")
         let directory = try #require(try SessionTests.object(captured.stdout)["directory"] as? String)
-        let manifest = try #require(
-            try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: directory + "/manifest.json"))) as? [String: Any])
-        #expect(manifest["state"] as? String == "complete")
-        let frames = try #require((manifest["sets"] as? [[String: Any]])?.first?["frames"] as? [[String: Any]])
+        #expect(try CommandLineRig.manifest(in: directory)["state"] as? String == "complete")
+        let frames = try CommandLineRig.frames(in: directory)
         #expect(frames.count == 2)
         for frame in frames {
             let photo = try #require(frame["photo"] as? [String: Any])

@@ -1,0 +1,43 @@
+import CamRigTestSupport
+import Foundation
+import Testing
+
+/// One agent process (`agent-1`, with synthetic cameras) and a rig file naming it, in a folder of
+/// their own, for tests that run `camrig` as an operator would; removed by `remove()`.
+struct CommandLineRig {
+    let pki: TestPKI
+    let agent: AgentProcess
+    /// The test's folder: the rig file, and captures under `captures/`.
+    let work: String
+    var rigFile: String { work + "/rig.yaml" }
+    var captures: String { work + "/captures" }
+
+    init(cameras: Int) throws {
+        pki = try TestPKI(agents: ["agent-1"])
+        agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "\(cameras)"])
+        work = NSTemporaryDirectory() + "camrig-cli-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+        try "tls_dir: \(pki.path)\nagents:\n  - 127.0.0.1:\(agent.port)\n".write(toFile: rigFile, atomically: true, encoding: .utf8)
+    }
+
+    /// Runs `camrig ARGUMENTS --rig RIG --out CAPTURES`.
+    func camrig(_ arguments: [String], timeout: Double = 120) throws -> Executables.Result {
+        try Executables.run("camrig", arguments + ["--rig", rigFile, "--out", captures], timeout: timeout)
+    }
+
+    /// The manifest of the capture in `directory`.
+    static func manifest(in directory: String) throws -> [String: Any] {
+        try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: directory + "/manifest.json"))) as? [String: Any])
+    }
+
+    /// The first set's frames of the capture in `directory`.
+    static func frames(in directory: String) throws -> [[String: Any]] {
+        try #require((try manifest(in: directory)["sets"] as? [[String: Any]])?.first?["frames"] as? [[String: Any]])
+    }
+
+    func remove() {
+        agent.stop()
+        pki.remove()
+        try? FileManager.default.removeItem(atPath: work)
+    }
+}
