@@ -20,9 +20,10 @@ struct CommandLineRig {
         try "tls_dir: \(pki.path)\nagents:\n  - 127.0.0.1:\(agent.port)\n".write(toFile: rigFile, atomically: true, encoding: .utf8)
     }
 
-    /// Runs `camrig ARGUMENTS --rig RIG --out CAPTURES`.
+    /// Runs `camrig ARGUMENTS --rig RIG` (with `--out CAPTURES` for commands that take it: not `device`).
     func camrig(_ arguments: [String], timeout: Double = 120) throws -> Executables.Result {
-        try Executables.run("camrig", arguments + ["--rig", rigFile, "--out", captures], timeout: timeout)
+        let out = arguments.first == "device" ? [] : ["--out", captures]
+        return try Executables.run("camrig", arguments + ["--rig", rigFile] + out, timeout: timeout)
     }
 
     /// The manifest of the capture in `directory`.

@@ -332,3 +332,46 @@ struct BracketTests {
         }
     }
 }
+
+/// A camera's photo output configured from the command line.
+@Suite("Photo output from the command line", .timeLimit(.minutes(3)))
+struct PhotoOutputCommandTests {
+    @Test("camrig device set changes one photo output setting and keeps the others; a capture follows it, and --no-deferred turns deferral off")
+    func deviceSetPhotoOutput() throws {
+        let rig = try CommandLineRig(cameras: 1)
+        defer { rig.remove() }
+        let camera = "agent-1/synthetic:SYN0001"
+        func state() throws -> [String: Any] {
+            let got = try rig.camrig(["device", "get", camera, "--json"], timeout: 60)
+            try #require(got.status == 0, "camrig device get: \(got.stderr)")
+            return try #require(try SessionTests.object(got.stdout)["state"] as? [String: Any])
+        }
+        #expect(try state()["deferred"] as? String == "off")
+        let set = try rig.camrig(["device", "set", camera, "deferred=on", "responsive=on"], timeout: 60)
+        try #require(set.status == 0, "camrig device set: \(set.stderr)")
+        let limited = try rig.camrig(["device", "set", camera, "max-quality=balanced"], timeout: 60)
+        try #require(limited.status == 0, "camrig device set: \(limited.stderr)")
+        let now = try state()
+        #expect(now["deferred"] as? String == "on" && now["responsive"] as? String == "on", "one key changed, the others kept: \(now)")
+        #expect(now["max-quality"] as? String == "balanced")
+        let wrong = try rig.camrig(["device", "set", camera, "deferred=maybe"], timeout: 60)
+        #expect(wrong.status != 0 && wrong.stderr.contains("deferred=maybe"))
+
+        // At most balanced: a quality request is made as balanced, says so, and so is not deferred.
+        let limitedCapture = try rig.camrig(["capture", "--photo", "--quality", "quality", "--json"])
+        try #require(limitedCapture.status == 0, "camrig capture: \(limitedCapture.stderr)")
+        let limitedDirectory = try #require(try SessionTests.object(limitedCapture.stdout)["directory"] as? String)
+        let limitedPhoto = try #require(try CommandLineRig.frames(in: limitedDirectory).first?["photo"] as? [String: Any])
+        #expect(limitedPhoto["quality"] as? String == "balanced" && (limitedPhoto["note"] as? String)?.contains("at most balanced") == true)
+        #expect(limitedPhoto["proxy"] == nil)
+
+        _ = try rig.camrig(["device", "set", camera, "max-quality=quality"], timeout: 60)
+        let deferred = try rig.camrig(["capture", "--photo", "--quality", "quality", "--json"])
+        try #require(deferred.status == 0, "camrig capture: \(deferred.stderr)")
+        #expect(try SessionTests.object(deferred.stdout)["awaiting_finals"] as? Int == 1, "the camera's own setting defers the photo")
+        let immediate = try rig.camrig(["capture", "--photo", "--quality", "quality", "--no-deferred", "--json"])
+        try #require(immediate.status == 0, "camrig capture: \(immediate.stderr)")
+        #expect(try SessionTests.object(immediate.stdout)["awaiting_finals"] as? Int == 0)
+        #expect(try state()["deferred"] as? String == "off", "--no-deferred set the camera's photo output")
+    }
+}

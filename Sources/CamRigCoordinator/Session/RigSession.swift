@@ -81,8 +81,8 @@ public actor RigSession {
     private var configuring = 0
     private var request = FrameRateRequest()
     private var controlChanges: [String: WireConfigure] = [:]
-    /// The photo output configuration the next commit gives every camera.
-    private var photoOutputSettings: WirePhotoOutputSettings?
+    /// What the next commit changes in every camera's photo output.
+    private var photoOutputChange: (responsiveCapture: Bool?, deferredDelivery: Bool?) = (nil, nil)
     /// Lease id per input name, held from a successful commit until `stop()`.
     private var leases: [String: String] = [:]
     private var renewal: Task<Void, Never>?
@@ -130,11 +130,12 @@ public actor RigSession {
         inputs.append(device)
     }
 
-    /// Adds a photo output; `settings` (when given) configures every camera's photo output at the next
-    /// commit, as part of the rig-wide configuration.
-    public func addPhotoOutput(_ settings: WirePhotoOutputSettings? = nil) {
+    /// Adds a photo output. Responsive capture and deferred delivery, when given, are set on every
+    /// camera's photo output at the next commit, as part of the rig-wide configuration; the rest of each
+    /// camera's photo output stays as it is.
+    public func addPhotoOutput(responsiveCapture: Bool? = nil, deferredDelivery: Bool? = nil) {
         photoOutput = true
-        photoOutputSettings = settings
+        photoOutputChange = (responsiveCapture, deferredDelivery)
     }
     public func addFrameOutput() { frameOutput = true }
 
@@ -191,7 +192,12 @@ public actor RigSession {
         var changes: [WireConfigure] = inputs.indices.map { index in
             var change = controlChanges[inputs[index].name] ?? WireConfigure()
             change.deviceID = inputs[index].deviceID
-            if let photoOutputSettings { change.photoOutput = photoOutputSettings }
+            if photoOutputChange.responsiveCapture != nil || photoOutputChange.deferredDelivery != nil {
+                var photoOutput = inputs[index].description.state.photoOutput
+                if let responsive = photoOutputChange.responsiveCapture { photoOutput.responsiveCapture = responsive }
+                if let deferred = photoOutputChange.deferredDelivery { photoOutput.deferredDelivery = deferred }
+                if photoOutput != inputs[index].description.state.photoOutput { change.photoOutput = photoOutput }
+            }
             if let plan {
                 change.formatID = plan.formats[index].id
                 change.minFrameDuration = WireRational(plan.frameDuration)
@@ -204,6 +210,7 @@ public actor RigSession {
         }
         try await runCommit(changes)
         controlChanges.removeAll()
+        photoOutputChange = (nil, nil)
         if let plan {
             activeFrameDuration = plan.frameDuration
             activeFormats = plan.formats.map(WireFormat.init)

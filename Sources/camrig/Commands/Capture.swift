@@ -36,11 +36,11 @@ struct Capture: AsyncParsableCommand {
             valueName: "ev,ev,…"))
     var bracket: String?
 
-    @Flag(name: .long, help: "Deferred delivery: each quality photo is delivered at once as a proxy (its reference frame, half size) and made in full on its agent when idle; `camrig captures finalize ID` fetches the finals now.")
-    var deferred = false
+    @Flag(name: .long, inversion: .prefixedNo, help: "Deferred delivery on (or off) for every camera's photo output, from this capture on (without either: as each camera's photo output is set, `camrig device set CAMERA deferred=on`): each quality photo is delivered at once as a proxy (its reference frame, half size) and made in full on its agent when idle; `camrig captures finalize ID` fetches the finals now.")
+    var deferred: Bool?
 
-    @Flag(name: .long, help: "Responsive capture: a camera may begin its next photo once the previous one's frames are taken, while that photo is still processed.")
-    var responsive = false
+    @Flag(name: .long, inversion: .prefixedNo, help: "Responsive capture on (or off) for every camera's photo output, from this capture on (without either: as each camera's photo output is set): a camera may begin its next photo once the previous one's frames are taken, while that photo is still processed.")
+    var responsive: Bool?
 
     @Option(name: .long, help: ArgumentHelp("Take a burst of this many photos, each a sync set of its own (one capture folder each).", valueName: "n"))
     var burst = 1
@@ -65,13 +65,10 @@ struct Capture: AsyncParsableCommand {
         let logger = output.makeLogger()
         do {
             let store = try captures.store()
-            var photoOutput = WirePhotoOutputSettings()
-            photoOutput.responsiveCapture = responsive
-            photoOutput.deferredDelivery = deferred
             let reports = try await rig.withPool(logger: logger) { pool in
                 await captures.collectEarlier(pool: pool, store: store, logger: logger)
                 let rigSession = try await session.makeSession(
-                    pool: pool, preset: session.size == nil ? .inputPriority : .photo, fps: nil, photoOutput: photoOutput, logger: logger)
+                    pool: pool, preset: session.size == nil ? .inputPriority : .photo, fps: nil, responsiveCapture: responsive, deferredDelivery: deferred, logger: logger)
                 do {
                     var settings = WirePhotoSettings()
                     settings.qualityPrioritization = WireQualityPrioritization(quality.level)

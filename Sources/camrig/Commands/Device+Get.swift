@@ -1,6 +1,8 @@
 import ArgumentParser
 import CamRigCLI
 import CamRigCoordinator
+import CamRigDevices
+import CamRigWireModel
 import Foundation
 
 extension Device {
@@ -38,6 +40,11 @@ extension Device {
                         "white-balance": "\(state.whiteBalance.mode)",
                         "zoom": "\(state.zoom.factor)",
                         "torch": "\(state.torch.mode)",
+                        "responsive": state.photoOutput.responsiveCapture ? "on" : "off",
+                        "deferred": state.photoOutput.deferredDelivery ? "on" : "off",
+                        "max-quality": state.photoOutput.maxQualityPrioritization == .unspecified
+                            ? "quality" : PhotoQualityPrioritization(state.photoOutput.maxQualityPrioritization).description,
+                        "max-photo-size": "\(state.photoOutput.maxPhotoDimensions.width)x\(state.photoOutput.maxPhotoDimensions.height)",
                     ],
                     controls: controls
                 )

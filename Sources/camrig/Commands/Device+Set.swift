@@ -13,6 +13,8 @@ extension Device {
                 Settings: format=FOURCC-WxH, fps=30 (or 30000/1001), focus=locked|auto|continuous, lens=0..1, \
                 exposure=locked|auto|continuous, exposure-duration=1/250 (custom exposure), iso=N, bias=EV, \
                 white-balance=locked|auto|continuous, temperature=K, zoom=F, torch=on|off|auto, \
+                the photo output's responsive=on|off (responsive capture), deferred=on|off (deferred delivery of \
+                quality photos), max-quality=speed|balanced|quality and max-photo-size=WxH, \
                 and raw V4L2 controls as 0xID=value (ids, as `camrig device get` lists them).
                 """
         )
@@ -39,7 +41,8 @@ extension Device {
                     try await session.addInput(found)
                     await session.beginConfiguration()
                     await session.setPreset(.inputPriority)
-                    await session.setControls(of: found.name, parsed)
+                    // Photo output keys change the device's photo output as it is now.
+                    await session.setControls(of: found.name, try DeviceSettingsParser.parse(settings, photoOutput: found.description.state.photoOutput))
                     try await session.commitConfiguration()
                     await session.stop()
                     let (after, _) = await RigDiscovery.devices(in: pool)

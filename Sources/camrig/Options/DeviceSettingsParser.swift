@@ -5,7 +5,8 @@ import CamRigWireModel
 
 /// `key=value` settings into a `Configure` change.
 enum DeviceSettingsParser {
-    static func parse(_ settings: [String]) throws -> WireConfigure {
+    /// `photoOutput` is the device's photo output now: photo output keys change it, keeping the rest.
+    static func parse(_ settings: [String], photoOutput: WirePhotoOutputSettings = WirePhotoOutputSettings()) throws -> WireConfigure {
         var change = WireConfigure()
         guard !settings.isEmpty else { throw ValidationError("give at least one key=value setting") }
         for setting in settings {
@@ -39,6 +40,18 @@ enum DeviceSettingsParser {
             case "temperature": change.whiteBalance.temperatureKelvin = Float(try number())
             case "zoom": change.zoom.factor = try number()
             case "torch": change.torch.mode = try mode(["on": .on, "off": .off, "auto": .auto])
+            case "responsive", "deferred", "max-quality", "max-photo-size":
+                if !change.hasPhotoOutput { change.photoOutput = photoOutput }
+                switch key {
+                case "responsive": change.photoOutput.responsiveCapture = try mode(["on": true, "off": false])
+                case "deferred": change.photoOutput.deferredDelivery = try mode(["on": true, "off": false])
+                case "max-quality": change.photoOutput.maxQualityPrioritization = try mode(["speed": .speed, "balanced": .balanced, "quality": .quality])
+                default:
+                    let size = value.lowercased().split(separator: "x").compactMap { UInt32($0) }
+                    guard size.count == 2 else { throw ValidationError("max-photo-size=\(value): give WxH, e.g. 1920x1080 (0x0: no limit)") }
+                    change.photoOutput.maxPhotoDimensions.width = size[0]
+                    change.photoOutput.maxPhotoDimensions.height = size[1]
+                }
             default:
                 guard key.hasPrefix("0x"), let id = UInt32(key.dropFirst(2), radix: 16), let raw = Int64(value) else {
                     throw ValidationError("unknown setting '\(key)'; see `camrig device set --help`")

@@ -42,7 +42,7 @@ struct SessionOptions: ParsableArguments {
 
     /// A session over the chosen cameras, committed with one frame rate (`fps` nil: the highest common).
     func makeSession(
-        pool: AgentPool, preset: RigSession.Preset, fps: FrameDuration?, photoOutput: WirePhotoOutputSettings? = nil, logger: Logger
+        pool: AgentPool, preset: RigSession.Preset, fps: FrameDuration?, responsiveCapture: Bool? = nil, deferredDelivery: Bool? = nil, logger: Logger
     ) async throws -> RigSession {
         let (devices, failures) = await RigDiscovery.devices(in: pool)
         for failure in failures { logger.warning("agent did not list its devices; its cameras are left out", metadata: ["agent": "\(failure.agent)", "error": "\(failure.error)"]) }
@@ -60,7 +60,7 @@ struct SessionOptions: ParsableArguments {
         guard !chosen.isEmpty else { throw CommandFailure("no cameras: no connected agent offers any (`camrig agents` shows their state)") }
         let session = RigSession(pool: pool, logger: logger)
         for camera in chosen { try await session.addInput(camera) }
-        await session.addPhotoOutput(photoOutput)
+        await session.addPhotoOutput(responsiveCapture: responsiveCapture, deferredDelivery: deferredDelivery)
         await session.addFrameOutput()
         await session.beginConfiguration()
         await session.setPreset(preset)
