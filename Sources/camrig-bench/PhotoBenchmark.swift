@@ -30,7 +30,22 @@ struct PhotoBenchmark: AsyncParsableCommand {
     @Option(name: .long, help: "The format of the burst rows.")
     var burstFormat = "YUYV-1280x720"
 
+    @Option(name: .long, help: "Photos per row on an emulated V4L2 camera (0 skips those rows).")
+    var v4l2Photos = 10
+
+    @Option(name: .long, help: "The emulated V4L2 camera's start-up delay, from STREAMON to its first frame, in milliseconds.")
+    var v4l2StartupMilliseconds = 150
+
     @OptionGroup var options: BenchOptions
+
+    /// Photos of an emulated V4L2 camera, which takes a start-up delay before its first frame.
+    struct V4L2Row: Encodable {
+        var quality: String
+        var prepared: Bool
+        var photos: Int
+        var latencyMilliseconds: Distribution
+        var captureStageMilliseconds: Distribution
+    }
 
     /// A burst of quality photos taken as fast as each camera is ready for the next.
     struct BurstRow: Encodable {
@@ -74,6 +89,8 @@ struct PhotoBenchmark: AsyncParsableCommand {
         var burstRows: [BurstRow]
         /// Median shot-to-shot delay without responsive capture and deferred delivery over with them (goal ≥ 3×).
         var burstSpeedup: Double
+        var v4l2StartupMilliseconds: Int
+        var v4l2Rows: [V4L2Row]
 
         var text: String {
             var lines = ["photo: quality prioritization on synthetic cameras, \(format), PSNR of the luma against the noise-free scene; \(machine.text)"]
@@ -100,6 +117,16 @@ struct PhotoBenchmark: AsyncParsableCommand {
                     ] }
                 ))
                 lines.append("shot to shot, off / on: \(times(burstSpeedup)) (goal ≥ 3×)")
+            }
+            if !v4l2Rows.isEmpty {
+                lines.append("emulated V4L2 camera (its first frame \(v4l2StartupMilliseconds) ms after STREAMON), 640x480 YUYV at 30 fps:")
+                lines.append(table(
+                    ["QUALITY", "PREPARED", "PHOTOS", "LATENCY ms P50", "P99", "CAPTURE STAGE ms P50"],
+                    v4l2Rows.map { [
+                        $0.quality, $0.prepared ? "yes" : "no", "\($0.photos)", String(format: "%.1f", $0.latencyMilliseconds.p50),
+                        String(format: "%.1f", $0.latencyMilliseconds.p99), String(format: "%.1f", $0.captureStageMilliseconds.p50),
+                    ] }
+                ))
             }
             return lines.joined(separator: "\n")
         }
@@ -188,9 +215,79 @@ struct PhotoBenchmark: AsyncParsableCommand {
             (level.description, ratio(row(level, prepared: true).latencyMilliseconds.p50, row(level, prepared: false).latencyMilliseconds.p50))
         })
         let speedup = burstRows.count == 2 ? ratio(burstRows[0].shotToShotMilliseconds.p50, burstRows[1].shotToShotMilliseconds.p50) : .nan
+        let v4l2Rows = try await measureV4L2(rig, logger: logger)
         return Result(
             machine: .current, format: format, rows: rows, qualityOverSpeedDecibels: gain, preparedOverUnpreparedLatency: latency, burstFormat: burstFormat,
-            burstRows: burstRows, burstSpeedup: speedup)
+            burstRows: burstRows, burstSpeedup: speedup, v4l2StartupMilliseconds: v4l2StartupMilliseconds, v4l2Rows: v4l2Rows)
+    }
+
+    /// Speed and balanced photos of an emulated V4L2 camera whose first frame comes a start-up delay after
+    /// STREAMON, unprepared (each photo starts the camera) and prepared (it streams already); empty when the
+    /// emulator is not installed.
+    func measureV4L2(_ rig: LoopbackRig, logger: Logger) async throws -> [V4L2Row] {
+        guard v4l2Photos > 0 else { return [] }
+        guard FileManager.default.fileExists(atPath: "/usr/lib/x86_64-linux-gnu/libv4l/plugins/libcamrig-v4l2-emulator.so") else {
+            options.say("the V4L2 emulator is not installed (make -C Tests/V4L2Emulator all install): V4L2 rows skipped")
+            return []
+        }
+        let directory = "/dev/shm/camrig-bench-photo"
+        try? FileManager.default.removeItem(atPath: directory)
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        setenv("CAMRIG_V4L2_EMULATOR_DIR", directory, 1)
+        let node = "\(directory)/video0"
+        FileManager.default.createFile(atPath: node, contents: nil)
+        try "startup_delay_us=\(v4l2StartupMilliseconds * 1000)\n".write(toFile: node + ".timing", atomically: true, encoding: .utf8)
+        let agent = try await rig.startAgent(LocalAgentSpec(cameras: 0, secure: false, extraArguments: ["--v4l2", node]), name: "agent-v4l2-photo")
+        let client = try await AgentClient.connect(to: agent.endpoint, security: .insecure, logger: logger)
+        let device = "v4l2:camrig-emu:platform:camrig-emu-0"
+        var rows: [V4L2Row] = []
+        for prepared in [false, true] {
+            for level in [PhotoQualityPrioritization.speed, .balanced] {
+                options.say("\(v4l2Photos) \(level) photos on an emulated V4L2 camera, \(prepared ? "prepared" : "unprepared")")
+                var settings = WirePhotoSettings()
+                settings.qualityPrioritization = WireQualityPrioritization(level)
+                var prepare = WirePreparePhotoSettings()
+                prepare.deviceID = device
+                prepare.settings = prepared ? [settings] : []
+                _ = try await client.request(.preparePhotoSettings(prepare))
+                if prepared { try await Task.sleep(for: .milliseconds(500)) }
+                let session = "bench-v4l2-\(level)-\(prepared)"
+                var latencies: [Double] = []
+                for shot in 0..<v4l2Photos {
+                    var capture = WireCapturePhoto()
+                    capture.deviceID = device
+                    capture.sessionID = session
+                    capture.settings = settings
+                    capture.settings.uniqueID = UInt64(shot + 1)
+                    let start = ContinuousClock.now
+                    let reply = try await client.request(.capturePhoto(capture)).frame.envelope.body
+                    guard case .triggerFired = reply else { throw CommandFailure("the emulated camera answered a \(level) photo with \(String(describing: reply))") }
+                    latencies.append((ContinuousClock.now - start).microseconds / 1000)
+                    // Unprepared, the camera stops after each photo; the next starts it again.
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+                var fetch = WireFetchResults()
+                fetch.sessionID = session
+                var acknowledge = WireAcknowledgeResults()
+                var stages: [Double] = []
+                for try await message in client.stream(.fetchResults(fetch)) {
+                    guard case .photoResult(let result) = message.envelope.body else { continue }
+                    acknowledge.resultIds.append(result.resultID)
+                    stages.append(Double(result.resolved.captureDurationNs) / 1e6)
+                }
+                _ = try await client.request(.acknowledgeResults(acknowledge))
+                rows.append(V4L2Row(
+                    quality: level.description, prepared: prepared, photos: latencies.count, latencyMilliseconds: Distribution(latencies),
+                    captureStageMilliseconds: Distribution(stages)))
+            }
+        }
+        var release = WirePreparePhotoSettings()
+        release.deviceID = device
+        _ = try await client.request(.preparePhotoSettings(release))
+        await client.close()
+        await rig.stop(agent)
+        return rows
     }
 
     /// Bursts of quality photos on every camera at once, each camera's next photo requested as soon as
