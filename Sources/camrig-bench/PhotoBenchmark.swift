@@ -119,7 +119,7 @@ struct PhotoBenchmark: AsyncParsableCommand {
                 lines.append("shot to shot, off / on: \(times(burstSpeedup)) (goal ≥ 3×)")
             }
             if !v4l2Rows.isEmpty {
-                lines.append("emulated V4L2 camera (its first frame \(v4l2StartupMilliseconds) ms after STREAMON), 640x480 YUYV at 30 fps:")
+                lines.append("emulated V4L2 camera (its first frame \(v4l2StartupMilliseconds) ms after STREAMON), in its default format:")
                 lines.append(table(
                     ["QUALITY", "PREPARED", "PHOTOS", "LATENCY ms P50", "P99", "CAPTURE STAGE ms P50"],
                     v4l2Rows.map { [
