@@ -372,6 +372,19 @@ extension CaptureManifest.Frame {
         return combined
     }
 
+    /// This frame and `other`, two results of one camera in one capture, as one: images of an exposure
+    /// bracket join (the first is the set's frame); a deferred photo's final replaces its proxy (kept as
+    /// `proxy_file`); otherwise this frame stays.
+    public func combining(_ other: CaptureManifest.Frame) -> CaptureManifest.Frame {
+        if photo?.bracketIndex != nil, other.photo?.bracketIndex != nil { return addingBracketImage(other) }
+        guard let id = photo?.photoId, id == other.photo?.photoId else { return self }
+        let (proxy, final) = photo?.proxy == true ? (self, other) : (other, self)
+        guard proxy.photo?.proxy == true, final.photo?.proxy != true else { return self }
+        var combined = final
+        combined.photo?.proxyFile = proxy.file
+        return combined
+    }
+
     /// Whether `file` is this frame's, or one of its bracket's.
     public func holds(file: String) -> Bool {
         self.file == file || (photo?.brackets ?? []).contains { $0.file == file }

@@ -86,25 +86,25 @@ public struct ContactSheet: Sendable {
         let pixel: (Int, Int) -> (UInt8, UInt8, UInt8)
         var decoded: [UInt8] = []
         switch pixelFormat {
-        case .yuyv where width >= 2 && bytesPerLine * height <= bytes.count:
+        case .yuyv where width >= 2 && bytesPerLine >= width * 2 && bytesPerLine * height <= bytes.count:
             (sourceWidth, sourceHeight) = (width, height)
             pixel = { x, y in
                 let pair = base + y * bytesPerLine + (x / 2) * 4
                 return yuvToRGB(y: Int(pair[x % 2 == 0 ? 0 : 2]), u: Int(pair[1]), v: Int(pair[3]))
             }
-        case .rgb24 where bytesPerLine * height <= bytes.count:
+        case .rgb24 where bytesPerLine >= width * 3 && bytesPerLine * height <= bytes.count:
             (sourceWidth, sourceHeight) = (width, height)
             pixel = { x, y in
                 let p = base + y * bytesPerLine + x * 3
                 return (p[0], p[1], p[2])
             }
-        case .grey where bytesPerLine * height <= bytes.count:
+        case .grey where bytesPerLine >= width && bytesPerLine * height <= bytes.count:
             (sourceWidth, sourceHeight) = (width, height)
             pixel = { x, y in
                 let value = base[y * bytesPerLine + x]
                 return (value, value, value)
             }
-        case .bayerRGGB8 where width >= 2 && height >= 2 && bytesPerLine * height <= bytes.count:
+        case .bayerRGGB8 where width >= 2 && height >= 2 && bytesPerLine >= width && bytesPerLine * height <= bytes.count:
             (sourceWidth, sourceHeight) = (width / 2, height / 2)
             pixel = { x, y in
                 let top = base + 2 * y * bytesPerLine + 2 * x

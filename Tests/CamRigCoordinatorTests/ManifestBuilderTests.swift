@@ -118,3 +118,40 @@ struct ManifestBuilderTests {
         #expect(manifest.summary.completeSets == 2 && manifest.summary.incompleteSets == 1)
     }
 }
+
+@Suite("One camera's results combined in a photo's set", .timeLimit(.minutes(1)))
+struct FrameCombiningTests {
+    func frame(_ file: String, photo: CaptureManifest.Photo?) -> CaptureManifest.Frame {
+        CaptureManifest.Frame(
+            camera: 0, sequence: 1, file: file, timestampNs: 1, agentTimestampNs: 1, marks: "start_of_exposure", uncertaintyNs: 1, photo: photo)
+    }
+
+    func photo(id: String, proxy: Bool? = nil, bracket: Int? = nil, bias: Float? = nil) -> CaptureManifest.Photo {
+        CaptureManifest.Photo(
+            quality: "quality", framesMerged: proxy == true ? 1 : 8, captureDurationNs: 0, processingDurationNs: 0, note: nil, photoId: id,
+            proxy: proxy, bracketIndex: bracket, exposureBias: bias)
+    }
+
+    @Test("a deferred photo's final replaces its proxy, whichever arrives first, and keeps the proxy's file")
+    func finalReplacesProxy() {
+        let proxy = frame("cam0-proxy.png", photo: photo(id: "a-1", proxy: true))
+        let final = frame("cam0.png", photo: photo(id: "a-1"))
+        for combined in [proxy.combining(final), final.combining(proxy)] {
+            #expect(combined.file == "cam0.png" && combined.photo?.proxy == nil && combined.photo?.proxyFile == "cam0-proxy.png")
+        }
+        // Another photo's final does not replace it.
+        #expect(proxy.combining(frame("cam0.png", photo: photo(id: "a-2"))) == proxy)
+    }
+
+    @Test("a bracket's images join its first, in order, whichever arrives first")
+    func bracketJoins() {
+        let images = [(1, Float(-2)), (2, 0), (3, 2)].map { index, bias in
+            frame(index == 1 ? "cam0.png" : "cam0-b\(index).png", photo: photo(id: "a-1-\(index)", bracket: index, bias: bias))
+        }
+        for order in [[0, 1, 2], [2, 0, 1], [1, 2, 0]] {
+            let combined = order.dropFirst().reduce(images[order[0]]) { $0.combining(images[$1]) }
+            #expect(combined.file == "cam0.png" && combined.photo?.bracketIndex == 1)
+            #expect(combined.photo?.brackets?.map(\.index) == [2, 3] && combined.photo?.brackets?.map(\.file) == ["cam0-b2.png", "cam0-b3.png"])
+        }
+    }
+}

@@ -122,7 +122,7 @@ struct DeferredCaptureTests {
         agent.stop()
     }
 
-    @Test("a deferred photo whose saved frames are damaged is set aside with a clear error; its proxy stays, and the agent keeps serving")
+    @Test("a deferred photo whose saved frames are damaged is set aside, and its proxy is delivered as its final, saying why; the agent keeps serving")
     func damagedDeferredPhoto() async throws {
         let pki = try TestPKI()
         defer { pki.remove() }
@@ -145,11 +145,17 @@ struct DeferredCaptureTests {
         client = try await agent.connect(pki)
         var finalize = WireFinalizePhotos()
         finalize.photoIds = [photoID]
-        let failure = await #expect(throws: AgentClientError.self) { try await client.request(.finalizePhotos(finalize)) }
-        #expect(failure?.message.contains(photoID) == true && failure?.message.contains("cannot be read") == true, "\(String(describing: failure))")
-        #expect(FileManager.default.fileExists(atPath: saved.path + ".unreadable"))
+        guard case .ok = try await client.request(.finalizePhotos(finalize)).frame.envelope.body else {
+            Issue.record("FinalizePhotos was not answered with Ok")
+            return
+        }
+        #expect(FileManager.default.fileExists(atPath: saved.path + ".unreadable"), "the damaged file is set aside")
         let results = try await fetch(client, session: "bad")
-        #expect(results.map(\.0.resultID) == [photoID + ".proxy"], "the proxy stays")
+        #expect(Set(results.map(\.0.resultID)) == [photoID + ".proxy", photoID])
+        // Its final is its proxy, saying why: the capture still gets a photo, once.
+        let final = try #require(results.first { $0.0.resultID == photoID })
+        #expect(!final.0.resolved.deferredProxy && final.0.dimensions.width == 320)
+        #expect(final.0.resolved.note.contains("cannot be read") && final.0.resolved.note.contains("delivered as its proxy"), "\(final.0.resolved.note)")
         _ = try await capture(client, session: "after")
         await client.close()
         agent.stop()
@@ -325,7 +331,9 @@ struct BracketTests {
             let brackets = try #require(photo["brackets"] as? [[String: Any]])
             #expect(brackets.map { $0["index"] as? Int } == [2, 3])
             #expect(brackets.map { $0["exposure_bias"] as? Double } == [0, 2])
-            for file in [frame["file"] as? String] + brackets.map({ $0["file"] as? String }) {
+            let files = [frame["file"] as? String] + brackets.map { $0["file"] as? String }
+            #expect(Set(files).count == 3, "each image has a file of its own: \(files)")
+            for file in files {
                 let file = try #require(file)
                 #expect(FileManager.default.fileExists(atPath: directory + "/" + file), "\(file) is in the capture")
             }

@@ -80,9 +80,16 @@ public final class DeferredPhotoStore: Sendable {
         let message = try WireDeferredPhoto(serializedBytes: Array(data[4..<(4 + length)]))
         var offset = 4 + length
         var frames: [CapturedFrame] = []
+        guard message.frames.count == message.payloadLengths.count else {
+            throw WireProtocolError(.internal, "deferred photo \(id) lists \(message.frames.count) frames but \(message.payloadLengths.count) payloads")
+        }
         for (header, size) in zip(message.frames, message.payloadLengths) {
             guard offset + Int(size) <= data.count else { throw WireProtocolError(.internal, "deferred photo \(id) is truncated") }
             let pixelFormat = PixelFormat(rawValue: header.pixelFormat)
+            // The frame's rows must fit its bytes, as the camera delivered them.
+            guard pixelFormat.isCompressed || (header.bytesPerLine > 0 && Int(header.bytesPerLine) * Int(header.dimensions.height) <= Int(size)) else {
+                throw WireProtocolError(.internal, "deferred photo \(id) has a frame whose layout does not fit its \(size) bytes")
+            }
             let format = DeviceFormat(
                 pixelFormat: pixelFormat, dimensions: header.dimensions.dimensions, frameRateRanges: [], bytesPerLine: header.bytesPerLine)
             var frame = CapturedFrame(
@@ -105,6 +112,14 @@ public final class DeferredPhotoStore: Sendable {
     func setAside(_ id: String) {
         waiting.withLockedValue { $0.removeAll { $0 == id } }
         try? FileManager.default.moveItem(at: url(id), to: directory.appendingPathComponent("\(id).photo.unreadable"))
+    }
+
+    /// Puts a photo whose final could not be made behind the others, so they are made first.
+    func moveToBack(_ id: String) {
+        waiting.withLockedValue { waiting in
+            guard let index = waiting.firstIndex(of: id) else { return }
+            waiting.append(waiting.remove(at: index))
+        }
     }
 
     /// Deletes a photo once its final is in the spool.

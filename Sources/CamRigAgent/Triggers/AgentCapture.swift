@@ -42,6 +42,8 @@ public final class AgentCapture: Sendable {
     private let lastActivity = NIOLockedValueBox<Int64>(0)
     static let idleBeforeDeferred: Int64 = 1_000_000_000
     private let deferredWorker = NIOLockedValueBox<Task<Void, Never>?>(nil)
+    /// How often making each deferred photo's final has failed.
+    private let finalFailures = NIOLockedValueBox<[String: Int]>([:])
 
     /// A device prepared for photos: the settings it was prepared with, and the sink that keeps its
     /// camera streaming with the newest frame at hand.
@@ -118,8 +120,19 @@ public final class AgentCapture: Sendable {
                 do {
                     try await self.makeFinal(next)
                 } catch {
-                    self.logger.error("cannot make a deferred photo's final; it stays deferred", metadata: ["photo": "\(next)", "error": "\(error)"])
-                    try? await Task.sleep(for: .seconds(5))
+                    // The others are made first; after three failures the photo's proxy becomes its final.
+                    let failures = self.finalFailures.withLockedValue { $0[next, default: 0] += 1; return $0[next]! }
+                    self.logger.error("cannot make a deferred photo's final", metadata: ["photo": "\(next)", "attempt": "\(failures)", "error": "\(error)"])
+                    self.deferred.moveToBack(next)
+                    if failures >= 3 {
+                        let spool = self.spool
+                        let deferred = self.deferred
+                        _ = try? await self.spoolThread.runIfActive {
+                            deferred.setAside(next)
+                            _ = try Self.deliverProxyAsFinal(next, why: "its final could not be made (\(error))", spool: spool)
+                        }
+                    }
+                    try? await Task.sleep(for: .seconds(1))
                 }
             }
         }
@@ -481,6 +494,7 @@ public final class AgentCapture: Sendable {
         reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void
     ) async -> WireEnvelope.OneOf_Body {
         var fired = WireTriggerFired(triggerID: triggerID, fireAt: fireAt, firedAt: firedAt)
+        var failure: WireError?
         for pending in frames {
             let deviceID = pending.deviceID
             let stages = StageReporter(
@@ -488,7 +502,14 @@ public final class AgentCapture: Sendable {
                 clock: clock, reply: reply)
             var processing = !pending.deferred
             do {
-                let captured = try await pending.frames.value
+                let captured: Captured
+                do {
+                    captured = try await pending.frames.value
+                } catch {
+                    // The capture stage failed and closed itself: no processing stage follows.
+                    processing = false
+                    throw error
+                }
                 let agentID = self.agentID
                 let spool = self.spool
                 let deferred = self.deferred
@@ -554,14 +575,18 @@ public final class AgentCapture: Sendable {
                         $0.spool.results = UInt32(self.spool.count)
                     }
                 }
-            } catch let failure as WireProtocolError {
-                if processing { pending.pipeline.endProcessing(level: pending.plan.level, duration: nil) }
-                return .error(WireError(failure.code, agent: agentID, device: deviceID, "trigger \(triggerID) on \(deviceID): \(failure.message)"))
             } catch {
+                // Every other device's photo is still stored (and its processing stage closed) before the
+                // trigger is answered with the first failure; stored photos stay in the spool.
                 if processing { pending.pipeline.endProcessing(level: pending.plan.level, duration: nil) }
-                return .error(WireError(.internal, agent: agentID, device: deviceID, "trigger \(triggerID) on \(deviceID): \(error)"))
+                if failure == nil {
+                    let code = (error as? WireProtocolError)?.code ?? .internal
+                    let message = (error as? WireProtocolError)?.message ?? "\(error)"
+                    failure = WireError(code, agent: agentID, device: deviceID, "trigger \(triggerID) on \(deviceID): \(message)")
+                }
             }
         }
+        if let failure { return .error(failure) }
         return .triggerFired(fired)
     }
 
@@ -625,7 +650,10 @@ public final class AgentCapture: Sendable {
                 job = try deferred.load(photoID)
             } catch {
                 deferred.setAside(photoID)
-                throw WireProtocolError(.internal, "the saved frames of deferred photo \(photoID) cannot be read (\(error)); set aside, its proxy stays the photo")
+                let why = "the saved frames of deferred photo \(photoID) cannot be read (\(error)); set aside"
+                // Its final is its proxy, when the spool still holds that: the capture gets a photo either way.
+                if (try? Self.deliverProxyAsFinal(photoID, why: why, spool: spool)) == true { return nil }
+                throw WireProtocolError(.internal, why + "; its proxy, fetched already, stays the photo")
             }
             let final = try Self.makeFinal(template: job.template, frames: job.frames, plan: job.plan, started: HostClock.monotonicNow())
             try spool.store(final.result, image: final.image)
@@ -635,6 +663,20 @@ public final class AgentCapture: Sendable {
         if let (level, duration) = made, let deviceID = spool.pending(session: "").first(where: { $0.resultID == photoID })?.deviceID {
             pipeline(for: deviceID).record(level: level, duration: duration)
         }
+    }
+
+    /// Stores a deferred photo's proxy again as its final (under the photo id), saying why, when the final
+    /// cannot be made; `false` when the spool no longer holds the proxy.
+    static func deliverProxyAsFinal(_ photoID: String, why: String, spool: ResultSpool) throws -> Bool {
+        guard let proxy = spool.pending(session: "").first(where: { $0.resultID == photoID + ".proxy" }) else { return false }
+        let image = try spool.image(of: proxy)
+        var final = proxy
+        final.resultID = photoID
+        final.resolved.deferredProxy = false
+        let note = why + "; delivered as its proxy"
+        final.resolved.note = final.resolved.note.isEmpty ? note : final.resolved.note + "; " + note
+        try spool.store(final, image: image)
+        return true
     }
 
     /// `FinalizePhotos`: makes the named deferred photos' finals now (every deferred photo when none is named).

@@ -289,7 +289,7 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
             for try await frame in client.stream(.fetchResults(fetch)) {
                 guard case .photoResult(let result) = frame.envelope.body, let payload = frame.payload,
                     let entry = wanted.first(where: { $0.matches(result) }),
-                    fetched.found[entry.camera] == nil || result.resolved.bracketIndex > 0
+                    fetched.found[entry.camera] == nil || result.resolved.bracketIndex > 0 || !result.photoID.isEmpty
                 else { continue }
                 let camera = entry.camera
                 do {
@@ -299,7 +299,7 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
                         into: sink, capture: capture)
                     try await sink.journal(JournalEntry(resultId: result.resultID, agent: agentID, frame: stamp), in: capture)
                     // An exposure bracket's images join its first one.
-                    fetched.found[camera] = fetched.found[camera].map { $0.addingBracketImage(stamp) } ?? stamp
+                    fetched.found[camera] = fetched.found[camera].map { $0.combining(stamp) } ?? stamp
                     stored.append(result.resultID)
                 } catch {
                     fetched.failedToStore.insert(camera)

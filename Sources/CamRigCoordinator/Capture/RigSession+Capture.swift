@@ -124,7 +124,8 @@ struct CaptureRig: Sendable {
         let file = try await sink.write(
             PayloadBytes(payload),
             layout: layout(pixelFormat: result.pixelFormat, dimensions: result.dimensions, bytesPerLine: result.bytesPerLine),
-            named: proxy ? stem + "-proxy" : stem,
+            // A proxy beside its final, and each image of an exposure bracket after the first, under names of their own.
+            named: proxy ? stem + "-proxy" : result.resolved.bracketIndex > 1 ? stem + "-b\(result.resolved.bracketIndex)" : stem,
             in: capture
         )
         return CaptureManifest.Frame(

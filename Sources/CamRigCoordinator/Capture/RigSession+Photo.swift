@@ -302,7 +302,8 @@ extension RigSession {
                 case .success(let frame):
                     // An exposure bracket delivers several images of one camera: its first is the set's frame.
                     if let earlier = gathered.frames[write.camera] {
-                        let combined = ManifestBuilder.entry(earlier).addingBracketImage(ManifestBuilder.entry(frame))
+                        // A bracket's images, or a deferred photo's proxy and final made already.
+                        let combined = ManifestBuilder.entry(earlier).combining(ManifestBuilder.entry(frame))
                         if combined.file == frame.payload.file { gathered.thumbnails[write.camera] = write.thumbnail }
                         gathered.frames[write.camera] = SyncFrame(combined)
                     } else {

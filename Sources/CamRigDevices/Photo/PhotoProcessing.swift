@@ -156,6 +156,9 @@ public enum PhotoProcessing {
         let width = Int(half.width)
         let height = Int(half.height)
         let inPitch = Int(format.bytesPerLine)
+        guard inPitch > 0, inPitch * Int(format.dimensions.height) <= frame.bytes.readableBytes,
+            inPitch >= Int(format.dimensions.width) * (format.pixelFormat == .yuyv ? 2 : format.pixelFormat == .rgb24 ? 3 : 1)
+        else { return nil }
         var binned = DeviceFormat(pixelFormat: format.pixelFormat, dimensions: half, frameRateRanges: format.frameRateRanges, supportedPhotoDimensions: [half])
         binned.maxZoomFactor = format.maxZoomFactor
         let outPitch = Int(binned.bytesPerLine)
@@ -250,6 +253,10 @@ public enum PhotoProcessing {
         let pitch = Int(format.bytesPerLine)
         let cell = alignmentCell(format.pixelFormat)
         let rowBytes = min(pitch, Int(format.dimensions.width) * cell.bytes / cell.pixels)
+        // A layout the bytes cannot hold (no row length known, or rows beyond the buffer) is not merged.
+        guard pitch > 0, rowBytes > 0, pitch * Int(format.dimensions.height) <= size else {
+            return Merged(frame: reference, frames: 1, noiseSigma: 0, mergedShare: 0)
+        }
         let rows = (size - skip) / pitch / cell.rows * cell.rows
         var out = ByteBufferAllocator().buffer(capacity: size)
         out.writeBytes(reference.bytes.readableBytesView.prefix(skip))
