@@ -161,6 +161,37 @@ struct DeferredCaptureTests {
         agent.stop()
     }
 
+    @Test("capture readiness events: not ready while a capture stage runs, then, without responsive capture, while the photo is processed; ready after")
+    func captureReadiness() async throws {
+        let pki = try TestPKI()
+        defer { pki.remove() }
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
+        defer { agent.stop() }
+        let client = try await agent.connect(pki)
+        let watcher = try await agent.connect(pki)
+        var subscribe = WireSubscribe()
+        subscribe.kinds = [.captureReadiness]
+        let events = watcher.stream(.subscribe(subscribe))
+        var iterator = events.makeAsyncIterator()
+        _ = try await iterator.next()  // Ok
+        for responsive in [false, true] {
+            try await configurePhotoOutput(client, responsive: responsive, deferred: false)
+            _ = try await capture(client, session: "readiness-\(responsive)")
+            var seen: [WireCaptureReadiness] = []
+            while seen.last != .ready, let message = try await iterator.next() {
+                if case .event(let event) = message.envelope.body, event.kind == .captureReadiness {
+                    #expect(event.deviceID == Self.device)
+                    seen.append(event.captureReadiness)
+                }
+            }
+            #expect(
+                seen == (responsive ? [.notReadyWaitingForCapture, .ready] : [.notReadyWaitingForCapture, .notReadyWaitingForProcessing, .ready]),
+                "responsive \(responsive): \(seen)")
+        }
+        await watcher.close()
+        await client.close()
+    }
+
     @Test("deferred finals are made on their own once the agent is idle")
     func finalWhenIdle() async throws {
         let pki = try TestPKI()

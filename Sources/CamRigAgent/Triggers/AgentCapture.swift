@@ -154,7 +154,16 @@ public final class AgentCapture: Sendable {
     func pipeline(for deviceID: String) -> DevicePhotoPipeline {
         pipelines.withLockedValue { pipelines in
             if let existing = pipelines[deviceID] { return existing }
-            let made = DevicePhotoPipeline()
+            let events = streams.devices.events
+            let made = DevicePhotoPipeline { readiness in
+                let (wire, text): (WireCaptureReadiness, String) =
+                    switch readiness {
+                    case .ready: (.ready, "ready")
+                    case .waitingForCapture: (.notReadyWaitingForCapture, "not ready: a capture stage runs")
+                    case .waitingForProcessing: (.notReadyWaitingForProcessing, "not ready: the previous photo is processed")
+                    }
+                events.publish(.captureReadiness, device: deviceID, message: "\(deviceID) capture readiness: \(text)") { $0.captureReadiness = wire }
+            }
             pipelines[deviceID] = made
             return made
         }

@@ -19,10 +19,27 @@ final class DevicePhotoPipeline: Sendable {
         var waiters: [Waiter] = []
         /// The exposure start of the latest photo's reference frame: the next photo's is later.
         var lastReference: Int64 = .min
+        /// Whether captures of the device may overlap processing (its photo output's, as the latest capture said).
+        var responsive = false
+        /// The readiness last reported.
+        var reported = Readiness.ready
         /// Recent processing durations per level, newest last.
         var history: [PhotoQualityPrioritization: [Int64]] = [:]
 
         func ready(responsive: Bool) -> Bool { !capturing && (responsive || processing == 0) }
+
+        var readiness: Readiness {
+            if capturing || !waiters.isEmpty { return .waitingForCapture }
+            return responsive || processing == 0 ? .ready : .waitingForProcessing
+        }
+
+        /// The readiness, when it changed since last reported.
+        mutating func changedReadiness() -> Readiness? {
+            let now = readiness
+            guard now != reported else { return nil }
+            reported = now
+            return now
+        }
 
         /// Lets the first waiter in, when it may begin; it takes the capture stage.
         mutating func admit() -> CheckedContinuation<Void, Never>? {
@@ -34,8 +51,24 @@ final class DevicePhotoPipeline: Sendable {
     }
 
     private let state = NIOLockedValueBox(State())
+    /// Told the device's readiness whenever it changes (AVCapturePhotoOutput's `captureReadiness`).
+    private let onReadiness: @Sendable (Readiness) -> Void
+
+    /// Whether a capture could begin now.
+    enum Readiness: Sendable, Equatable {
+        case ready
+        case waitingForCapture
+        case waitingForProcessing
+    }
+
+    init(onReadiness: @escaping @Sendable (Readiness) -> Void = { _ in }) {
+        self.onReadiness = onReadiness
+    }
     /// Processing durations kept per level for the estimate.
     static let historyLength = 16
+
+    /// The device's readiness now.
+    var readiness: Readiness { state.withLockedValue { $0.readiness } }
 
     /// Whether a capture could begin now (AVCapturePhotoOutput's `captureReadiness`).
     func isReady(responsive: Bool) -> Bool {
@@ -45,34 +78,38 @@ final class DevicePhotoPipeline: Sendable {
     /// Waits until this capture may begin, then holds the capture stage until `endCapture`.
     func beginCapture(responsive: Bool) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let admitted = state.withLockedValue { state -> CheckedContinuation<Void, Never>? in
+            let (admitted, changed) = state.withLockedValue { state -> (CheckedContinuation<Void, Never>?, Readiness?) in
+                state.responsive = responsive
                 state.waiters.append(Waiter(responsive: responsive, continuation: continuation))
-                return state.admit()
+                return (state.admit(), state.changedReadiness())
             }
+            if let changed { onReadiness(changed) }
             admitted?.resume()
         }
     }
 
     /// Ends the capture stage; `processing` when a processing stage follows now (not deferred, not failed).
     func endCapture(processing: Bool) {
-        let admitted = state.withLockedValue { state -> CheckedContinuation<Void, Never>? in
+        let (admitted, changed) = state.withLockedValue { state -> (CheckedContinuation<Void, Never>?, Readiness?) in
             state.capturing = false
             if processing { state.processing += 1 }
-            return state.admit()
+            return (state.admit(), state.changedReadiness())
         }
+        if let changed { onReadiness(changed) }
         admitted?.resume()
     }
 
     /// Ends a processing stage; `duration` (when it completed) joins the level's history.
     func endProcessing(level: PhotoQualityPrioritization, duration: Int64?) {
-        let admitted = state.withLockedValue { state -> CheckedContinuation<Void, Never>? in
+        let (admitted, changed) = state.withLockedValue { state -> (CheckedContinuation<Void, Never>?, Readiness?) in
             state.processing = max(0, state.processing - 1)
             if let duration {
                 state.history[level, default: []].append(duration)
                 if state.history[level]!.count > Self.historyLength { state.history[level]!.removeFirst() }
             }
-            return state.admit()
+            return (state.admit(), state.changedReadiness())
         }
+        if let changed { onReadiness(changed) }
         admitted?.resume()
     }
 

@@ -1002,6 +1002,7 @@ public nonisolated enum WireEventKind: SwiftProtobuf.Enum, Swift.CaseIterable {
   case leaseLost // = 3
   case spoolNearFull // = 4
   case triggerLate // = 5
+  case captureReadiness // = 6
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -1016,6 +1017,7 @@ public nonisolated enum WireEventKind: SwiftProtobuf.Enum, Swift.CaseIterable {
     case 3: self = .leaseLost
     case 4: self = .spoolNearFull
     case 5: self = .triggerLate
+    case 6: self = .captureReadiness
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -1028,6 +1030,7 @@ public nonisolated enum WireEventKind: SwiftProtobuf.Enum, Swift.CaseIterable {
     case .leaseLost: return 3
     case .spoolNearFull: return 4
     case .triggerLate: return 5
+    case .captureReadiness: return 6
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -1040,6 +1043,56 @@ public nonisolated enum WireEventKind: SwiftProtobuf.Enum, Swift.CaseIterable {
     .leaseLost,
     .spoolNearFull,
     .triggerLate,
+    .captureReadiness,
+  ]
+
+}
+
+/// Whether a device can begin a photo now (AVCapturePhotoOutput.captureReadiness).
+public nonisolated enum WireCaptureReadiness: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case unspecified // = 0
+
+  /// a capture would begin at once
+  case ready // = 1
+
+  /// a capture stage runs (or captures wait)
+  case notReadyWaitingForCapture // = 2
+
+  /// without responsive capture: the previous photo is processed
+  case notReadyWaitingForProcessing // = 3
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .unspecified
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .unspecified
+    case 1: self = .ready
+    case 2: self = .notReadyWaitingForCapture
+    case 3: self = .notReadyWaitingForProcessing
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .unspecified: return 0
+    case .ready: return 1
+    case .notReadyWaitingForCapture: return 2
+    case .notReadyWaitingForProcessing: return 3
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [WireCaptureReadiness] = [
+    .unspecified,
+    .ready,
+    .notReadyWaitingForCapture,
+    .notReadyWaitingForProcessing,
   ]
 
 }
@@ -3546,6 +3599,15 @@ public nonisolated struct WireEvent: Sendable {
     set {detail = .triggerID(newValue)}
   }
 
+  /// CAPTURE_READINESS: the device's readiness now
+  public var captureReadiness: WireCaptureReadiness {
+    get {
+      if case .captureReadiness(let v)? = detail {return v}
+      return .unspecified
+    }
+    set {detail = .captureReadiness(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Detail: Equatable, Sendable {
@@ -3557,6 +3619,8 @@ public nonisolated struct WireEvent: Sendable {
     case spool(WireSpoolStatus)
     /// TRIGGER_LATE
     case triggerID(String)
+    /// CAPTURE_READINESS: the device's readiness now
+    case captureReadiness(WireCaptureReadiness)
 
   }
 
@@ -3771,7 +3835,11 @@ nonisolated extension WirePhotoStage: SwiftProtobuf._ProtoNameProviding {
 }
 
 nonisolated extension WireEventKind: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0EVENT_KIND_UNSPECIFIED\0\u{1}EVENT_KIND_DEVICE_CONNECTED\0\u{1}EVENT_KIND_DEVICE_DISCONNECTED\0\u{1}EVENT_KIND_LEASE_LOST\0\u{1}EVENT_KIND_SPOOL_NEAR_FULL\0\u{1}EVENT_KIND_TRIGGER_LATE\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0EVENT_KIND_UNSPECIFIED\0\u{1}EVENT_KIND_DEVICE_CONNECTED\0\u{1}EVENT_KIND_DEVICE_DISCONNECTED\0\u{1}EVENT_KIND_LEASE_LOST\0\u{1}EVENT_KIND_SPOOL_NEAR_FULL\0\u{1}EVENT_KIND_TRIGGER_LATE\0\u{1}EVENT_KIND_CAPTURE_READINESS\0")
+}
+
+nonisolated extension WireCaptureReadiness: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0CAPTURE_READINESS_UNSPECIFIED\0\u{1}CAPTURE_READINESS_READY\0\u{1}CAPTURE_READINESS_NOT_READY_WAITING_FOR_CAPTURE\0\u{1}CAPTURE_READINESS_NOT_READY_WAITING_FOR_PROCESSING\0")
 }
 
 nonisolated extension WirePhaseLockState: SwiftProtobuf._ProtoNameProviding {
@@ -7788,7 +7856,7 @@ nonisolated extension WireSubscribe: SwiftProtobuf.Message, SwiftProtobuf._Messa
 
 nonisolated extension WireEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Event"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}kind\0\u{1}time\0\u{3}device_id\0\u{1}message\0\u{2}\u{6}device\0\u{1}lease\0\u{1}spool\0\u{3}trigger_id\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}kind\0\u{1}time\0\u{3}device_id\0\u{1}message\0\u{2}\u{6}device\0\u{1}lease\0\u{1}spool\0\u{3}trigger_id\0\u{3}capture_readiness\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -7847,6 +7915,14 @@ nonisolated extension WireEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageIm
           self.detail = .triggerID(v)
         }
       }()
+      case 14: try {
+        var v: WireCaptureReadiness?
+        try decoder.decodeSingularEnumField(value: &v)
+        if let v = v {
+          if self.detail != nil {try decoder.handleConflictingOneOf()}
+          self.detail = .captureReadiness(v)
+        }
+      }()
       default: break
       }
     }
@@ -7885,6 +7961,10 @@ nonisolated extension WireEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageIm
     case .triggerID?: try {
       guard case .triggerID(let v)? = self.detail else { preconditionFailure() }
       try visitor.visitSingularStringField(value: v, fieldNumber: 13)
+    }()
+    case .captureReadiness?: try {
+      guard case .captureReadiness(let v)? = self.detail else { preconditionFailure() }
+      try visitor.visitSingularEnumField(value: v, fieldNumber: 14)
     }()
     case nil: break
     }
