@@ -22,13 +22,7 @@ struct CaptureTests {
     }
 
     func fetch(_ client: AgentClient, session: String = "s1") async throws -> [(WirePhotoResult, ByteBuffer)] {
-        var fetch = WireFetchResults()
-        fetch.sessionID = session
-        var results: [(WirePhotoResult, ByteBuffer)] = []
-        for try await message in client.stream(.fetchResults(fetch)) {
-            if case .photoResult(let result) = message.envelope.body { results.append((result, message.payload ?? ByteBuffer())) }
-        }
-        return results
+        try await client.spooledResults(session: session)
     }
 
     @Test("kill -9 in the middle of a capture: after restart every result is offered again, and after acknowledgement never again")

@@ -1,5 +1,8 @@
+import CamRigCoordinator
 import CamRigTestSupport
+import CamRigWire
 import Foundation
+import NIOCore
 import Testing
 
 /// One agent process (`agent-1`, with synthetic cameras) and a rig file naming it, in a folder of
@@ -40,5 +43,18 @@ struct CommandLineRig {
         agent.stop()
         pki.remove()
         try? FileManager.default.removeItem(atPath: work)
+    }
+}
+
+extension AgentClient {
+    /// Every result of `session` the agent's spool offers, with its image (not acknowledged).
+    func spooledResults(session: String) async throws -> [(WirePhotoResult, ByteBuffer)] {
+        var fetch = WireFetchResults()
+        fetch.sessionID = session
+        var results: [(WirePhotoResult, ByteBuffer)] = []
+        for try await message in stream(.fetchResults(fetch)) {
+            if case .photoResult(let result) = message.envelope.body { results.append((result, message.payload ?? ByteBuffer())) }
+        }
+        return results
     }
 }

@@ -51,13 +51,7 @@ struct DeferredCaptureTests {
     }
 
     func fetch(_ client: AgentClient, session: String) async throws -> [(WirePhotoResult, ByteBuffer)] {
-        var fetch = WireFetchResults()
-        fetch.sessionID = session
-        var results: [(WirePhotoResult, ByteBuffer)] = []
-        for try await message in client.stream(.fetchResults(fetch)) {
-            if case .photoResult(let result) = message.envelope.body { results.append((result, message.payload ?? ByteBuffer())) }
-        }
-        return results
+        try await client.spooledResults(session: session)
     }
 
     func acknowledge(_ client: AgentClient, _ ids: [String]) async throws {

@@ -9,14 +9,9 @@
 /// quantiles of a normal distribution gives normally distributed noise.
 void camrig_add_noise(uint8_t *bytes, size_t count, const int16_t table[256], uint64_t *state);
 
-/// Merges `frame_count` images of `count` bytes into `out`, byte by byte: the mean of the reference
-/// (`frames[0]`) and every other frame's byte within `threshold` of it. Bytes that differ by more
-/// (something moved) keep the reference's value alone. Returns how many bytes took more than the reference.
-size_t camrig_merge_frames(uint8_t *out, const uint8_t *const *frames, size_t frame_count, size_t count, int threshold);
-
 /// Aligns `frame_count - 1` images to the reference (`frames[0]`) tile by tile and merges them into
-/// `out` (laid out as the frames, `pitch` bytes per row) as `camrig_merge_frames` does, each tile taking
-/// every other frame's bytes from where that tile's content moved to, within `threshold_sigmas` noise
+/// `out` (laid out as the frames, `pitch` bytes per row): each byte becomes the mean of the reference's
+/// and every other frame's byte, taken from where its tile's content moved to, within `threshold_sigmas` noise
 /// deviations of the reference (at least 3 levels). The noise deviation is estimated from the reference
 /// and the second frame once aligned, and stored in `*sigma`.
 ///

@@ -26,6 +26,12 @@ final class DevicePhotoPipeline: Sendable {
         /// Recent processing durations per level, newest last.
         var history: [PhotoQualityPrioritization: [Int64]] = [:]
 
+        /// Adds a processing duration to the level's history, keeping the latest `historyLength`.
+        mutating func remember(_ duration: Int64, level: PhotoQualityPrioritization) {
+            history[level, default: []].append(duration)
+            if history[level]!.count > DevicePhotoPipeline.historyLength { history[level]!.removeFirst() }
+        }
+
         func ready(responsive: Bool) -> Bool { !capturing && (responsive || processing == 0) }
 
         var readiness: Readiness {
@@ -103,10 +109,7 @@ final class DevicePhotoPipeline: Sendable {
     func endProcessing(level: PhotoQualityPrioritization, duration: Int64?) {
         let (admitted, changed) = state.withLockedValue { state -> (CheckedContinuation<Void, Never>?, Readiness?) in
             state.processing = max(0, state.processing - 1)
-            if let duration {
-                state.history[level, default: []].append(duration)
-                if state.history[level]!.count > Self.historyLength { state.history[level]!.removeFirst() }
-            }
+            if let duration { state.remember(duration, level: level) }
             return (state.admit(), state.changedReadiness())
         }
         if let changed { onReadiness(changed) }
@@ -115,10 +118,7 @@ final class DevicePhotoPipeline: Sendable {
 
     /// Records a processing duration made outside the pipeline (a deferred photo's final).
     func record(level: PhotoQualityPrioritization, duration: Int64) {
-        state.withLockedValue { state in
-            state.history[level, default: []].append(duration)
-            if state.history[level]!.count > Self.historyLength { state.history[level]!.removeFirst() }
-        }
+        state.withLockedValue { $0.remember(duration, level: level) }
     }
 
     /// The processing time to expect at `level`: the smallest and largest of the recent ones (0, 0 when none).

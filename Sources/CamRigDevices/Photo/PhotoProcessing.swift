@@ -298,25 +298,6 @@ public enum PhotoProcessing {
         }
     }
 
-    /// The noise of one frame estimated from two frames of a still scene: the median absolute difference
-    /// of a sample of their bytes, scaled to the standard deviation of a normal distribution.
-    public static func noise(_ a: ByteBuffer, _ b: ByteBuffer, from offset: Int) -> Double {
-        let count = min(a.readableBytes, b.readableBytes)
-        guard count > offset else { return 0 }
-        var differences: [Int] = []
-        differences.reserveCapacity((count - offset) / 61 + 1)
-        a.withUnsafeReadableBytes { a in
-            b.withUnsafeReadableBytes { b in
-                for index in stride(from: offset, to: count, by: 61) {
-                    differences.append(abs(Int(a[index]) - Int(b[index])))
-                }
-            }
-        }
-        differences.sort()
-        // For two frames with independent normal noise of deviation σ, |a − b| has median 0.6745 × √2 σ.
-        return Double(differences[differences.count / 2]) / (0.6745 * 2.0.squareRoot())
-    }
-
     /// Peak signal-to-noise ratio in dB of `image` against `truth`, over every `stride`-th byte from
     /// `offset` (stride 2 from 0 is the luma of YUYV); infinite when they are equal.
     public static func psnr(_ image: ByteBuffer, against truth: ByteBuffer, from offset: Int = 0, stride: Int = 1) -> Double {
