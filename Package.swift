@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 //
 // CamRig: synchronized capture across many camera hosts.
 //
@@ -19,6 +19,9 @@
 //   CamRigCoordinator  the client side: agent pool, clock synchronization, rig sessions, sync sets
 //   CamRigLocalRig     agents on this machine: agent processes, a throwaway PKI, a one-call loopback rig,
 //                      and a multi-host network (namespaces, and a relay for delay, jitter and loss)
+//   CamRigService      the coordinator as a long-running service: the rig kept connected and measured,
+//                      an HTTP API and WebSocket events (Hummingbird), live previews, the web console,
+//                      operator/viewer access, Prometheus metrics
 //   CamRigCLI          what the command-line tools share: tables and JSON output
 //   camrig, camrig-agent   the command-line executables
 //   camrig-bench       benchmarks against baselines measured in the same run (sync, throughput, latency, scale)
@@ -48,6 +51,10 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1", traits: []),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
     ],
     targets: [
         .target(
@@ -161,6 +168,27 @@ let package = Package(
             ]
         ),
         .target(
+            name: "CamRigService",
+            dependencies: [
+                "CamRigCLI", "CamRigClock", "CamRigWire", "CamRigSecurity", "CamRigCoordinator", "CamRigDevices", "CamRigCapture",
+                "CamRigStorage", "CamRigWireModel",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTLS", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+            ],
+            resources: [.copy("Console")]
+        ),
+        .target(
             name: "CamRigCLI",
             dependencies: [
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -171,9 +199,11 @@ let package = Package(
             name: "camrig",
             dependencies: [
                 "CamRigCLI", "CamRigClock", "CamRigCoordinator", "CamRigSecurity", "CamRigWire", "CamRigDevices",
-                "CamRigCapture", "CamRigStorage", "CamRigWireModel", "CamRigLocalRig",
+                "CamRigCapture", "CamRigStorage", "CamRigWireModel", "CamRigLocalRig", "CamRigService",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Yams", package: "Yams"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -262,7 +292,10 @@ let package = Package(
             dependencies: [
                 "camrig", "camrig-agent", "CamRigTestSupport", "CamRigLocalRig", "CamRigCoordinator", "CamRigWire",
                 "CamRigClock", "CamRigDevices", "CamRigSecurity", "CamRigCapture", "CamRigStorage", "CamRigClockSocket",
+                "CamRigService",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
     ]

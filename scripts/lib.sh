@@ -14,9 +14,23 @@ CAMRIG_PACKAGES=(
     chrony            # camrig-bench sync's baseline (run with -x: it never adjusts the clock)
     openssl           # camrig-bench throughput's TLS baseline (s_server/s_client)
     gcc make libc6-dev pkg-config  # the emulated V4L2 device (Tests/V4L2Emulator) and libv4l2's flags
+    chromium chromium-driver  # the web console's browser test (headless, driven by Selenium)
     ca-certificates
     git
 )
+
+# Python packages the tests use beyond Debian's: Selenium drives Debian's chromium-driver in the
+# console's browser test; openapi-spec-validator checks the service's OpenAPI document.
+CAMRIG_PYTHON_PACKAGES=(selenium openapi-spec-validator)
+
+install_python_packages() {
+    local missing=()
+    python3 -c "import selenium" 2>/dev/null || missing+=(selenium)
+    python3 -c "import openapi_spec_validator" 2>/dev/null || missing+=(openapi-spec-validator)
+    [ ${#missing[@]} -eq 0 ] && return
+    echo "installing Python packages: ${missing[*]}" >&2
+    python3 -m pip install -q "${missing[@]}" 2>&1 | grep -v "WARNING: Running pip as the 'root' user" >&2 || true
+}
 
 # Installs the packages that are missing (apt-get update only when something is).
 install_system_packages() {

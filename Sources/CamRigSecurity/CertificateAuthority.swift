@@ -59,6 +59,12 @@ public struct CertificateAuthority: Sendable {
         return try CertificateAuthority(certificate: certificate, privateKey: key)
     }
 
+    /// The authority's signature of `message` (ECDSA P-256 with SHA-256, raw r‖s), which anyone holding
+    /// the authority's certificate can check: how access tokens are issued.
+    public func signature(for message: Data) throws -> Data {
+        try privateKey.signature(for: message).rawRepresentation
+    }
+
     /// Issues a certificate for `name` in `role`.
     ///
     /// - Parameters:

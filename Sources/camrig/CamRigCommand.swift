@@ -13,6 +13,6 @@ struct CamRigCommand: AsyncParsableCommand {
             client certificates. Start with `camrig certs init --dir DIR`.
             """,
         version: "camrig \(CamRigVersion.string)",
-        subcommands: [Demo.self, Agents.self, Devices.self, Device.self, Capture.self, Record.self, Sync.self, Captures.self, Certs.self, Ping.self]
+        subcommands: [Demo.self, Serve.self, Agents.self, Devices.self, Device.self, Capture.self, Record.self, Sync.self, Captures.self, Certs.self, Ping.self]
     )
 }

@@ -2,6 +2,7 @@ import CamRigCLI
 import CamRigCoordinator
 import CamRigLocalRig
 import CamRigSecurity
+import CamRigService
 import CamRigStorage
 
 /// Turns a library error into the message and exit code the user sees: `Error: message`, status 1.
@@ -13,6 +14,7 @@ func userFacing(_ error: any Error) -> any Error {
     case let error as FrameRatePlanner.PlanError: return CommandFailure(error.description)
     case let error as StorageError: return CommandFailure(error.description)
     case let error as LocalAgentError: return CommandFailure(error.description)
+    case let error as DeviceSettingsError: return CommandFailure(error.description)
     default: return error
     }
 }

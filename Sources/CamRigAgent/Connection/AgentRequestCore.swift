@@ -36,7 +36,7 @@ public struct AgentRequestCore: Sendable {
         /// Open a UDP clock channel for this connection.
         case openClockChannel
         /// Start streaming a device, queueing at most `maxQueued` frames for this client.
-        case startStream(deviceID: String, maxQueued: Int)
+        case startStream(deviceID: String, maxQueued: Int, preview: PreviewOptions? = nil)
         /// Stop one of this connection's streams.
         case stopStream(streamID: String)
         /// Push events of these kinds (all when empty).
@@ -97,6 +97,13 @@ public struct AgentRequestCore: Sendable {
                     "max_queued_frames \(start.maxQueuedFrames) is above the agent's limit of \(Self.maximumQueuedFrames); ask for at most \(Self.maximumQueuedFrames) (0: the default of \(Self.defaultQueuedFrames))")))
             }
             let depth = start.maxQueuedFrames == 0 ? Self.defaultQueuedFrames : Int(start.maxQueuedFrames)
+            if start.hasPreview {
+                switch PreviewSubscriber.Options.from(start.preview) {
+                case .success(let options): return .startStream(deviceID: start.deviceID, maxQueued: 1, preview: options)
+                case .failure(let refusal):
+                    return .reply(.error(WireError(.invalidArgument, agent: agentID, device: start.deviceID, "\(refusal.description) (StartStream.preview)")))
+                }
+            }
             return .startStream(deviceID: start.deviceID, maxQueued: depth)
         case .stopStream(let stop):
             guard configuration.devices else { return unimplemented(request) }

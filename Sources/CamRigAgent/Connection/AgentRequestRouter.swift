@@ -72,8 +72,8 @@ struct AgentRequestRouter: Sendable {
             }
         case .devices(let body):
             devices?.handle(body, client: client, connection: connection.id, reply: reply)
-        case .startStream(let deviceID, let maxQueued):
-            streams?.open(deviceID: deviceID, requestID: requestID, connection: connection, maxQueued: maxQueued, reply: reply)
+        case .startStream(let deviceID, let maxQueued, let preview):
+            streams?.open(deviceID: deviceID, requestID: requestID, connection: connection, maxQueued: maxQueued, preview: preview, reply: reply)
         case .stopStream(let streamID):
             guard let streams, let devices else { return }
             devices.queue.async {

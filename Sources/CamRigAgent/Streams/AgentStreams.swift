@@ -87,6 +87,7 @@ public final class AgentStreams: Sendable {
         connection: AgentRequestRouter.Connection,
         maxQueued: Int,
         notBefore: Int64 = .min,
+        preview: PreviewSubscriber.Options? = nil,
         reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void
     ) {
         let subscriber = StreamSubscriber(
@@ -101,8 +102,9 @@ public final class AgentStreams: Sendable {
             guard let streams = self else { return }
             streams.devices.queue.async { streams.stop(streamID: streamID, reason: .frameTooLarge) }
         }
+        let sink: any FrameSink = preview.map { PreviewSubscriber(inner: subscriber, options: $0) } ?? subscriber
         devices.queue.async {
-            switch self.start(deviceID: deviceID, subscriber: subscriber) {
+            switch self.start(deviceID: deviceID, subscriber: sink) {
             case .started(_, let format): subscriber.open(format: format)
             case .failed(let error): reply(.error(error))
             }
@@ -152,7 +154,7 @@ public final class AgentStreams: Sendable {
         hubs.withLockedValue { hubs in
             hubs.values.contains { hub in
                 hub.subscribers.withLockedValue { subscribers in
-                    subscribers.values.contains { ($0 as? StreamSubscriber).map { $0.connection == connection && $0.requestID == requestID } ?? false }
+                    subscribers.values.contains { (($0 as? StreamSubscriber) ?? ($0 as? PreviewSubscriber)?.inner).map { $0.connection == connection && $0.requestID == requestID } ?? false }
                 }
             }
         }

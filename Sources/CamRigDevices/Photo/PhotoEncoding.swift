@@ -240,3 +240,26 @@ struct TIFFWriter {
         return out
     }
 }
+
+extension PhotoEncoder {
+    /// A baseline JPEG of packed RGB pixels (`width` × `height`, 3 bytes each, rows without padding).
+    public static func jpeg(rgb: [UInt8], width: Int, height: Int, quality: Int32) throws -> ByteBuffer {
+        guard width > 0, height > 0, rgb.count >= width * height * 3 else {
+            throw PhotoEncodingError(description: "JPEG of \(width)×\(height) RGB: \(rgb.count) bytes is too few")
+        }
+        guard let handle = tjInitCompress() else { throw PhotoEncodingError(description: "libjpeg-turbo could not start a compressor") }
+        defer { tjDestroy(handle) }
+        var output: UnsafeMutablePointer<UInt8>?
+        var size: UInt = 0
+        defer { if let output { tjFree(output) } }
+        let status = rgb.withUnsafeBufferPointer { pixels in
+            tjCompress2(
+                handle, pixels.baseAddress, Int32(width), Int32(width * 3), Int32(height), Int32(TJPF_RGB.rawValue), &output, &size,
+                Int32(TJSAMP_420.rawValue), quality, 0)
+        }
+        guard status == 0, let output else { throw PhotoEncodingError(description: "JPEG of RGB: \(String(cString: tjGetErrorStr2(handle)))") }
+        var buffer = ByteBufferAllocator().buffer(capacity: Int(size))
+        buffer.writeBytes(UnsafeRawBufferPointer(start: output, count: Int(size)))
+        return buffer
+    }
+}

@@ -2819,6 +2819,41 @@ public nonisolated struct WireStartStream: Sendable {
   /// Frames the agent may hold for this client before it drops (and counts) frames. 0: agent default.
   public var maxQueuedFrames: UInt32 = 0
 
+  /// Set: a preview stream. Instead of the device's frames, the agent sends small JPEG pictures made
+  /// from them (VideoFrame with pixel_format 'JPEG' and the preview's dimensions), at most
+  /// max_frames_per_second of them. Previews are made on a thread of their own, one at a time per
+  /// stream, and at most one waits to be sent: a preview that would wait is dropped (and counted in
+  /// the next frame's dropped_before), so watching never holds up the device's frames or a recording.
+  public var preview: WirePreviewOptions {
+    get {_preview ?? WirePreviewOptions()}
+    set {_preview = newValue}
+  }
+  /// Returns true if `preview` has been explicitly set.
+  public var hasPreview: Bool {self._preview != nil}
+  /// Clears the value of `preview`. Subsequent reads from it will return its default value.
+  public mutating func clearPreview() {self._preview = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _preview: WirePreviewOptions? = nil
+}
+
+public nonisolated struct WirePreviewOptions: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// Largest width of a preview in pixels; the height keeps the frame's aspect. 0: 320. At most 1920.
+  public var maxWidth: UInt32 = 0
+
+  /// Most previews a second. 0: 5. At most 30.
+  public var maxFramesPerSecond: Double = 0
+
+  /// JPEG quality, 1…100. 0: 70.
+  public var jpegQuality: UInt32 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -6590,7 +6625,7 @@ nonisolated extension WirePhotoOutputSettings: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension WireStartStream: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".StartStream"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}device_id\0\u{3}max_queued_frames\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}device_id\0\u{3}max_queued_frames\0\u{1}preview\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -6600,24 +6635,73 @@ nonisolated extension WireStartStream: SwiftProtobuf.Message, SwiftProtobuf._Mes
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.deviceID) }()
       case 2: try { try decoder.decodeSingularUInt32Field(value: &self.maxQueuedFrames) }()
+      case 3: try { try decoder.decodeSingularMessageField(value: &self._preview) }()
       default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if !self.deviceID.isEmpty {
       try visitor.visitSingularStringField(value: self.deviceID, fieldNumber: 1)
     }
     if self.maxQueuedFrames != 0 {
       try visitor.visitSingularUInt32Field(value: self.maxQueuedFrames, fieldNumber: 2)
     }
+    try { if let v = self._preview {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: WireStartStream, rhs: WireStartStream) -> Bool {
     if lhs.deviceID != rhs.deviceID {return false}
     if lhs.maxQueuedFrames != rhs.maxQueuedFrames {return false}
+    if lhs._preview != rhs._preview {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WirePreviewOptions: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PreviewOptions"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}max_width\0\u{3}max_frames_per_second\0\u{3}jpeg_quality\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.maxWidth) }()
+      case 2: try { try decoder.decodeSingularDoubleField(value: &self.maxFramesPerSecond) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.jpegQuality) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.maxWidth != 0 {
+      try visitor.visitSingularUInt32Field(value: self.maxWidth, fieldNumber: 1)
+    }
+    if self.maxFramesPerSecond.bitPattern != 0 {
+      try visitor.visitSingularDoubleField(value: self.maxFramesPerSecond, fieldNumber: 2)
+    }
+    if self.jpegQuality != 0 {
+      try visitor.visitSingularUInt32Field(value: self.jpegQuality, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WirePreviewOptions, rhs: WirePreviewOptions) -> Bool {
+    if lhs.maxWidth != rhs.maxWidth {return false}
+    if lhs.maxFramesPerSecond != rhs.maxFramesPerSecond {return false}
+    if lhs.jpegQuality != rhs.jpegQuality {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

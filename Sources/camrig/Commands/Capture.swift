@@ -1,3 +1,4 @@
+import CamRigService
 import ArgumentParser
 import Foundation
 import CamRigCLI

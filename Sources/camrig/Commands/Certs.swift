@@ -1,5 +1,6 @@
 import ArgumentParser
 import CamRigSecurity
+import CamRigService
 
 /// `camrig certs …`: the rig's certificate authority.
 struct Certs: AsyncParsableCommand {
@@ -11,8 +12,10 @@ struct Certs: AsyncParsableCommand {
             (agent, coordinator, viewer) is part of the certificate. Copy ca.pem and a host's NAME.pem and \
             NAME-key.pem to that host; keep ca-key.pem where certificates are issued.
             """,
-        subcommands: [Init.self, Issue.self, Renew.self, Revoke.self, List.self]
+        subcommands: [Init.self, Issue.self, Renew.self, Revoke.self, List.self, Token.self]
     )
 }
 
 extension PeerRole: ExpressibleByArgument {}
+
+extension AccessRole: ExpressibleByArgument {}

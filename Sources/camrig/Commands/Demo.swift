@@ -1,3 +1,4 @@
+import CamRigService
 import ArgumentParser
 import CamRigCLI
 import CamRigCapture

@@ -1,3 +1,4 @@
+import CamRigService
 import ArgumentParser
 import CamRigCLI
 import CamRigCoordinator
@@ -26,28 +27,8 @@ extension Device {
                     }
                     return found
                 }
-                let state = found.description.state
-                let controls = found.description.controls.map { control in
-                    ControlOutput(id: control.id, name: control.name, value: control.current.integer, minimum: control.minimum, maximum: control.maximum, defaultValue: control.defaultValue)
-                }
-                let summary = DeviceGetOutput(
-                    device: DeviceOutput(found),
-                    state: [
-                        "format": state.activeFormatID,
-                        "fps": state.activeMinFrameDuration.duration.map { String(format: "%.3f", $0.frameRate) } ?? "-",
-                        "focus": "\(state.focus.mode)",
-                        "exposure": "\(state.exposure.mode)",
-                        "white-balance": "\(state.whiteBalance.mode)",
-                        "zoom": "\(state.zoom.factor)",
-                        "torch": "\(state.torch.mode)",
-                        "responsive": state.photoOutput.responsiveCapture ? "on" : "off",
-                        "deferred": state.photoOutput.deferredDelivery ? "on" : "off",
-                        "max-quality": state.photoOutput.maxQualityPrioritization == .unspecified
-                            ? "quality" : PhotoQualityPrioritization(state.photoOutput.maxQualityPrioritization).description,
-                        "max-photo-size": "\(state.photoOutput.maxPhotoDimensions.width)x\(state.photoOutput.maxPhotoDimensions.height)",
-                    ],
-                    controls: controls
-                )
+                let summary = DeviceGetOutput(found)
+                let controls = summary.controls
                 if output.json {
                     try printJSON(summary, snakeCase: true)
                 } else {

@@ -1,3 +1,4 @@
+import CamRigService
 import ArgumentParser
 import CamRigCLI
 import CamRigCoordinator
@@ -30,7 +31,8 @@ extension Device {
 
         func run() async throws {
             let logger = output.makeLogger()
-            let parsed = try DeviceSettingsParser.parse(settings)
+            // Settings that cannot be parsed are a usage error, found before connecting.
+            do { _ = try DeviceSettingsParser.parse(settings) } catch { throw ValidationError("\(error)") }
             do {
                 let state = try await rig.withPool(logger: logger, clockSamples: 0) { pool -> WireDeviceState in
                     let (devices, _) = await RigDiscovery.devices(in: pool)

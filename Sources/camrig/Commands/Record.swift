@@ -1,3 +1,4 @@
+import CamRigService
 import CamRigClock
 import ArgumentParser
 import CamRigCLI

@@ -69,6 +69,17 @@ struct RigOptions: ParsableArguments {
         return (endpoints, security)
     }
 
+    /// The TLS directory: --tls-dir, else the rig file's tls_dir; nil with --insecure.
+    func tlsDirectoryPath() throws -> String? {
+        var fallback: String?
+        if let path = rig ?? ProcessInfo.processInfo.environment["CAMRIG_RIG"],
+            let file = try? YAMLDecoder().decode(RigFile.self, from: String(contentsOfFile: path, encoding: .utf8))
+        {
+            fallback = file.tlsDir
+        }
+        return try tls.directory(fallback: fallback)
+    }
+
     /// Connects to every agent, waits for clock estimates (and, with `settle`, until they are settled),
     /// runs `body`, disconnects.
     func withPool<T>(logger: Logger, clockSamples: Int = 16, settle: Bool = true, _ body: (AgentPool) async throws -> T) async throws -> T {

@@ -1,3 +1,4 @@
+import CamRigService
 import CamRigCLI
 import CamRigCapture
 import CamRigCoordinator

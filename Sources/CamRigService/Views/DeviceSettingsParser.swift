@@ -1,37 +1,36 @@
-import ArgumentParser
 import CamRigDevices
 import CamRigWire
 import CamRigWireModel
 
 /// `key=value` settings into a `Configure` change.
-enum DeviceSettingsParser {
+public enum DeviceSettingsParser {
     /// `photoOutput` is the device's photo output now: photo output keys change it, keeping the rest.
-    static func parse(_ settings: [String], photoOutput: WirePhotoOutputSettings = WirePhotoOutputSettings()) throws -> WireConfigure {
+    public static func parse(_ settings: [String], photoOutput: WirePhotoOutputSettings = WirePhotoOutputSettings()) throws -> WireConfigure {
         var change = WireConfigure()
-        guard !settings.isEmpty else { throw ValidationError("give at least one key=value setting") }
+        guard !settings.isEmpty else { throw DeviceSettingsError("give at least one key=value setting") }
         for setting in settings {
             let parts = setting.split(separator: "=", maxSplits: 1).map(String.init)
-            guard parts.count == 2, !parts[1].isEmpty else { throw ValidationError("'\(setting)' is not key=value") }
+            guard parts.count == 2, !parts[1].isEmpty else { throw DeviceSettingsError("'\(setting)' is not key=value") }
             let (key, value) = (parts[0], parts[1])
             func number() throws -> Double {
-                guard let number = Double(value) else { throw ValidationError("\(key)=\(value): not a number") }
+                guard let number = Double(value) else { throw DeviceSettingsError("\(key)=\(value): not a number") }
                 return number
             }
             func mode<T>(_ modes: [String: T]) throws -> T {
-                guard let mode = modes[value] else { throw ValidationError("\(key)=\(value): use one of \(modes.keys.sorted().joined(separator: ", "))") }
+                guard let mode = modes[value] else { throw DeviceSettingsError("\(key)=\(value): use one of \(modes.keys.sorted().joined(separator: ", "))") }
                 return mode
             }
             switch key {
             case "format": change.formatID = value
             case "fps":
-                guard let duration = duration(ofRate: value) else { throw ValidationError("fps=\(value): give a rate like 30 or 30000/1001") }
+                guard let duration = duration(ofRate: value) else { throw DeviceSettingsError("fps=\(value): give a rate like 30 or 30000/1001") }
                 change.minFrameDuration = WireRational(duration)
                 change.maxFrameDuration = WireRational(duration)
             case "focus": change.focus.mode = try mode(["locked": .locked, "auto": .auto, "continuous": .continuous])
             case "lens": change.focus.lensPosition = Float(try number())
             case "exposure": change.exposure.mode = try mode(["locked": .locked, "auto": .auto, "continuous": .continuous])
             case "exposure-duration":
-                guard let duration = durationText(value) else { throw ValidationError("exposure-duration=\(value): give seconds as a fraction like 1/250") }
+                guard let duration = durationText(value) else { throw DeviceSettingsError("exposure-duration=\(value): give seconds as a fraction like 1/250") }
                 change.exposure.mode = .custom
                 change.exposure.duration = WireRational(duration)
             case "iso": change.exposure.iso = Float(try number())
@@ -48,13 +47,13 @@ enum DeviceSettingsParser {
                 case "max-quality": change.photoOutput.maxQualityPrioritization = try mode(["speed": .speed, "balanced": .balanced, "quality": .quality])
                 default:
                     let size = value.lowercased().split(separator: "x").compactMap { UInt32($0) }
-                    guard size.count == 2 else { throw ValidationError("max-photo-size=\(value): give WxH, e.g. 1920x1080 (0x0: no limit)") }
+                    guard size.count == 2 else { throw DeviceSettingsError("max-photo-size=\(value): give WxH, e.g. 1920x1080 (0x0: no limit)") }
                     change.photoOutput.maxPhotoDimensions.width = size[0]
                     change.photoOutput.maxPhotoDimensions.height = size[1]
                 }
             default:
                 guard key.hasPrefix("0x"), let id = UInt32(key.dropFirst(2), radix: 16), let raw = Int64(value) else {
-                    throw ValidationError("unknown setting '\(key)'; see `camrig device set --help`")
+                    throw DeviceSettingsError("unknown setting '\(key)'; see `camrig device set --help`")
                 }
                 var control = WireControlValue()
                 control.id = id
@@ -66,7 +65,7 @@ enum DeviceSettingsParser {
     }
 
     /// "30" → 1/30 s; "30000/1001" → 1001/30000 s.
-    static func duration(ofRate text: String) -> FrameDuration? {
+    public static func duration(ofRate text: String) -> FrameDuration? {
         let parts = text.split(separator: "/")
         if parts.count == 2, let numerator = UInt32(parts[0]), let denominator = UInt32(parts[1]) {
             return FrameDuration(numerator: denominator, denominator: numerator)
@@ -76,9 +75,15 @@ enum DeviceSettingsParser {
     }
 
     /// "1/250" → 1/250 s.
-    static func durationText(_ text: String) -> FrameDuration? {
+    public static func durationText(_ text: String) -> FrameDuration? {
         let parts = text.split(separator: "/")
         guard parts.count == 2, let numerator = UInt32(parts[0]), let denominator = UInt32(parts[1]) else { return nil }
         return FrameDuration(numerator: numerator, denominator: denominator)
     }
+}
+
+/// A `key=value` device setting that cannot be applied as written; the message says what to write.
+public struct DeviceSettingsError: Error, Sendable, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
 }

@@ -3,19 +3,19 @@ import CamRigCoordinator
 import CamRigWire
 
 /// One camera's phase lock, as `camrig sync status` prints it.
-struct PhaseOutput: Encodable {
-    var camera: String
-    var state: String
-    var method: String
-    var phaseErrorUs: Double
-    var errorBoundUs: Double
-    var framePeriodUs: Double?
-    var rateErrorPpm: Double?
-    var restarts: Int
-    var frames: UInt64
-    var reason: String?
+public struct PhaseOutput: Codable, Sendable {
+    public var camera: String
+    public var state: String
+    public var method: String
+    public var phaseErrorUs: Double
+    public var errorBoundUs: Double
+    public var framePeriodUs: Double?
+    public var rateErrorPpm: Double?
+    public var restarts: Int
+    public var frames: UInt64
+    public var reason: String?
 
-    init(camera: String, _ status: WirePhaseStatus, failure: String? = nil) {
+    public init(camera: String, _ status: WirePhaseStatus, failure: String? = nil) {
         self.camera = camera
         state = failure == nil ? CameraPhase.name(of: status.state) : "unknown"
         method = CameraPhase.name(of: status.method)
@@ -28,11 +28,11 @@ struct PhaseOutput: Encodable {
         reason = failure ?? (status.reason.isEmpty ? nil : status.reason)
     }
 
-    init(_ phase: CameraPhase) {
+    public init(_ phase: CameraPhase) {
         self.init(camera: phase.camera, phase.status, failure: phase.failure)
     }
 
-    static func table(_ phases: [PhaseOutput]) -> String {
+    public static func table(_ phases: [PhaseOutput]) -> String {
         CamRigCLI.table(
             ["CAMERA", "LOCK", "METHOD", "PHASE ERR µs", "BOUND µs", "PERIOD µs", "RATE ppm", "RESTARTS", "REASON"],
             phases.map {

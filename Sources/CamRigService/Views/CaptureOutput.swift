@@ -3,51 +3,56 @@ import CamRigCapture
 import Foundation
 
 /// What a capture command prints: the capture's summary and per-camera figures.
-struct CaptureOutput: Encodable {
-    struct Camera: Encodable {
-        var camera: String
-        var framesDelivered: Int
-        var droppedFrames: Int
-        var unmatchedFrames: Int
-        var offsetUs: Double
-        var errorBoundUs: Double
-        var error: String?
+public struct CaptureOutput: Codable, Sendable {
+    public struct Camera: Codable, Sendable {
+        public var camera: String
+        public var framesDelivered: Int
+        public var droppedFrames: Int
+        public var unmatchedFrames: Int
+        public var offsetUs: Double
+        public var errorBoundUs: Double
+        public var error: String?
         /// `locked`, `locking`, `cannot-lock`, …; absent when the capture was not phase-locked.
-        var phaseLock: String?
-        var phaseErrorUs: Double?
-        var phaseLockReason: String?
+        public var phaseLock: String?
+        public var phaseErrorUs: Double?
+        public var phaseLockReason: String?
     }
 
-    var id: String
-    var kind: String
-    var directory: String
-    var fps: Double?
-    var sets: Int
-    var completeSets: Int
-    var incompleteSets: Int
-    var framesDelivered: Int
-    var droppedFrames: Int
-    var unmatchedFrames: Int
-    var skewP50Us: Double
-    var skewP99Us: Double
-    var maxSkewUs: Double
-    var cameras: [Camera]
+    public var id: String
+    public var kind: String
+    public var directory: String
+    public var fps: Double?
+    public var sets: Int
+    public var completeSets: Int
+    public var incompleteSets: Int
+    public var framesDelivered: Int
+    public var droppedFrames: Int
+    public var unmatchedFrames: Int
+    public var skewP50Us: Double
+    public var skewP99Us: Double
+    public var maxSkewUs: Double
+    public var cameras: [Camera]
     /// `complete`, `incomplete` or `in_progress`.
-    var state: String
+    public var state: String
     /// Results missing that their agents may still hold, and those known lost.
-    var waitingResults: Int
-    var lostResults: Int
+    public var waitingResults: Int
+    public var lostResults: Int
     /// Photos delivered as deferred proxies whose finals are still to come.
-    var awaitingFinals: Int
+    public var awaitingFinals: Int
     /// Skew in real time, where the truth is known (`camrig demo`).
-    var trueSkew: TrueSkew?
+    public var trueSkew: TrueSkew?
 
-    struct TrueSkew: Encodable {
-        var p50Us: Double
-        var maxUs: Double
+    public struct TrueSkew: Codable, Sendable {
+        public var p50Us: Double
+        public var maxUs: Double
+
+        public init(p50Us: Double, maxUs: Double) {
+            self.p50Us = p50Us
+            self.maxUs = maxUs
+        }
     }
 
-    init(_ manifest: CaptureManifest, directory: String) {
+    public init(_ manifest: CaptureManifest, directory: String) {
         id = manifest.id
         kind = manifest.kind
         self.directory = directory
@@ -74,7 +79,7 @@ struct CaptureOutput: Encodable {
         }
     }
 
-    var text: String {
+    public var text: String {
         var lines = ["\(kind) \(id) in \(directory) (\(state))"]
         lines.append("  sets \(sets) (complete \(completeSets), incomplete \(incompleteSets)); frames \(framesDelivered) delivered, \(droppedFrames) dropped, \(unmatchedFrames) unmatched")
         lines.append("  skew p50 \(String(format: "%.1f", skewP50Us)) µs, p99 \(String(format: "%.1f", skewP99Us)) µs, max \(String(format: "%.1f", maxSkewUs)) µs (coordinator clock; each frame's uncertainty adds the clock error)")

@@ -2,28 +2,28 @@ import CamRigCoordinator
 import Foundation
 
 /// One agent as `camrig agents` and `camrig sync status` show it.
-struct AgentStatusOutput: Encodable {
-    var agent: String
-    var address: String
-    var status: String
-    var reason: String?
-    var software: String
-    var lastSeen: String?
-    var connectAttempts: Int
-    var offsetUs: Double?
-    var driftPpm: Double?
-    var errorBoundUs: Double?
-    var minRoundTripUs: Double?
+public struct AgentStatusOutput: Codable, Sendable {
+    public var agent: String
+    public var address: String
+    public var status: String
+    public var reason: String?
+    public var software: String
+    public var lastSeen: String?
+    public var connectAttempts: Int
+    public var offsetUs: Double?
+    public var driftPpm: Double?
+    public var errorBoundUs: Double?
+    public var minRoundTripUs: Double?
     /// How fast the error bound grows away from the estimate's reference, ppm.
-    var driftUncertaintyPpm: Double?
+    public var driftUncertaintyPpm: Double?
     /// Whether the estimate is settled: drift known well enough that the bound holds a second ahead.
-    var clockSettled: Bool?
-    var samples: Int
-    var clockJumps: Int
+    public var clockSettled: Bool?
+    public var samples: Int
+    public var clockJumps: Int
     /// tls, udp or udp-kernel.
-    var clockTransport: String?
+    public var clockTransport: String?
 
-    init(_ snapshot: RemoteAgent.Snapshot) {
+    public init(_ snapshot: RemoteAgent.Snapshot) {
         agent = snapshot.name
         address = snapshot.endpoint.description
         status = snapshot.status.name

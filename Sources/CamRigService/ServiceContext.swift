@@ -1,0 +1,89 @@
+import CamRigSecurity
+import Foundation
+import Hummingbird
+import HummingbirdWebSocket
+import NIOCore
+import NIOSSL
+import X509
+
+/// Each request's context: Hummingbird's, the connection it came on (for its client certificate),
+/// and who the caller turned out to be.
+public struct ServiceRequestContext: RequestContext, WebSocketRequestContext {
+    public var coreContext: CoreRequestContextStorage
+    public let webSocket: WebSocketHandlerReference<Self>
+    let channel: any Channel
+    /// Set by `AccessMiddleware` before any route runs.
+    public var access: Access?
+
+    public init(source: ApplicationRequestContextSource) {
+        coreContext = .init(source: source)
+        webSocket = .init()
+        channel = source.channel
+    }
+
+    /// The request size limit: settings and capture requests are small.
+    public var maxUploadSize: Int { 64 * 1024 }
+
+    /// The client certificate the connection was opened with, already verified during the handshake.
+    func peerIdentity() async -> PeerIdentity? {
+        let channel = self.channel
+        let certificate = try? await channel.eventLoop.submit { () -> NIOSSLCertificate? in
+            try channel.pipeline.syncOperations.handler(type: NIOSSLServerHandler.self).peerCertificate
+        }.get()
+        guard let certificate, let der = try? certificate.toDERBytes(), let parsed = try? Certificate(derEncoded: der) else { return nil }
+        return try? PeerIdentity(certificate: parsed)
+    }
+}
+
+/// Finds out who calls and refuses what their role does not allow.
+///
+/// A caller is an operator or a viewer by their client certificate's role (coordinator: operator), or
+/// by an access token (`camrig certs token`) sent as `Authorization: Bearer TOKEN` or in the
+/// `camrig_token` cookie that `/login?token=` sets for browsers. The console's static files and
+/// `/login` need no access; everything else does, and viewers may only read.
+struct AccessMiddleware: RouterMiddleware {
+    typealias Context = ServiceRequestContext
+    let trustRoot: Certificate
+
+    static let cookieName = "camrig_token"
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        var context = context
+        let path = request.uri.path
+        if Self.isPublic(path) { return try await next(request, context) }
+        context.access = try await Self.access(for: request, context: context, trustRoot: trustRoot)
+        guard let access = context.access else {
+            throw ServiceError(
+                .unauthorized,
+                "no client certificate and no access token: present a coordinator or viewer certificate, or send a token from `camrig certs token` (Authorization: Bearer TOKEN, or open /login?token=TOKEN in a browser)")
+        }
+        if access.role == .viewer, request.method != .get, request.method != .head {
+            throw ServiceError(
+                .forbidden,
+                "\(access.name) has the viewer role, which is read-only (status, previews, captures): \(request.method) \(path) takes the operator role (a coordinator certificate, or a token from `camrig certs token --role operator`)")
+        }
+        return try await next(request, context)
+    }
+
+    static func isPublic(_ path: String) -> Bool {
+        if path == "/login" || path == "/logout" || path == "/" || path == "/openapi.yaml" { return true }
+        if path.hasPrefix("/api/") || path == "/metrics" { return false }
+        // The console's own files: they hold no rig data.
+        return path.hasSuffix(".js") || path.hasSuffix(".css") || path.hasSuffix(".html") || path.hasSuffix(".svg") || path.hasSuffix(".png")
+    }
+
+    static func access(for request: Request, context: ServiceRequestContext, trustRoot: Certificate) async throws -> Access? {
+        if let identity = await context.peerIdentity(), let access = Access(certificate: identity) { return access }
+        var token: String?
+        if let authorization = request.headers[.authorization], authorization.lowercased().hasPrefix("bearer ") {
+            token = String(authorization.dropFirst(7)).trimmingCharacters(in: .whitespaces)
+        } else if let cookie = request.cookies[cookieName] {
+            token = cookie.value
+        }
+        guard let token else { return nil }
+        switch AccessTokens.verify(token, trustRoot: trustRoot) {
+        case .success(let access): return access
+        case .failure(let refusal): throw ServiceError(.unauthorized, refusal.description)
+        }
+    }
+}

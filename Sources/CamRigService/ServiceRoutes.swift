@@ -1,0 +1,306 @@
+import CamRigCapture
+import CamRigCoordinator
+import CamRigStorage
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdWebSocket
+import NIOCore
+import X509
+
+/// The HTTP API (`/api/v1`), the events WebSocket, `/metrics`, `/login` and the console's files.
+/// `openapi.yaml` (served at `/openapi.yaml`) documents every route here.
+public enum ServiceRoutes {
+    /// A camera as the API lists it.
+    public struct CameraView: Codable, Sendable {
+        public var device: DeviceOutput
+        public var inSession: Bool
+        public var phase: PhaseOutput?
+        public var previewWatchers: Int
+    }
+
+    public struct CameraDetail: Codable, Sendable {
+        public var camera: CameraView
+        public var settings: [String: String]
+        public var controls: [ControlOutput]
+        public var formatIds: [String]
+    }
+
+    public struct SessionView: Codable, Sendable {
+        public var id: String?
+        public var committed: String?
+        public var cameras: Int
+        public var fps: Double?
+        public var error: String?
+        public var runningCapture: String?
+    }
+
+    public struct RigView: Codable, Sendable {
+        public var started: String
+        public var access: Access?
+        public var agents: [AgentStatusOutput]
+        public var cameras: [CameraView]
+        public var session: SessionView
+    }
+
+    public struct SyncView: Codable, Sendable {
+        public struct Agent: Codable, Sendable {
+            public var status: AgentStatusOutput
+            public var history: [RigService.ClockSample]
+        }
+        public var agents: [Agent]
+        public var cameras: [PhaseOutput]
+    }
+
+    public struct SettingsRequest: Codable, Sendable {
+        /// `camrig device set` keys and values, e.g. {"exposure-duration": "1/250", "iso": "200"}.
+        public var settings: [String: String]
+    }
+
+    /// Builds the router: the API behind `AccessMiddleware`, the console's files from `consoleDirectory`.
+    public static func router(service: RigService, metrics: ServiceMetrics, trustRoot: Certificate, consoleDirectory: String) -> Router<ServiceRequestContext> {
+        let router = Router(context: ServiceRequestContext.self)
+        router.add(middleware: AccessMiddleware(trustRoot: trustRoot))
+        router.add(middleware: FileMiddleware(consoleDirectory, urlBasePath: "/", searchForIndexHtml: true))
+        addLogin(to: router, trustRoot: trustRoot)
+        router.get("/openapi.yaml") { _, _ in
+            let path = consoleDirectory + "/openapi.yaml"
+            guard let data = FileManager.default.contents(atPath: path) else { throw ServiceError(.notFound, "openapi.yaml is missing from \(consoleDirectory)") }
+            return Response(status: .ok, headers: [.contentType: "application/yaml"], body: .init(byteBuffer: ByteBuffer(data: data)))
+        }
+        router.get("/metrics") { _, _ in
+            let text = await metrics.scrape(service)
+            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: text)))
+        }
+        let api = router.group("/api/v1")
+        api.get("whoami") { _, context in try json(context.access) }
+        api.get("rig") { _, context in try json(await rigView(service, access: context.access)) }
+        api.get("agents") { _, _ in try json(service.pool.agents.map { AgentStatusOutput($0.snapshot) }) }
+        api.get("agents/:agent") { _, context in
+            let name = try context.parameters.require("agent")
+            guard let agent = service.pool.agents.first(where: { $0.name == name || $0.endpoint.description == name }) else {
+                throw ServiceError(.notFound, agent: name, "no agent '\(name)' in the rig (GET /api/v1/agents lists them)")
+            }
+            return try json(AgentStatusOutput(agent.snapshot))
+        }
+        api.get("devices") { _, _ in try json(await cameras(service)) }
+        api.get("devices/:agent/:device") { _, context in
+            let device = try await service.device(named: try cameraName(context))
+            return try json(await detail(service, device))
+        }
+        api.put("devices/:agent/:device/settings") { request, context in
+            let name = try cameraName(context)
+            let body = try await decode(SettingsRequest.self, request, context)
+            guard !body.settings.isEmpty else { throw ServiceError(.badRequest, device: name, "settings is empty: give at least one key, e.g. {\"settings\": {\"exposure-duration\": \"1/250\"}}") }
+            let settings = body.settings.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+            let device = try await service.apply(settings: settings, to: name, by: context.access!)
+            return try json(await detail(service, device))
+        }
+        api.get("devices/:agent/:device/preview.jpg") { _, context in
+            let device = try await service.device(named: try cameraName(context))
+            let preview: PreviewHub.Preview
+            do {
+                preview = try await service.previews.snapshot(device)
+            } catch let error as PreviewError {
+                throw ServiceError(.unavailable, agent: device.agentID, device: device.name, error.message)
+            }
+            return Response(
+                status: .ok,
+                headers: [.contentType: "image/jpeg", .cacheControl: "no-store"],
+                body: .init(byteBuffer: preview.jpeg))
+        }
+        api.get("devices/:agent/:device/preview.mjpeg") { _, context in
+            let device = try await service.device(named: try cameraName(context))
+            let previews = service.previews
+            let boundary = "camrigpreview"
+            return Response(
+                status: .ok,
+                headers: [.contentType: "multipart/x-mixed-replace; boundary=\(boundary)", .cacheControl: "no-store"],
+                body: ResponseBody { writer in
+                    // Watching ends when the viewer goes away: the write fails and the stream closes.
+                    let (id, stream) = previews.watch(device)
+                    defer { previews.stopWatching(device.name, id: id) }
+                    for await preview in stream {
+                        var part = ByteBuffer(string: "--\(boundary)\r\nContent-Type: image/jpeg\r\nContent-Length: \(preview.jpeg.readableBytes)\r\nX-Camrig-Sequence: \(preview.sequence)\r\n\r\n")
+                        part.writeImmutableBuffer(preview.jpeg)
+                        part.writeString("\r\n")
+                        try await writer.write(part)
+                    }
+                    try await writer.finish(nil)
+                })
+        }
+        api.get("session") { _, _ in try json(await sessionView(service)) }
+        api.get("sync") { _, _ in try json(await syncView(service)) }
+        api.post("captures/photo") { request, context in
+            let body = try await decode(RigService.PhotoRequest.self, request, context, emptyAs: RigService.PhotoRequest())
+            let job = try await service.startPhoto(body, by: context.access!)
+            return try json(job, status: .accepted, location: "/api/v1/jobs/\(job.id)")
+        }
+        api.post("captures/recording") { request, context in
+            let body = try await decode(RigService.RecordRequest.self, request, context)
+            let job = try await service.startRecording(body, by: context.access!)
+            return try json(job, status: .accepted, location: "/api/v1/jobs/\(job.id)")
+        }
+        api.get("jobs") { _, _ in try json(await service.jobs.reversed()) }
+        api.get("jobs/:job") { _, context in
+            let id = try context.parameters.require("job")
+            guard let job = await service.job(id) else { throw ServiceError(.notFound, "no capture job '\(id)' (jobs are kept while the service runs)") }
+            return try json(job)
+        }
+        api.get("captures") { _, _ in try json(try service.store.catalog.list()) }
+        api.get("captures/:capture") { _, context in
+            let entry = try catalogEntry(service, try context.parameters.require("capture"))
+            let manifest = try service.store.manifest(of: entry)
+            return try json(CaptureOutput(manifest, directory: service.store.root.appendingPathComponent(entry.directory).path))
+        }
+        api.get("captures/:capture/manifest") { _, context in
+            let entry = try catalogEntry(service, try context.parameters.require("capture"))
+            return try file(service.store.root.appendingPathComponent(entry.directory).appendingPathComponent("manifest.json"), type: "application/json")
+        }
+        api.get("captures/:capture/files/:file") { _, context in
+            let entry = try catalogEntry(service, try context.parameters.require("capture"))
+            let name = try context.parameters.require("file")
+            guard !name.isEmpty, !name.contains("/"), !name.hasPrefix("."), name != ".." else {
+                throw ServiceError(.badRequest, "'\(name)' is not a file name of a capture")
+            }
+            let url = service.store.root.appendingPathComponent(entry.directory).appendingPathComponent(name)
+            let type = MediaType.getMediaType(forExtension: url.pathExtension)?.description ?? "application/octet-stream"
+            return try file(url, type: type)
+        }
+        api.get("events/recent") { _, _ in try json(service.events.recent()) }
+        api.ws("events") { inbound, outbound, _ in
+            let (id, events) = service.events.subscribe()
+            defer { service.events.unsubscribe(id) }
+            let encoder = JSONEncoder()
+            encoder.keyEncodingStrategy = .convertToSnakeCase
+            // Inbound messages are not used; reading them notices the viewer closing the socket.
+            let reader = Task {
+                for try await _ in inbound {}
+                service.events.unsubscribe(id)
+            }
+            defer { reader.cancel() }
+            for await event in events {
+                guard let data = try? encoder.encode(event) else { continue }
+                try await outbound.write(.text(String(decoding: data, as: UTF8.self)))
+            }
+        }
+        return router
+    }
+
+    // MARK: Views
+
+    static func cameras(_ service: RigService) async -> [CameraView] {
+        let devices = await service.devices
+        let phases = await service.phases
+        let session = await sessionView(service)
+        let inputs = await service.session?.inputs.map(\.name) ?? []
+        _ = session
+        return devices.map { device in
+            CameraView(
+                device: DeviceOutput(device), inSession: inputs.contains(device.name), phase: phases[device.name].map(PhaseOutput.init),
+                previewWatchers: service.previews.watcherCount(device.name))
+        }
+    }
+
+    static func detail(_ service: RigService, _ device: RigDevice) async -> CameraDetail {
+        let get = DeviceGetOutput(device)
+        let view = await cameras(service).first { $0.device.name == device.name }
+            ?? CameraView(device: DeviceOutput(device), inSession: false, phase: nil, previewWatchers: 0)
+        return CameraDetail(camera: view, settings: get.state, controls: get.controls, formatIds: device.description.formats.map(\.id))
+    }
+
+    static func sessionView(_ service: RigService) async -> SessionView {
+        let session = await service.session
+        let committed = await service.sessionCommitted
+        let running = await service.jobs.last { $0.state == "running" }?.id
+        return SessionView(
+            id: session?.id, committed: committed.map { ISO8601DateFormatter().string(from: $0) }, cameras: await session?.inputs.count ?? 0,
+            fps: await session?.activeFrameDuration?.frameRate, error: await service.sessionError, runningCapture: running)
+    }
+
+    static func rigView(_ service: RigService, access: Access?) async -> RigView {
+        RigView(
+            started: ISO8601DateFormatter().string(from: service.started), access: access,
+            agents: service.pool.agents.map { AgentStatusOutput($0.snapshot) }, cameras: await cameras(service), session: await sessionView(service))
+    }
+
+    static func syncView(_ service: RigService) async -> SyncView {
+        let history = await service.history
+        let phases = await service.phases
+        return SyncView(
+            agents: service.pool.agents.map { agent in
+                let snapshot = agent.snapshot
+                return SyncView.Agent(status: AgentStatusOutput(snapshot), history: Array((history[snapshot.name] ?? []).suffix(120)))
+            },
+            cameras: phases.values.sorted { $0.camera < $1.camera }.map(PhaseOutput.init))
+    }
+
+    // MARK: Helpers
+
+    static func cameraName(_ context: ServiceRequestContext) throws -> String {
+        "\(try context.parameters.require("agent"))/\(try context.parameters.require("device"))"
+    }
+
+    static func catalogEntry(_ service: RigService, _ id: String) throws -> CaptureCatalog.Entry {
+        guard let entry = try service.store.catalog.entry(id) else {
+            throw ServiceError(.notFound, "no capture '\(id)' in the catalog (GET /api/v1/captures lists them)")
+        }
+        return entry
+    }
+
+    static func file(_ url: URL, type: String) throws -> Response {
+        guard let data = FileManager.default.contents(atPath: url.path) else {
+            throw ServiceError(.notFound, "no file \(url.lastPathComponent) in the capture")
+        }
+        return Response(status: .ok, headers: [.contentType: type], body: .init(byteBuffer: ByteBuffer(data: data)))
+    }
+
+    static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok, location: String? = nil) throws -> Response {
+        let encoder = JSONEncoder()
+        encoder.keyEncodingStrategy = .convertToSnakeCase
+        encoder.outputFormatting = [.sortedKeys]
+        var headers: HTTPFields = [.contentType: "application/json"]
+        if let location { headers[.location] = location }
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(data: try encoder.encode(value))))
+    }
+
+    static func decode<T: Decodable>(_ type: T.Type, _ request: Request, _ context: ServiceRequestContext, emptyAs empty: T? = nil) async throws -> T {
+        var request = request
+        let body: ByteBuffer
+        do {
+            body = try await request.collectBody(upTo: context.maxUploadSize)
+        } catch {
+            throw ServiceError(.tooLarge, "the request body is larger than \(context.maxUploadSize) bytes")
+        }
+        if body.readableBytes == 0, let empty { return empty }
+        let decoder = JSONDecoder()
+        decoder.keyDecodingStrategy = .convertFromSnakeCase
+        do {
+            return try decoder.decode(T.self, from: Data(buffer: body))
+        } catch {
+            throw ServiceError(.badRequest, "the request body is not the JSON this route takes (see /openapi.yaml): \(error)")
+        }
+    }
+
+    static func addLogin(to router: Router<ServiceRequestContext>, trustRoot: Certificate) {
+        router.get("/login") { request, _ in
+            guard let token = request.uri.queryParameters.get("token") else {
+                throw ServiceError(.badRequest, "give the token: /login?token=TOKEN (from `camrig certs token`)")
+            }
+            switch AccessTokens.verify(token, trustRoot: trustRoot) {
+            case .success:
+                return Response(
+                    status: .seeOther,
+                    headers: [
+                        .location: "/",
+                        .setCookie: "\(AccessMiddleware.cookieName)=\(token); Path=/; HttpOnly; Secure; SameSite=Strict",
+                    ])
+            case .failure(let refusal):
+                throw ServiceError(.unauthorized, refusal.description)
+            }
+        }
+        router.post("/logout") { _, _ in
+            Response(status: .noContent, headers: [.setCookie: "\(AccessMiddleware.cookieName)=; Path=/; Max-Age=0; HttpOnly; Secure; SameSite=Strict"])
+        }
+    }
+}

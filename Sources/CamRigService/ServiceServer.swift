@@ -1,0 +1,74 @@
+import CamRigSecurity
+import Foundation
+import Hummingbird
+import HummingbirdTLS
+import HummingbirdWebSocket
+import Logging
+import NIOCore
+import NIOSSL
+import ServiceLifecycle
+import X509
+
+/// The service's HTTPS server: the API, events, metrics and console behind TLS, where clients may
+/// present a coordinator or viewer certificate of the rig's authority (checked as agents check
+/// theirs) or come without one and show an access token.
+public enum ServiceServer {
+    /// Where the console's files are: the folder named, or the one built into this program.
+    public static func consoleDirectory(_ override: String? = nil) -> String {
+        override ?? Bundle.module.bundleURL.appendingPathComponent("Console").path
+    }
+
+    /// The server's TLS: the coordinator's certificate from `directory`, client certificates asked for
+    /// but optional, and any that is presented verified against the authority, its revocation list and
+    /// the coordinator and viewer roles (a refused certificate ends the handshake).
+    public static func tlsConfiguration(directory: TLSDirectory, identityName: String?) throws -> TLSChannelConfiguration {
+        let (entry, keyPEM) = try directory.identity(named: identityName, roles: [.coordinator])
+        let trustRoot = try directory.trustRoot()
+        let revocations = try directory.revocationList(verifiedBy: trustRoot)
+        let certificate = try NIOSSLCertificate(bytes: Array(try entry.certificate.serializeAsPEM().pemString.utf8), format: .pem)
+        let key = try NIOSSLPrivateKey(bytes: Array(keyPEM.utf8), format: .pem)
+        let root = try NIOSSLCertificate(bytes: Array(try trustRoot.serializeAsPEM().pemString.utf8), format: .pem)
+        var configuration = TLSConfiguration.makeServerConfiguration(certificateChain: [.certificate(certificate)], privateKey: .privateKey(key))
+        configuration.minimumTLSVersion = .tlsv12
+        configuration.certificateVerification = .optionalVerification
+        configuration.trustRoots = .certificates([root])
+        let verifier = PeerCertificateVerifier(trustRoot: trustRoot, acceptedRoles: [.coordinator, .viewer], revocations: revocations)
+        return TLSChannelConfiguration(tlsConfiguration: configuration) { certificates in
+            guard let chain = try? certificates.map({ try Certificate(derEncoded: try $0.toDERBytes()) }) else { return .failed }
+            if case .accepted = await verifier.verify(chain: chain) { return .certificateVerified }
+            return .failed
+        }
+    }
+
+    /// The application serving `service` on `host:port` (port 0: any free port, reported to `onRunning`).
+    public static func application(
+        service: RigService,
+        host: String,
+        port: Int,
+        tls: TLSChannelConfiguration,
+        trustRoot: Certificate,
+        consoleDirectory: String,
+        metrics: ServiceMetrics = ServiceMetrics(),
+        logger: Logger,
+        onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) throws -> some ApplicationProtocol {
+        let router = ServiceRoutes.router(service: service, metrics: metrics, trustRoot: trustRoot, consoleDirectory: consoleDirectory)
+        return Application(
+            router: router,
+            server: try .tls(.http1WebSocketUpgrade(webSocketRouter: router), configuration: tls),
+            configuration: ApplicationConfiguration(address: .hostname(host, port: port), serverName: "camrig"),
+            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) },
+            logger: logger)
+    }
+}
+
+/// Runs `RigService` under swift-service-lifecycle: it stops, releasing its cameras, on graceful shutdown.
+public struct RigServiceRunner: Service {
+    let service: RigService
+
+    public init(_ service: RigService) { self.service = service }
+
+    public func run() async throws {
+        await cancelWhenGracefulShutdown { await service.run() }
+    }
+}
