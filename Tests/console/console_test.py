@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""The coordinator service as its users meet it: the HTTPS API with tokens and client certificates,
+Prometheus metrics, the OpenAPI document, and the web console in headless Chromium.
+
+Usage: console_test.py URL TOKEN TLS_DIR SCREENSHOT_DIR
+  URL     the service (https://127.0.0.1:PORT/), started with `camrig serve --loopback 2`
+  TOKEN   an operator token; TLS_DIR holds the rig's CA (ca-key.pem) and agent-1.pem; viewer-1 is issued if missing
+Prints one line per check; exits 1 at the first failed one.
+"""
+import base64
+import json
+import os
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import yaml
+from openapi_spec_validator import validate
+from prometheus_client.parser import text_string_to_metric_families
+
+URL, TOKEN, TLS_DIR, SHOTS = sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3], sys.argv[4]
+os.makedirs(SHOTS, exist_ok=True)
+
+
+def check(condition, what):
+    if not condition:
+        print(f"FAILED: {what}", flush=True)
+        sys.exit(1)
+    print(f"ok: {what}", flush=True)
+
+
+def context(cert=None):
+    ctx = ssl.create_default_context(cafile=os.path.join(TLS_DIR, "ca.pem"))
+    ctx.check_hostname = False  # the coordinator's certificate names the coordinator, not 127.0.0.1
+    if cert:
+        ctx.load_cert_chain(os.path.join(TLS_DIR, cert + ".pem"), os.path.join(TLS_DIR, cert + "-key.pem"))
+    return ctx
+
+
+def request(path, method="GET", body=None, token=None, cert=None):
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = "Bearer " + token
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(URL + path, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, context=context(cert), timeout=30) as response:
+            return response.status, response.headers, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers, error.read()
+
+
+def problem(status, headers, body):
+    return headers.get("Content-Type", "").startswith("application/problem+json") and json.loads(body)["status"] == status
+
+
+CAMRIG = os.environ.get("CAMRIG", "camrig")
+if not os.path.exists(os.path.join(TLS_DIR, "viewer-1.pem")):
+    subprocess.run([CAMRIG, "certs", "issue", "--dir", TLS_DIR, "--name", "viewer-1", "--role", "viewer"], capture_output=True, check=True)
+
+# --- Access -------------------------------------------------------------------------------------------
+status, headers, body = request("/api/v1/rig")
+check(status == 401 and problem(401, headers, body) and "camrig certs token" in json.loads(body)["detail"],
+      "without a certificate or token the API answers 401 with a problem document saying how to get access")
+status, headers, body = request("/api/v1/rig", token="camrig1.e30.AAAA")
+check(status == 401 and "not issued by this rig" in json.loads(body)["detail"], "a forged token is refused, saying so")
+status, _, body = request("/api/v1/whoami", token=TOKEN)
+check(status == 200 and json.loads(body)["role"] == "operator", "the operator token signs in as operator")
+status, _, body = request("/api/v1/whoami", cert="viewer-1")
+check(status == 200 and json.loads(body) == {"name": "viewer-1", "role": "viewer", "method": "certificate"},
+      "a viewer certificate signs in as viewer")
+status, headers, body = request("/api/v1/captures/photo", method="POST", body={}, cert="viewer-1")
+check(status == 403 and problem(403, headers, body) and "viewer role" in json.loads(body)["detail"],
+      "a viewer may not capture: 403 saying the viewer role is read-only")
+try:
+    request("/api/v1/whoami", cert="agent-1")
+    refused = False
+except (ssl.SSLError, urllib.error.URLError, ConnectionError) as error:
+    refused = True
+check(refused, "an agent's certificate is refused at the TLS handshake")
+viewer_token = subprocess.run(
+    [CAMRIG, "certs", "token", "--dir", TLS_DIR, "--name", "wall-screen", "--role", "viewer"],
+    capture_output=True, text=True, check=True).stdout.strip()
+status, _, body = request("/api/v1/whoami", token=viewer_token)
+check(status == 200 and json.loads(body)["role"] == "viewer" and json.loads(body)["name"] == "wall-screen",
+      "`camrig certs token --role viewer` issues a token the service accepts as viewer")
+
+# --- The rig ------------------------------------------------------------------------------------------
+deadline = time.time() + 60
+while True:
+    rig = json.loads(request("/api/v1/rig", token=TOKEN)[2])
+    if rig["session"].get("id") and len(rig["cameras"]) == 2:
+        break
+    check(time.time() < deadline, f"the service commits a session over both cameras within 60 s (now: {rig['session']})")
+    time.sleep(0.5)
+check(all(agent["status"] == "connected" and agent["offset_us"] is not None for agent in rig["agents"]),
+      "both agents are connected with a clock estimate")
+cameras = [camera["device"]["name"] for camera in rig["cameras"]]
+first = cameras[0]
+status, headers, body = request(f"/api/v1/devices/{first}/preview.jpg", token=viewer_token)
+check(status == 200 and headers["Content-Type"] == "image/jpeg" and body[:2] == b"\xff\xd8", "a viewer gets a JPEG preview of a camera")
+status, headers, body = request("/api/v1/devices/agent-9/none/preview.jpg", token=TOKEN)
+check(status == 404 and json.loads(body)["device"] == "agent-9/none", "an unknown camera is a 404 naming it")
+status, _, body = request(f"/api/v1/devices/{first}/settings", method="PUT", body={"settings": {"shutter": "fast"}}, token=TOKEN)
+check(status == 400 and json.loads(body)["device"] == first and "unknown setting 'shutter'" in json.loads(body)["detail"],
+      "an unknown setting is a 400 naming the camera and the setting")
+sync = json.loads(request("/api/v1/sync", token=TOKEN)[2])
+check(len(sync["agents"]) == 2 and all(a["history"] for a in sync["agents"]), "sync health has every agent with its clock history")
+
+# --- Metrics ------------------------------------------------------------------------------------------
+status, _, body = request("/metrics", token=viewer_token)
+families = {family.name: family for family in text_string_to_metric_families(body.decode())}
+offsets = [s for s in families["camrig_agent_clock_offset_seconds"].samples]
+check(status == 200 and len(offsets) == 2 and {s.labels["agent"] for s in offsets} == {"agent-1", "agent-2"},
+      "/metrics parses as Prometheus text with each agent's clock offset")
+check(all(s.value == 1 for s in families["camrig_agent_connected"].samples) and len(families["camrig_camera_fps"].samples) == 2,
+      "/metrics has each agent's connection state and each camera's frame rate")
+
+# --- OpenAPI ------------------------------------------------------------------------------------------
+status, _, body = request("/openapi.yaml")
+document = yaml.safe_load(body)
+validate(document)
+check(status == 200 and "/api/v1/devices/{agent}/{device}/settings" in document["paths"], "the OpenAPI document is served and valid (openapi-spec-validator)")
+
+# --- The console in Chromium --------------------------------------------------------------------------
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+options = webdriver.ChromeOptions()
+for argument in ["--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000", "--disable-dev-shm-usage"]:
+    options.add_argument(argument)
+options.accept_insecure_certs = True  # the service's certificate is signed by the rig's own CA
+options.binary_location = "/usr/bin/chromium"
+browser = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+wait = WebDriverWait(browser, 30)
+try:
+    browser.get(URL + "/")
+    wait.until(lambda b: b.find_element(By.ID, "signin").is_displayed())
+    check(True, "the console without a token asks to sign in")
+    browser.get(URL + "/login?token=" + TOKEN)
+    wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#grid .tile")) == 2)
+    check(True, "the console shows one tile per camera")
+
+    def picture(index):
+        return browser.execute_script("""
+            const img = document.querySelectorAll('#grid .tile img')[arguments[0]];
+            if (!img.complete || img.naturalWidth === 0) return null;
+            const canvas = document.createElement('canvas');
+            canvas.width = img.naturalWidth; canvas.height = img.naturalHeight;
+            canvas.getContext('2d').drawImage(img, 0, 0);
+            return canvas.toDataURL('image/png');""", index)
+
+    wait.until(lambda b: picture(0) is not None and picture(1) is not None)
+    before = picture(0)
+    browser.save_screenshot(os.path.join(SHOTS, "console-grid.png"))
+    wait.until(lambda b: picture(0) != before)
+    check(True, "each tile shows a live preview that changes")
+
+    tile = browser.find_elements(By.CSS_SELECTOR, "#grid .tile")[0]
+    name = tile.get_attribute("data-camera")
+    tile.click()
+    wait.until(lambda b: b.find_element(By.ID, "panel").is_displayed() and b.find_elements(By.CSS_SELECTOR, "#panel-settings tr"))
+    field = browser.find_element(By.CSS_SELECTOR, "#settings-form input[name='exposure-duration']")
+    field.send_keys("1/250")
+    browser.find_element(By.ID, "settings-apply").click()
+    wait.until(lambda b: b.find_element(By.ID, "settings-result").text in ("applied",) or "error" in b.find_element(By.ID, "settings-result").get_attribute("class"))
+    check(browser.find_element(By.ID, "settings-result").text == "applied", "changing a camera's exposure in its panel is applied")
+    detail = json.loads(request(f"/api/v1/devices/{name}", token=TOKEN)[2])
+    check(detail["settings"]["exposure"] == "custom" and detail["settings"].get("exposure-duration") in ("1/250", "4/1000"),
+          f"the camera's exposure is now custom 1/250 s (agent reports {detail['settings'].get('exposure')}, {detail['settings'].get('exposure-duration')})")
+    rows = {r.find_elements(By.TAG_NAME, "td")[0].text: r.find_elements(By.TAG_NAME, "td")[1].text
+            for r in browser.find_elements(By.CSS_SELECTOR, "#panel-settings tr") if r.find_elements(By.TAG_NAME, "td")}
+    check(rows.get("exposure") == "custom", "the panel shows the applied exposure")
+    browser.save_screenshot(os.path.join(SHOTS, "console-camera-panel.png"))
+    browser.find_element(By.ID, "panel-close").click()
+
+    browser.find_element(By.ID, "photo-button").click()
+    wait.until(lambda b: b.execute_script(
+        "const s = document.getElementById('contact-sheet'); return !document.getElementById('result').hidden && s.complete && s.naturalWidth > 0"))
+    title = browser.find_element(By.ID, "result-title").text
+    check("photo" in title and "skew max" in title, f"a photo from the console shows the set's contact sheet ({title})")
+    result_rows = browser.find_elements(By.CSS_SELECTOR, "#result-table tr")
+    check(len(result_rows) == 3, "the result lists both cameras with their offsets")
+    browser.save_screenshot(os.path.join(SHOTS, "console-photo.png"))
+
+    browser.find_element(By.CSS_SELECTOR, "nav button[data-view='sync']").click()
+    wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#sync-agents tr")) == 3)
+    check(len(browser.find_elements(By.CSS_SELECTOR, "#sync-agents polyline")) >= 2, "sync health plots each agent's offset history")
+    browser.save_screenshot(os.path.join(SHOTS, "console-sync.png"))
+
+    browser.find_element(By.CSS_SELECTOR, "nav button[data-view='captures']").click()
+    wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#captures tr")) >= 2)
+    check(True, "the capture browser lists the catalog")
+    events = browser.find_elements(By.CSS_SELECTOR, "#event-list li")
+    check(any("photo" in e.text for e in events), "the events list shows the capture's progress from the WebSocket")
+finally:
+    browser.quit()
+
+# Previews stop once nobody watches.
+deadline = time.time() + 10
+while True:
+    watched = [c["preview_watchers"] for c in json.loads(request("/api/v1/devices", token=TOKEN)[2])]
+    if watched == [0, 0]:
+        break
+    check(time.time() < deadline, f"previews close when the console closes (watchers now {watched})")
+    time.sleep(0.5)
+check(True, "previews close when the console closes")
+print("all checks passed")
