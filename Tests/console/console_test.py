@@ -2,7 +2,7 @@
 """The coordinator service as its users meet it: the HTTPS API with tokens and client certificates,
 Prometheus metrics, the OpenAPI document, and the web console in headless Chromium.
 
-Usage: console_test.py URL TOKEN TLS_DIR SCREENSHOT_DIR
+Usage: console_test.py URL TOKEN TLS_DIR SCREENSHOT_DIR [CAMRIG]
   URL     the service (https://127.0.0.1:PORT/), started with `camrig serve --loopback 2`
   TOKEN   an operator token; TLS_DIR holds the rig's CA (ca-key.pem) and agent-1.pem; viewer-1 is issued if missing
 Prints one line per check; exits 1 at the first failed one.
@@ -57,7 +57,7 @@ def problem(status, headers, body):
     return headers.get("Content-Type", "").startswith("application/problem+json") and json.loads(body)["status"] == status
 
 
-CAMRIG = os.environ.get("CAMRIG", "camrig")
+CAMRIG = sys.argv[5] if len(sys.argv) > 5 else os.environ.get("CAMRIG", "camrig")
 if not os.path.exists(os.path.join(TLS_DIR, "viewer-1.pem")):
     subprocess.run([CAMRIG, "certs", "issue", "--dir", TLS_DIR, "--name", "viewer-1", "--role", "viewer"], capture_output=True, check=True)
 
