@@ -10,21 +10,26 @@ public final class ServiceMetrics: Sendable {
         self.registry = registry
     }
 
+    /// The gauge `name` with `labels` (made on first use, the same one after).
+    private func gauge(_ name: String, _ help: String, _ labels: [(String, String)] = []) -> Gauge {
+        registry.makeGauge(descriptor: MetricNameDescriptor(metricName: name, helpText: help), labels: labels)
+    }
+
     /// Brings every gauge up to date and renders the registry.
     public func scrape(_ service: RigService) async -> String {
         let snapshots = service.pool.agents.map(\.snapshot)
         for snapshot in snapshots {
             let labels = [("agent", snapshot.name)]
-            registry.makeGauge(name: "camrig_agent_connected", labels: labels, help: "1 when the agent's connection is up")
+            gauge("camrig_agent_connected", "1 when the agent's connection is up", labels)
                 .set(snapshot.status == .connected ? 1.0 : 0.0)
             if let clock = snapshot.clock {
-                registry.makeGauge(name: "camrig_agent_clock_offset_seconds", labels: labels, help: "Agent clock minus coordinator clock")
+                gauge("camrig_agent_clock_offset_seconds", "Agent clock minus coordinator clock", labels)
                     .set(clock.offsetNanoseconds / 1e9)
-                registry.makeGauge(name: "camrig_agent_clock_error_bound_seconds", labels: labels, help: "Bound on the offset estimate's error")
+                gauge("camrig_agent_clock_error_bound_seconds", "Bound on the offset estimate's error", labels)
                     .set(clock.errorBoundNanoseconds / 1e9)
-                registry.makeGauge(name: "camrig_agent_clock_drift_ppm", labels: labels, help: "Agent clock rate minus coordinator clock rate")
+                gauge("camrig_agent_clock_drift_ppm", "Agent clock rate minus coordinator clock rate", labels)
                     .set(clock.driftPPM)
-                registry.makeGauge(name: "camrig_agent_round_trip_seconds", labels: labels, help: "Lowest recent clock-probe round trip")
+                gauge("camrig_agent_round_trip_seconds", "Lowest recent clock-probe round trip", labels)
                     .set(Double(clock.minimumRoundTrip) / 1e9)
             }
         }
@@ -32,24 +37,24 @@ public final class ServiceMetrics: Sendable {
         let phases = await service.phases
         for device in devices {
             let labels = [("agent", device.agentID), ("camera", device.name)]
-            registry.makeGauge(name: "camrig_camera_connected", labels: labels, help: "1 when the camera is plugged in")
+            gauge("camrig_camera_connected", "1 when the camera is plugged in", labels)
                 .set(device.description.connected ? 1.0 : 0.0)
-            registry.makeGauge(name: "camrig_camera_fps", labels: labels, help: "Frame rate the camera is configured for")
+            gauge("camrig_camera_fps", "Frame rate the camera is configured for", labels)
                 .set(device.description.state.activeMinFrameDuration.duration.map(\.frameRate) ?? 0)
-            registry.makeGauge(name: "camrig_camera_leased", labels: labels, help: "1 when a client holds the camera's configuration lease")
+            gauge("camrig_camera_leased", "1 when a client holds the camera's configuration lease", labels)
                 .set(device.description.hasLease ? 1.0 : 0.0)
             let phase = phases[device.name]
-            registry.makeGauge(name: "camrig_camera_phase_locked", labels: labels, help: "1 when the camera is phase-locked to the rig's frame grid")
+            gauge("camrig_camera_phase_locked", "1 when the camera is phase-locked to the rig's frame grid", labels)
                 .set(phase?.status.state == .locked ? 1.0 : 0.0)
             if let phase, phase.failure == nil {
-                registry.makeGauge(name: "camrig_camera_phase_error_seconds", labels: labels, help: "Camera's exposure starts minus the rig's frame grid")
+                gauge("camrig_camera_phase_error_seconds", "Camera's exposure starts minus the rig's frame grid", labels)
                     .set(Double(phase.status.phaseErrorNs) / 1e9)
-                registry.makeGauge(name: "camrig_camera_frames", labels: labels, help: "Frames the camera's phase lock has seen")
+                gauge("camrig_camera_frames", "Frames the camera's phase lock has seen", labels)
                     .set(Double(phase.status.frames))
-                registry.makeGauge(name: "camrig_camera_restarts", labels: labels, help: "Stream restarts the phase lock made to move the camera's phase")
+                gauge("camrig_camera_restarts", "Stream restarts the phase lock made to move the camera's phase", labels)
                     .set(Double(phase.status.restarts))
             }
-            registry.makeGauge(name: "camrig_camera_preview_watchers", labels: labels, help: "Console viewers watching the camera's preview")
+            gauge("camrig_camera_preview_watchers", "Console viewers watching the camera's preview", labels)
                 .set(Double(service.previews.watcherCount(device.name)))
         }
         let finished = await service.capturesFinished
@@ -57,17 +62,17 @@ public final class ServiceMetrics: Sendable {
         let seconds = await service.captureSeconds
         for kind in ["photo", "recording"] {
             let labels = [("kind", kind)]
-            registry.makeGauge(name: "camrig_captures_finished", labels: labels, help: "Captures finished since the service started")
+            gauge("camrig_captures_finished", "Captures finished since the service started", labels)
                 .set(Double(finished[kind] ?? 0))
-            registry.makeGauge(name: "camrig_captures_failed", labels: labels, help: "Captures failed since the service started")
+            gauge("camrig_captures_failed", "Captures failed since the service started", labels)
                 .set(Double(failed[kind] ?? 0))
-            registry.makeGauge(name: "camrig_capture_seconds_total", labels: labels, help: "Time spent in captures since the service started")
+            gauge("camrig_capture_seconds_total", "Time spent in captures since the service started", labels)
                 .set(seconds[kind] ?? 0)
         }
         if let values = try? service.store.root.resourceValues(forKeys: [.volumeAvailableCapacityKey]), let free = values.volumeAvailableCapacity {
-            registry.makeGauge(name: "camrig_captures_disk_free_bytes", help: "Free space where captures are stored").set(Double(free))
+            gauge("camrig_captures_disk_free_bytes", "Free space where captures are stored").set(Double(free))
         }
-        registry.makeGauge(name: "camrig_event_watchers", help: "WebSocket event watchers").set(Double(service.events.watcherCount))
+        gauge("camrig_event_watchers", "WebSocket event watchers").set(Double(service.events.watcherCount))
         return registry.emitToString()
     }
 }

@@ -55,6 +55,8 @@ public enum ServiceRoutes {
     public struct SettingsRequest: Codable, Sendable {
         /// `camrig device set` keys and values, e.g. {"exposure-duration": "1/250", "iso": "200"}.
         public var settings: [String: String]
+
+        public init(settings: [String: String]) { self.settings = settings }
     }
 
     /// Builds the router: the API behind `AccessMiddleware`, the console's files from `consoleDirectory`.

@@ -76,6 +76,28 @@ struct ServiceTests {
             #expect(FileManager.default.fileExists(atPath: screenshots.appendingPathComponent(name).path), "no screenshot \(name)")
         }
 
+        // The command line goes through the running service when told where it is.
+        let through = ["--service", url, "--tls-dir", tlsDir, "--json"]
+        let agents = try Executables.run("camrig", ["agents"] + through)
+        #expect(agents.status == 0, "camrig agents through the service: \(agents.stderr)")
+        let listed = try JSONSerialization.jsonObject(with: Data(agents.stdout.utf8)) as? [String: [[String: Any]]]
+        #expect(listed?["agents"]?.map { $0["status"] as? String } == ["connected", "connected"])
+        let photo = try Executables.run("camrig", ["capture", "--photo", "--quality", "speed"] + through, timeout: 60)
+        #expect(photo.status == 0, "camrig capture through the service: \(photo.stderr)")
+        let summary = try JSONSerialization.jsonObject(with: Data(photo.stdout.utf8)) as? [String: Any]
+        #expect((summary?["cameras"] as? [Any])?.count == 2)
+        #expect((summary?["directory"] as? String)?.hasPrefix(captures.path) == true, "the service stores the capture in its own --out")
+        let camera = try #require(
+            (try JSONSerialization.jsonObject(with: Data(try Executables.run("camrig", ["devices"] + through).stdout.utf8)) as? [String: [[String: Any]]])?["devices"]?
+                .first?["name"] as? String)
+        let set = try Executables.run("camrig", ["device", "set", camera, "exposure=continuous"] + through)
+        #expect(set.status == 0, "camrig device set through the service: \(set.stderr)")
+        let refused = try Executables.run("camrig", ["capture", "--photo", "--deferred"] + through)
+        #expect(refused.status != 0 && refused.stderr.contains("not taken through the service"))
+        // A service that does not answer: the command says so and works with the agents directly.
+        let direct = try Executables.run("camrig", ["agents", "--service", "https://127.0.0.1:1", "--tls-dir", tlsDir, "--agent", "127.0.0.1:1", "--connect-timeout", "1"])
+        #expect(direct.stderr.contains("does not answer") && direct.stderr.contains("working with the agents directly"))
+
         // SIGTERM: the service releases its cameras and its loopback rig, and exits cleanly.
         kill(serve.processIdentifier, SIGTERM)
         let deadline = Date().addingTimeInterval(20)

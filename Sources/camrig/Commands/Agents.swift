@@ -13,7 +13,12 @@ struct Agents: AsyncParsableCommand {
     func run() async throws {
         let logger = output.makeLogger()
         do {
-            let agents = try await rig.withPool(logger: logger, clockSamples: 8, settle: false) { pool in pool.agents.map { AgentStatusOutput($0.snapshot) } }
+            let agents: [AgentStatusOutput]
+            if let served = try await rig.throughService(logger: logger, { try await $0.get("/api/v1/agents", as: [AgentStatusOutput].self) }) {
+                agents = served
+            } else {
+                agents = try await rig.withPool(logger: logger, clockSamples: 8, settle: false) { pool in pool.agents.map { AgentStatusOutput($0.snapshot) } }
+            }
             if output.json {
                 try printJSON(["agents": agents], snakeCase: true)
             } else {

@@ -65,6 +65,14 @@ struct Capture: AsyncParsableCommand {
     func run() async throws {
         let logger = output.makeLogger()
         do {
+            if let summaries = try await rig.throughService(logger: logger, { try await throughService($0, quiet: output.json) }) {
+                if output.json {
+                    if burst == 1 { try printJSON(summaries[0], snakeCase: true) } else { try printJSON(summaries, snakeCase: true) }
+                } else {
+                    print(summaries.map(\.text).joined(separator: "\n"))
+                }
+                return
+            }
             let store = try captures.store()
             let reports = try await rig.withPool(logger: logger) { pool in
                 await captures.collectEarlier(pool: pool, store: store, logger: logger)
@@ -112,6 +120,27 @@ struct Capture: AsyncParsableCommand {
 }
 
 extension Capture {
+    /// The photos taken by a running service, into its captures directory: each photo of a burst is a job
+    /// of its own, begun `interval` after the previous one began.
+    func throughService(_ client: ServiceClient, quiet: Bool) async throws -> [CaptureOutput] {
+        guard deferred == nil, responsive == nil else {
+            throw CommandFailure("--deferred and --responsive are not taken through the service: set them per camera there (`camrig device set CAMERA deferred=on`), or stop the service")
+        }
+        guard session.device.isEmpty, session.size == nil, session.pixelFormat == nil else {
+            throw CommandFailure("the service captures every camera of its session as configured: --device, --size and --pixel-format are not taken through it (change formats with `camrig device set`)")
+        }
+        let request = RigService.PhotoRequest(
+            quality: quality.rawValue, output: raw ? "dng" : jpeg ? "jpeg" : "frame", bracket: bracket == nil ? nil : try bracketBiases())
+        var summaries: [CaptureOutput] = []
+        let start = ContinuousClock.now
+        for index in 0..<burst {
+            try await ContinuousClock().sleep(until: start + .seconds(interval * Double(index)))
+            let job: RigService.CaptureJob = try await client.post("/api/v1/captures/photo", request)
+            summaries.append(try await ThroughService.finish(job, on: client, quiet: quiet))
+        }
+        return summaries
+    }
+
     /// `--bracket`'s biases, checked.
     func bracketBiases() throws -> [Float] {
         guard let bracket else { return [] }

@@ -34,6 +34,21 @@ extension Device {
             // Settings that cannot be parsed are a usage error, found before connecting.
             do { _ = try DeviceSettingsParser.parse(settings) } catch { throw ValidationError("\(error)") }
             do {
+                var pairs: [String: String] = [:]
+                for setting in settings {
+                    let parts = setting.split(separator: "=", maxSplits: 1).map(String.init)
+                    pairs[parts[0]] = parts[1]
+                }
+                if let detail = try await rig.throughService(logger: logger, { client in
+                    try await client.put("/api/v1/devices/\(device)/settings", ServiceRoutes.SettingsRequest(settings: pairs), as: ServiceRoutes.CameraDetail.self)
+                }) {
+                    if output.json {
+                        try printJSON(["device": device, "format": detail.camera.device.activeFormat, "fps": detail.camera.device.activeFps.map { String(format: "%.3f", $0) } ?? "-"], snakeCase: true)
+                    } else {
+                        print("\(device): set \(settings.joined(separator: " ")) through the service; now \(detail.camera.device.activeFormat) at \(detail.camera.device.activeFps.map { String(format: "%.3f fps", $0) } ?? "-")")
+                    }
+                    return
+                }
                 let state = try await rig.withPool(logger: logger, clockSamples: 0) { pool -> WireDeviceState in
                     let (devices, _) = await RigDiscovery.devices(in: pool)
                     guard let found = RigDiscovery.find(device, in: devices) else {

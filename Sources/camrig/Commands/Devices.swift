@@ -60,9 +60,14 @@ struct Devices: AsyncParsableCommand {
         let logger = output.makeLogger()
         let query = try discoveryQuery()
         do {
-            let (devices, failures) = try await rig.withPool(logger: logger, clockSamples: 0) { pool in await RigDiscovery.devices(in: pool, query: query) }
-            for failure in failures { logger.warning("agent did not list its devices", metadata: ["agent": "\(failure.agent)", "error": "\(failure.error)"]) }
-            let rows = devices.map(DeviceOutput.init)
+            let rows: [DeviceOutput]
+            if query == nil, let served = try await rig.throughService(logger: logger, { try await $0.get("/api/v1/devices", as: [ServiceRoutes.CameraView].self) }) {
+                rows = served.map(\.device)
+            } else {
+                let (devices, failures) = try await rig.withPool(logger: logger, clockSamples: 0) { pool in await RigDiscovery.devices(in: pool, query: query) }
+                for failure in failures { logger.warning("agent did not list its devices", metadata: ["agent": "\(failure.agent)", "error": "\(failure.error)"]) }
+                rows = devices.map(DeviceOutput.init)
+            }
             if output.json {
                 try printJSON(["devices": rows], snakeCase: true)
             } else {

@@ -34,6 +34,22 @@ struct Record: AsyncParsableCommand {
         let rate = fps.flatMap(DeviceSettingsParser.duration(ofRate:))
         let quiet = output.json
         do {
+            if let summary = try await rig.throughService(logger: logger, { client -> CaptureOutput in
+                guard session.device.isEmpty, session.pixelFormat == nil else {
+                    throw CommandFailure("the service records every camera of its session: --device and --pixel-format are not taken through it")
+                }
+                var frameRate: Double?
+                if let rate {
+                    guard rate.denominator == 1 || rate.numerator == 1 else { throw CommandFailure("through the service, give --fps as a whole number of frames per second") }
+                    frameRate = rate.frameRate.rounded()
+                }
+                let job: RigService.CaptureJob = try await client.post(
+                    "/api/v1/captures/recording", RigService.RecordRequest(duration: duration, fps: frameRate, size: session.size))
+                return try await ThroughService.finish(job, on: client, quiet: quiet)
+            }) {
+                if output.json { try printJSON(summary, snakeCase: true) } else { print(summary.text) }
+                return
+            }
             let store = try captures.store()
             let report = try await rig.withPool(logger: logger) { pool in
                 await captures.collectEarlier(pool: pool, store: store, logger: logger)

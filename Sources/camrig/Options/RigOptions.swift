@@ -1,4 +1,6 @@
 import CamRigCLI
+import CamRigSecurity
+import CamRigService
 import ArgumentParser
 import CamRigCoordinator
 import CamRigWire
@@ -19,6 +21,13 @@ struct RigOptions: ParsableArguments {
 
     @OptionGroup var tls: TLSOptions
 
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "A running `camrig serve` to go through, https://HOST:PORT (default: the rig file's `service:`, or $CAMRIG_SERVICE); when it does not answer, the command works with the agents directly.",
+            valueName: "url"))
+    var service: String?
+
     @Option(name: .long, help: "Seconds to wait for every agent to connect and measure its clock.")
     var connectTimeout = 5.0
 
@@ -33,11 +42,14 @@ struct RigOptions: ParsableArguments {
         var agents: [String]
         var tlsDir: String?
         var identity: String?
+        /// Where `camrig serve` runs for this rig, https://HOST:PORT.
+        var service: String?
 
         enum CodingKeys: String, CodingKey {
             case agents
             case tlsDir = "tls_dir"
             case identity
+            case service
         }
     }
 
@@ -69,15 +81,55 @@ struct RigOptions: ParsableArguments {
         return (endpoints, security)
     }
 
+    /// The rig file, when there is one and it can be read.
+    private func rigFile() -> RigFile? {
+        guard let path = rig ?? ProcessInfo.processInfo.environment["CAMRIG_RIG"] else { return nil }
+        return try? YAMLDecoder().decode(RigFile.self, from: String(contentsOfFile: path, encoding: .utf8))
+    }
+
+    /// The running service the command should go through: the one --service, the rig file's `service:` or
+    /// $CAMRIG_SERVICE names, when it answers with this machine's certificate. Nil (the command then
+    /// works with the agents directly) when none is named, or when the one named does not answer, which
+    /// is said on standard error.
+    func runningService(logger: Logger) async -> ServiceClient? {
+        let file = rigFile()
+        guard let url = service ?? file?.service ?? ProcessInfo.processInfo.environment["CAMRIG_SERVICE"], !url.isEmpty else { return nil }
+        do {
+            guard let directory = try tlsDirectoryPath() else { return nil }
+            let client = try ServiceClient(url: url, directory: TLSDirectory(path: directory), identityName: tls.identity ?? file?.identity)
+            do {
+                let _: Access = try await client.get("/api/v1/whoami")
+                return client
+            } catch {
+                await client.shutdown()
+                throw error
+            }
+        } catch {
+            FileHandle.standardError.write(Data("camrig: the service at \(url) does not answer (\(error)); working with the agents directly\n".utf8))
+            return nil
+        }
+    }
+
+    /// Runs `body` with the running service when there is one (see `runningService`); nil when there is
+    /// none, and the command works with the agents directly.
+    func throughService<T>(logger: Logger, _ body: (ServiceClient) async throws -> T) async throws -> T? {
+        guard let client = await runningService(logger: logger) else { return nil }
+        do {
+            let result = try await body(client)
+            await client.shutdown()
+            return result
+        } catch let failure as ServiceClient.Failure {
+            await client.shutdown()
+            throw CommandFailure("the service at \(client.url): \(failure.detail)")
+        } catch {
+            await client.shutdown()
+            throw error
+        }
+    }
+
     /// The TLS directory: --tls-dir, else the rig file's tls_dir; nil with --insecure.
     func tlsDirectoryPath() throws -> String? {
-        var fallback: String?
-        if let path = rig ?? ProcessInfo.processInfo.environment["CAMRIG_RIG"],
-            let file = try? YAMLDecoder().decode(RigFile.self, from: String(contentsOfFile: path, encoding: .utf8))
-        {
-            fallback = file.tlsDir
-        }
-        return try tls.directory(fallback: fallback)
+        try tls.directory(fallback: rigFile()?.tlsDir)
     }
 
     /// Connects to every agent, waits for clock estimates (and, with `settle`, until they are settled),
