@@ -39,12 +39,16 @@ public final class PreviewHub: Sendable {
             var latest: Preview?
             var received: UInt64 = 0
             var error: String?
+            /// The stream open now, to stop it when previews pause.
+            var open: (client: AgentClient, streamID: String)?
         }
         let state = NIOLockedValueBox(State())
         let task = NIOLockedValueBox<Task<Void, Never>?>(nil)
     }
 
     private let feeds = NIOLockedValueBox<[String: Feed]>([:])
+    /// While above 0, no preview stream is open (`paused`).
+    private let pauses = NIOLockedValueBox(0)
     private let nextWatcher = NIOLockedValueBox<UInt64>(1)
     private let options: Options
     private let logger: Logger
@@ -76,7 +80,10 @@ public final class PreviewHub: Sendable {
         if isNew {
             let options = self.options
             let logger = self.logger
-            feed.task.withLockedValue { $0 = Task { await Self.run(feed, device: device, options: options, logger: logger) } }
+            let pauses = self.pauses
+            feed.task.withLockedValue {
+                $0 = Task { await Self.run(feed, device: device, options: options, paused: { pauses.withLockedValue { $0 > 0 } }, logger: logger) }
+            }
         }
         return (id, stream)
     }
@@ -136,6 +143,29 @@ public final class PreviewHub: Sendable {
         }
     }
 
+    /// Closes every preview stream on the agents until `resume()` (watchers keep watching and see the
+    /// next preview after): a camera's format cannot change while it streams. Returns once they are
+    /// closed (at most 2 s).
+    public func pause() async {
+        pauses.withLockedValue { $0 += 1 }
+        let all = feeds.withLockedValue { Array($0.values) }
+        for feed in all {
+            guard let (client, streamID) = feed.state.withLockedValue({ $0.open }) else { continue }
+            var stop = WireStopStream()
+            stop.streamID = streamID
+            _ = try? await client.request(.stopStream(stop))
+        }
+        let deadline = ContinuousClock.now + .seconds(2)
+        while ContinuousClock.now < deadline, all.contains(where: { feed in feed.state.withLockedValue { $0.open != nil } }) {
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    /// Lets preview streams open again after `pause()`.
+    public func resume() {
+        pauses.withLockedValue { $0 = max(0, $0 - 1) }
+    }
+
     /// Ends every preview stream (service shutdown).
     public func stopAll() {
         let all = feeds.withLockedValue { feeds in
@@ -154,8 +184,9 @@ public final class PreviewHub: Sendable {
 
     /// Keeps `device`'s preview stream open while the feed lives, reopening it after a second when it
     /// ends (agent restarted, camera unplugged and back).
-    private static func run(_ feed: Feed, device: RigDevice, options: Options, logger: Logger) async {
+    private static func run(_ feed: Feed, device: RigDevice, options: Options, paused: @Sendable () -> Bool, logger: Logger) async {
         while !Task.isCancelled {
+            while paused() && !Task.isCancelled { try? await Task.sleep(for: .milliseconds(50)) }
             var streamID: String?
             var client: AgentClient?
             do {
@@ -170,7 +201,10 @@ public final class PreviewHub: Sendable {
                     switch frame.envelope.body {
                     case .streamStarted(let started):
                         streamID = started.streamID
-                        feed.state.withLockedValue { $0.error = nil }
+                        feed.state.withLockedValue {
+                            $0.error = nil
+                            $0.open = (agentClient, started.streamID)
+                        }
                     case .videoFrame(let video):
                         guard let payload = frame.payload else { continue }
                         let preview = Preview(
@@ -184,7 +218,10 @@ public final class PreviewHub: Sendable {
                         }
                         for watcher in watchers { watcher.yield(preview) }
                     case .streamEnded(let ended):
-                        feed.state.withLockedValue { $0.error = ended.message.isEmpty ? "the preview stream ended" : ended.message }
+                        feed.state.withLockedValue {
+                            $0.error = ended.message.isEmpty ? "the preview stream ended" : ended.message
+                            $0.open = nil
+                        }
                         streamID = nil
                         break streaming
                     case .error(let error):
@@ -198,6 +235,7 @@ public final class PreviewHub: Sendable {
                 feed.state.withLockedValue { $0.error = "\(error)" }
                 logger.debug("preview stream failed", metadata: ["camera": "\(device.name)", "error": "\(error)"])
             }
+            feed.state.withLockedValue { $0.open = nil }
             if let streamID, let client {
                 // Closed by the last watcher leaving: tell the agent, so the camera stops if nobody else watches.
                 var stop = WireStopStream()
@@ -205,7 +243,7 @@ public final class PreviewHub: Sendable {
                 Task.detached { _ = try? await client.request(.stopStream(stop)) }
             }
             if Task.isCancelled { return }
-            try? await Task.sleep(for: .seconds(1))
+            if !paused() { try? await Task.sleep(for: .seconds(1)) }
         }
     }
 }

@@ -292,10 +292,12 @@ public actor RigService {
         } catch {
             throw ServiceError(.badRequest, agent: device.agentID, device: device.name, "\(error)")
         }
-        await session.beginConfiguration()
-        await session.setControls(of: device.name, change)
         do {
-            try await session.commitConfiguration()
+            try await reconfigure(session, quiesce: change.hasFormatID || change.hasMinFrameDuration) {
+                await session.beginConfiguration()
+                await session.setControls(of: device.name, change)
+                try await session.commitConfiguration()
+            }
         } catch {
             throw ServiceError(.conflict, agent: device.agentID, device: device.name, Self.message(error))
         }
@@ -304,6 +306,21 @@ public actor RigService {
             "device.settings", agent: device.agentID, device: device.name, "\(access.name) set \(settings.joined(separator: " ")) on \(device.name)",
             data: ["settings": settings.joined(separator: " "), "by": access.name])
         return try self.device(named: name)
+    }
+
+    /// Runs a configuration change; with `quiesce` (a format or rate change), the cameras are first
+    /// released from the phase lock and the previews paused (a camera cannot change format while it
+    /// streams), and locked again after.
+    private func reconfigure(_ session: RigSession, quiesce: Bool, _ change: () async throws -> Void) async throws {
+        guard quiesce else { return try await change() }
+        let locked = await session.phaseGrid != nil
+        if locked { await session.unlockPhase() }
+        await previews.pause()
+        var failure: (any Error)?
+        do { try await change() } catch { failure = error }
+        previews.resume()
+        if locked, configuration.phaseLock { _ = try? await session.lockPhase(tolerance: configuration.lockTolerance) }
+        if let failure { throw failure }
     }
 
     // MARK: Captures
@@ -394,14 +411,14 @@ public actor RigService {
             do {
                 if rate != nil || dimensions != nil {
                     self.progress(job.id, 0.02, "configuring every camera")
-                    await session.beginConfiguration()
-                    await session.setPreset(.high)
-                    await session.setFrameRate(.init(dimensions: dimensions, frameDuration: rate))
-                    try await session.commitConfiguration()
-                    if lockPhase {
-                        _ = try? await session.lockPhase(tolerance: tolerance)
-                        _ = await session.waitForPhaseLock(timeout: .seconds(5))
+                    try await self.reconfigure(session, quiesce: true) {
+                        await session.beginConfiguration()
+                        // A size asked for picks each camera's format; a rate alone keeps their formats.
+                        await session.setPreset(dimensions == nil ? .inputPriority : .high)
+                        await session.setFrameRate(.init(dimensions: dimensions, frameDuration: rate))
+                        try await session.commitConfiguration()
                     }
+                    if lockPhase { _ = await session.waitForPhaseLock(timeout: .seconds(5)) }
                 }
                 let id = job.id
                 let report = try await session.record(duration: duration, into: store) { progress in

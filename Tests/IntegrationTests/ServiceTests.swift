@@ -1,4 +1,6 @@
 import CamRigCoordinator
+import CamRigSecurity
+import CamRigWire
 import CamRigLocalRig
 import CamRigService
 import CamRigTestSupport
@@ -104,5 +106,82 @@ struct ServiceTests {
         while serve.isRunning && Date() < deadline { try await Task.sleep(for: .milliseconds(100)) }
         #expect(!serve.isRunning, "camrig serve did not stop within 20 s of SIGTERM")
         if !serve.isRunning { #expect(serve.terminationStatus == 0) }
+    }
+
+    /// Waits up to `timeout` for `condition`, checking every 100 ms.
+    static func eventually(_ timeout: Duration, _ condition: () async -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if await condition() { return true }
+            try? await Task.sleep(for: .milliseconds(100))
+        }
+        return await condition()
+    }
+
+    @Test("previews watched during a recording cost it no frame; an agent that restarts is back in the session on its own")
+    func previewsAndRecovery() async throws {
+        let pki = try TestPKI(agents: ["agent-1", "agent-2"])
+        defer { pki.remove() }
+        let arguments = { (name: String) in ["--tls-dir", pki.path, "--identity", name, "--synthetic", "1"] }
+        let first = try AgentProcess(arguments("agent-1"))
+        defer { first.stop() }
+        var second = try AgentProcess(arguments("agent-2"))
+        defer { second.stop() }
+        let captures = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-service-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: captures) }
+        let logger = Logger(label: "test")
+        var timing = RemoteAgent.Timing()
+        timing.maximumBackoff = .milliseconds(500)
+        let pool = AgentPool(
+            endpoints: [first, second].map { AgentEndpoint(host: $0.host, port: $0.port) },
+            security: .tls(try MutualTLS.client(directory: pki.directory, identityName: "coordinator")), timing: timing, logger: logger)
+        var configuration = RigService.Configuration(capturesDirectory: captures)
+        configuration.supervisionInterval = .milliseconds(200)
+        configuration.rebuildBackoff = .milliseconds(500)
+        let service = try RigService(pool: pool, configuration: configuration, logger: logger)
+        let (_, events) = service.events.subscribe(backlog: 1000)
+        let running = Task { await service.run() }
+        let access = Access(name: "test", role: .operator, method: "token")
+
+        #expect(await Self.eventually(.seconds(30)) { await service.session?.inputs.count == 2 }, "no session over both cameras")
+        let firstSession = try #require(await service.session?.id)
+
+        // Both cameras watched at the agents' highest preview rate while the rig records.
+        let cameras = await service.devices
+        let watchers = cameras.map { service.previews.watch($0) }
+        #expect(await Self.eventually(.seconds(10)) { cameras.allSatisfy { service.previews.receivedCount($0.name) > 0 } }, "no previews")
+        let job = try await service.startRecording(.init(duration: 2, fps: 30), by: access)
+        #expect(await Self.eventually(.seconds(60)) { await service.job(job.id)?.state != "running" })
+        let finished = await service.job(job.id)
+        let recording = try #require(finished?.summary, "recording failed: \(finished?.error ?? "")")
+        #expect(recording.droppedFrames == 0, "previews cost the recording \(recording.droppedFrames) frame(s)")
+        #expect(recording.cameras.allSatisfy { $0.framesDelivered >= 55 }, "frames per camera: \(recording.cameras.map(\.framesDelivered))")
+        #expect(cameras.allSatisfy { service.previews.receivedCount($0.name) >= 5 }, "previews stopped during the recording")
+        for (camera, watcher) in zip(cameras, watchers) { service.previews.stopWatching(camera.name, id: watcher.id) }
+        #expect(cameras.allSatisfy { service.previews.watcherCount($0.name) == 0 })
+
+        // agent-2 is killed and comes back on its port: the service notices both and rebuilds the session.
+        let port = second.port
+        second.crash()
+        #expect(await Self.eventually(.seconds(20)) { await service.session?.id != firstSession || pool.agents[1].snapshot.status != .connected })
+        second = try AgentProcess(["--listen", "127.0.0.1:\(port)"] + arguments("agent-2"))
+        let rebuilt = await Self.eventually(.seconds(30)) {
+            guard let session = await service.session else { return false }
+            let count = await session.inputs.count
+            return session.id != firstSession && count == 2
+        }
+        #expect(rebuilt, "the session was not rebuilt over both cameras after agent-2 restarted")
+        let photo = try await service.startPhoto(.init(quality: "speed"), by: access)
+        #expect(await Self.eventually(.seconds(30)) { await service.job(photo.id)?.state != "running" })
+        let photoJob = await service.job(photo.id)
+        #expect(photoJob?.summary?.cameras.count == 2, "photo after the restart: \(photoJob?.error ?? "")")
+
+        running.cancel()
+        await running.value
+        var kinds: [String] = []
+        for await event in events { kinds.append(event.kind + (event.agent.map { ":" + $0 } ?? "")) }
+        #expect(kinds.contains("agent.down:agent-2") && kinds.contains("capture.finished"))
+        #expect(kinds.filter { $0 == "session.committed" }.count >= 2)
+        #expect(kinds.last == "service.stopped")
     }
 }

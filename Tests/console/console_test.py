@@ -188,6 +188,21 @@ try:
     check(len(result_rows) == 3, "the result lists both cameras with their offsets")
     browser.save_screenshot(os.path.join(SHOTS, "console-photo.png"))
 
+    # A recording at another size while the previews are watched: the cameras change format (previews
+    # pause for it) and the result replaces the photo's.
+    duration = browser.find_element(By.ID, "record-duration")
+    duration.clear()
+    duration.send_keys("1")
+    browser.find_element(By.ID, "record-size").send_keys("1280x720")
+    browser.find_element(By.ID, "record-button").click()
+    wait.until(lambda b: "recording" in b.find_element(By.ID, "result-title").text or "failed" in b.find_element(By.ID, "progress-text").text)
+    title = browser.find_element(By.ID, "result-title").text
+    check("recording" in title, f"a recording from the console at another size finishes ({title or browser.find_element(By.ID, 'progress-text').text})")
+    rig = json.loads(request("/api/v1/rig", token=TOKEN)[2])
+    check(all(c["device"]["active_format"].endswith("1280x720") for c in rig["cameras"]), "every camera now streams 1280x720")
+    wait.until(lambda b: picture(0) is not None and picture(0) != before)
+    check(True, "previews come back after the change of format")
+
     browser.find_element(By.CSS_SELECTOR, "nav button[data-view='sync']").click()
     wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#sync-agents tr")) == 3)
     check(len(browser.find_elements(By.CSS_SELECTOR, "#sync-agents polyline")) >= 2, "sync health plots each agent's offset history")
