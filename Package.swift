@@ -271,7 +271,7 @@ let package = Package(
             name: "CamRigAgentTests",
             dependencies: [
                 "CamRigAgent", "CamRigClock", "CamRigWire", "CamRigCoordinator", "CamRigTestSupport", "CamRigDevices",
-                "CamRigStorage", "CamRigWireModel",
+                "CamRigStorage", "CamRigWireModel", "CamRigCapture",
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
