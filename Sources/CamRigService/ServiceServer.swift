@@ -13,9 +13,16 @@ import X509
 /// present a coordinator or viewer certificate of the rig's authority (checked as agents check
 /// theirs) or come without one and show an access token.
 public enum ServiceServer {
-    /// Where the console's files are: the folder named, or the one built into this program.
+    /// Where the console's files are: the folder named; else the build's resource folder next to this
+    /// program (`CamRig_CamRigService.resources/Console`), else where deploy/ installs them.
     public static func consoleDirectory(_ override: String? = nil) -> String {
-        override ?? Bundle.module.bundleURL.appendingPathComponent("Console").path
+        if let override { return override }
+        let program = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
+        let candidates = [
+            program.appendingPathComponent("CamRig_CamRigService.resources/Console").path,
+            "/usr/local/share/camrig/console", "/usr/share/camrig/console",
+        ]
+        return candidates.first { FileManager.default.fileExists(atPath: $0 + "/index.html") } ?? candidates[0]
     }
 
     /// The server's TLS: the coordinator's certificate from `directory`, client certificates asked for
