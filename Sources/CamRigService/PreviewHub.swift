@@ -41,6 +41,8 @@ public final class PreviewHub: Sendable {
             var error: String?
             /// The stream open now, to stop it when previews pause.
             var open: (client: AgentClient, streamID: String)?
+            /// A StartStream sent and not yet answered.
+            var opening = false
         }
         let state = NIOLockedValueBox(State())
         let task = NIOLockedValueBox<Task<Void, Never>?>(nil)
@@ -58,6 +60,21 @@ public final class PreviewHub: Sendable {
         self.logger = logger
     }
 
+    /// Sends each feed's newest preview again to its watchers when nothing newer came for 2 s (its agent
+    /// down, the camera unplugged, previews paused), so that a watcher that left is noticed by its next
+    /// write failing. Runs until cancelled.
+    public func keepAlive() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .seconds(2))
+            let all = feeds.withLockedValue { Array($0.values) }
+            for feed in all {
+                let (latest, watchers) = feed.state.withLockedValue { state in (state.latest, Array(state.watchers.values)) }
+                guard let latest, Date().timeIntervalSince(latest.received) >= 2 else { continue }
+                for watcher in watchers { watcher.yield(latest) }
+            }
+        }
+    }
+
     /// Starts watching `device` (opening its preview stream if nobody watched it); the stream yields
     /// each preview as it arrives, the newest first if one is already there.
     public func watch(_ device: RigDevice) -> (id: UInt64, previews: AsyncStream<Preview>) {
@@ -66,15 +83,17 @@ public final class PreviewHub: Sendable {
             return value
         }
         let (stream, continuation) = AsyncStream.makeStream(of: Preview.self, bufferingPolicy: .bufferingNewest(1))
+        // The watcher joins under the hub's lock, so a last watcher leaving at the same moment cannot
+        // close the feed this one just joined.
         let (feed, isNew) = feeds.withLockedValue { feeds -> (Feed, Bool) in
-            if let feed = feeds[device.name] { return (feed, false) }
-            let feed = Feed()
+            let existing = feeds[device.name]
+            let feed = existing ?? Feed()
             feeds[device.name] = feed
-            return (feed, true)
-        }
-        feed.state.withLockedValue { state in
-            state.watchers[id] = continuation
-            if let latest = state.latest { continuation.yield(latest) }
+            feed.state.withLockedValue { state in
+                state.watchers[id] = continuation
+                if let latest = state.latest { continuation.yield(latest) }
+            }
+            return (feed, existing == nil)
         }
         continuation.onTermination = { [weak self] _ in self?.stopWatching(device.name, id: id) }
         if isNew {
@@ -90,19 +109,17 @@ public final class PreviewHub: Sendable {
 
     /// Stops one watcher; the camera's preview stream closes when it was the last.
     public func stopWatching(_ name: String, id: UInt64) {
-        guard let feed = feeds.withLockedValue({ $0[name] }) else { return }
-        let (continuation, remaining) = feed.state.withLockedValue { state in
-            (state.watchers.removeValue(forKey: id), state.watchers.count)
+        let (continuation, emptied) = feeds.withLockedValue { feeds -> (AsyncStream<Preview>.Continuation?, Feed?) in
+            guard let feed = feeds[name] else { return (nil, nil) }
+            let (continuation, remaining) = feed.state.withLockedValue { state in
+                (state.watchers.removeValue(forKey: id), state.watchers.count)
+            }
+            guard remaining == 0 else { return (continuation, nil) }
+            feeds.removeValue(forKey: name)
+            return (continuation, feed)
         }
         continuation?.finish()
-        if remaining == 0 {
-            let removed = feeds.withLockedValue { feeds -> Bool in
-                guard feeds[name] === feed, feed.state.withLockedValue({ $0.watchers.isEmpty }) else { return false }
-                feeds.removeValue(forKey: name)
-                return true
-            }
-            if removed { feed.task.withLockedValue { $0?.cancel() } }
-        }
+        emptied?.task.withLockedValue { $0?.cancel() }
     }
 
     /// How many watch `name` now (0: its agent sends no previews).
@@ -156,7 +173,7 @@ public final class PreviewHub: Sendable {
             _ = try? await client.request(.stopStream(stop))
         }
         let deadline = ContinuousClock.now + .seconds(2)
-        while ContinuousClock.now < deadline, all.contains(where: { feed in feed.state.withLockedValue { $0.open != nil } }) {
+        while ContinuousClock.now < deadline, all.contains(where: { feed in feed.state.withLockedValue { $0.open != nil || $0.opening } }) {
             try? await Task.sleep(for: .milliseconds(20))
         }
     }
@@ -192,6 +209,7 @@ public final class PreviewHub: Sendable {
             do {
                 let agentClient = try device.agent.client()
                 client = agentClient
+                feed.state.withLockedValue { $0.opening = true }
                 var start = WireStartStream()
                 start.deviceID = device.deviceID
                 start.preview.maxWidth = options.maxWidth
@@ -204,6 +222,13 @@ public final class PreviewHub: Sendable {
                         feed.state.withLockedValue {
                             $0.error = nil
                             $0.open = (agentClient, started.streamID)
+                            $0.opening = false
+                        }
+                        if paused() {
+                            // Previews paused while this stream was being opened: close it at once.
+                            var stop = WireStopStream()
+                            stop.streamID = started.streamID
+                            _ = try? await agentClient.request(.stopStream(stop))
                         }
                     case .videoFrame(let video):
                         guard let payload = frame.payload else { continue }
@@ -235,7 +260,10 @@ public final class PreviewHub: Sendable {
                 feed.state.withLockedValue { $0.error = "\(error)" }
                 logger.debug("preview stream failed", metadata: ["camera": "\(device.name)", "error": "\(error)"])
             }
-            feed.state.withLockedValue { $0.open = nil }
+            feed.state.withLockedValue {
+                $0.open = nil
+                $0.opening = false
+            }
             if let streamID, let client {
                 // Closed by the last watcher leaving: tell the agent, so the camera stops if nobody else watches.
                 var stop = WireStopStream()

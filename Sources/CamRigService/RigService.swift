@@ -80,7 +80,18 @@ public actor RigService {
     private var agentStatus: [String: String] = [:]
     private var deviceSeen: [String: (connected: Bool, lease: String?, phase: String)] = [:]
     public private(set) var jobs: [CaptureJob] = []
-    private var runningJob: String?
+    /// What the service is doing that excludes the others (a capture, a settings change, a session
+    /// rebuild); nil when idle. Set before the first suspension of the operation, so that an actor
+    /// re-entered meanwhile sees it.
+    private var busy: String?
+    /// The phase lock was released for a change and could not be taken again: tried again by `supervise`.
+    private var relockDue: ContinuousClock.Instant?
+    /// Each agent's result spool as it last reported it.
+    public private(set) var spools: [String: WireSpoolStatus] = [:]
+    private var lastSpoolPoll = ContinuousClock.now - .seconds(60)
+    private var spoolsAsked: Set<String> = []
+    /// Frames each camera dropped in the captures this service made.
+    public private(set) var droppedFrames: [String: Int] = [:]
     /// Counts for the metrics.
     public private(set) var capturesFinished: [String: Int] = [:]
     public private(set) var capturesFailed: [String: Int] = [:]
@@ -102,10 +113,13 @@ public actor RigService {
     public func run() async {
         pool.start()
         events.publish("service.started", "coordinator service started with \(pool.agents.count) agent(s)")
+        let previews = self.previews
+        let keepAlive = Task { await previews.keepAlive() }
         while !Task.isCancelled {
             await supervise()
             try? await Task.sleep(for: configuration.supervisionInterval)
         }
+        keepAlive.cancel()
         await shutdown()
     }
 
@@ -151,7 +165,18 @@ public actor RigService {
             if history[snapshot.name]!.count > configuration.historyLength { history[snapshot.name]!.removeFirst() }
         }
         await refreshDevices()
+        // An agent just connected is asked at once, the others every 5 s.
+        let unknownSpool = pool.agents.contains { $0.snapshot.status == .connected && !spoolsAsked.contains($0.name) }
+        if unknownSpool || ContinuousClock.now - lastSpoolPoll >= .seconds(5) {
+            lastSpoolPoll = ContinuousClock.now
+            await pollSpools()
+        }
         await maintainSession(connectedSince: connectedSince)
+        if let due = relockDue, ContinuousClock.now >= due, busy == nil, let session {
+            busy = "a phase lock"
+            await relock(session)
+            busy = nil
+        }
         if let session {
             let phases = await session.phaseStatus()
             var byName: [String: CameraPhase] = [:]
@@ -161,6 +186,26 @@ public actor RigService {
             phases = [:]
         }
         publishDeviceChanges()
+    }
+
+    /// Asks every connected agent how full its result spool is.
+    private func pollSpools() async {
+        let agents = pool.agents.filter { $0.snapshot.status == .connected }
+        let statuses = await withTaskGroup(of: (String, WireSpoolStatus?).self) { group in
+            for agent in agents {
+                group.addTask {
+                    guard let client = try? agent.client(),
+                        case .spoolStatus(let status)? = try? await client.request(.getSpoolStatus(WireGetSpoolStatus()), timeout: .seconds(2)).frame.envelope.body
+                    else { return (agent.name, nil) }
+                    return (agent.name, status)
+                }
+            }
+            var statuses: [(String, WireSpoolStatus?)] = []
+            for await status in group { statuses.append(status) }
+            return statuses
+        }
+        for (name, status) in statuses { spools[name] = status }
+        spoolsAsked = Set(agents.map(\.name))
     }
 
     /// Lists every connected agent's cameras.
@@ -209,10 +254,14 @@ public actor RigService {
         let wanted = Set(devices.filter { $0.description.connected }.map(\.name))
         let agentsChanged = sessionAgents.contains { name, since in connectedSince[name] != since }
         let needed = session == nil ? !wanted.isEmpty : (wanted != sessionInputs || agentsChanged)
-        guard needed, runningJob == nil, ContinuousClock.now >= nextRebuild else { return }
-        if let session {
-            await session.stop()
-            self.session = nil
+        guard needed, busy == nil, ContinuousClock.now >= nextRebuild else { return }
+        busy = "a rebuild of the session"
+        defer { busy = nil }
+        relockDue = nil
+        if let old = session {
+            // Nothing may start on a session being stopped.
+            session = nil
+            await old.stop()
         }
         do {
             let session = RigSession(pool: pool, logger: logger)
@@ -283,8 +332,8 @@ public actor RigService {
                 .conflict, agent: device.agentID, device: device.name,
                 "camera \(device.name) is not in the service's session" + (sessionError.map { " (\($0))" } ?? "") + "; it joins when it is connected and not locked by another client")
         }
-        guard runningJob == nil else {
-            throw ServiceError(.conflict, agent: device.agentID, device: device.name, "a capture is running (\(runningJob ?? "")); change settings when it has finished")
+        if let busy {
+            throw ServiceError(.conflict, agent: device.agentID, device: device.name, "\(busy) is under way; change settings when it has finished")
         }
         let change: WireConfigure
         do {
@@ -292,6 +341,8 @@ public actor RigService {
         } catch {
             throw ServiceError(.badRequest, agent: device.agentID, device: device.name, "\(error)")
         }
+        busy = "a settings change on \(device.name)"
+        defer { busy = nil }
         do {
             try await reconfigure(session, quiesce: change.hasFormatID || change.hasMinFrameDuration) {
                 await session.beginConfiguration()
@@ -319,8 +370,25 @@ public actor RigService {
         var failure: (any Error)?
         do { try await change() } catch { failure = error }
         previews.resume()
-        if locked, configuration.phaseLock { _ = try? await session.lockPhase(tolerance: configuration.lockTolerance) }
+        if locked, configuration.phaseLock { await relock(session) }
         if let failure { throw failure }
+    }
+
+    /// Puts the cameras back on the frame grid; when that fails, says so (event, session error) and
+    /// tries again from `supervise` every 10 s: captures meanwhile are taken unlocked and their manifests say so.
+    private func relock(_ session: RigSession) async {
+        do {
+            _ = try await session.lockPhase(tolerance: configuration.lockTolerance)
+            if relockDue != nil { events.publish("phase.relocked", "the cameras are phase-locked again") }
+            relockDue = nil
+            if sessionError?.hasPrefix("phase lock lost") == true { sessionError = nil }
+        } catch {
+            if relockDue == nil {
+                events.publish("phase.failed", "the cameras could not be phase-locked again after a change: \(Self.message(error)); retrying every 10 s")
+            }
+            sessionError = "phase lock lost after a change: \(Self.message(error))"
+            relockDue = ContinuousClock.now + .seconds(10)
+        }
     }
 
     // MARK: Captures
@@ -436,7 +504,7 @@ public actor RigService {
     }
 
     private func sessionForCapture() throws -> RigSession {
-        if let runningJob { throw ServiceError(.conflict, "a capture is running (\(runningJob)); start the next when it has finished") }
+        if let busy { throw ServiceError(.conflict, "\(busy) is under way; start the capture when it has finished") }
         guard let session else {
             throw ServiceError(.unavailable, "no session: " + (sessionError ?? "no camera is connected yet"))
         }
@@ -449,7 +517,7 @@ public actor RigService {
             started: ISO8601DateFormatter().string(from: Date()), progress: 0, message: "starting", requestedBy: access.name)
         jobs.append(job)
         if jobs.count > 100 { jobs.removeFirst(jobs.count - 100) }
-        runningJob = job.id
+        busy = "a \(kind) (\(job.id))"
         events.publish("capture.started", "\(access.name) started a \(kind)", data: ["job": job.id, "kind": kind])
         return job
     }
@@ -471,8 +539,9 @@ public actor RigService {
         jobs[index].summary = summary
         jobs[index].contactSheet = report.manifest.contactSheet
         jobs[index].message = String(format: "%d set(s), skew max %.1f µs", summary.sets, summary.maxSkewUs)
-        runningJob = nil
+        busy = nil
         let kind = jobs[index].kind
+        for camera in summary.cameras { droppedFrames[camera.camera, default: 0] += camera.droppedFrames }
         capturesFinished[kind, default: 0] += 1
         captureSeconds[kind, default: 0] += Self.seconds(elapsed)
         events.publish(
@@ -486,7 +555,7 @@ public actor RigService {
         jobs[index].finished = ISO8601DateFormatter().string(from: Date())
         jobs[index].error = Self.message(error)
         jobs[index].message = "failed"
-        runningJob = nil
+        busy = nil
         let kind = jobs[index].kind
         capturesFailed[kind, default: 0] += 1
         captureSeconds[kind, default: 0] += Self.seconds(elapsed)

@@ -28,6 +28,14 @@ public final class ServiceClient: Sendable {
         client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }
 
+    /// `/api/v1/devices/AGENT/DEVICE`, each part percent-encoded.
+    public static func cameraPath(agent: String, device: String) -> String {
+        var allowed = CharacterSet.urlPathAllowed
+        allowed.remove(charactersIn: "/;:?#%")
+        let encode = { (part: String) in part.addingPercentEncoding(withAllowedCharacters: allowed) ?? part }
+        return "/api/v1/devices/\(encode(agent))/\(encode(device))"
+    }
+
     public func shutdown() async {
         try? await client.shutdown()
     }

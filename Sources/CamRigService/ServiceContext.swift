@@ -51,6 +51,7 @@ struct AccessMiddleware: RouterMiddleware {
         var context = context
         let path = request.uri.path
         if Self.isPublic(path) { return try await next(request, context) }
+        if let refusal = Self.crossSite(request) { throw ServiceError(.forbidden, refusal) }
         context.access = try await Self.access(for: request, context: context, trustRoot: trustRoot)
         guard let access = context.access else {
             throw ServiceError(
@@ -65,11 +66,30 @@ struct AccessMiddleware: RouterMiddleware {
         return try await next(request, context)
     }
 
-    static func isPublic(_ path: String) -> Bool {
-        if path == "/login" || path == "/logout" || path == "/" || path == "/openapi.yaml" { return true }
-        if path.hasPrefix("/api/") || path == "/metrics" { return false }
-        // The console's own files: they hold no rig data.
-        return path.hasSuffix(".js") || path.hasSuffix(".css") || path.hasSuffix(".html") || path.hasSuffix(".svg") || path.hasSuffix(".png")
+    /// What needs no access: signing in and out, the API document, and the console's own files (they
+    /// hold no rig data). Named exactly: anything else, however spelled, needs access.
+    static let publicPaths: Set<String> = ["/", "/index.html", "/console.js", "/console.css", "/login", "/logout", "/openapi.yaml"]
+
+    static func isPublic(_ path: String) -> Bool { publicPaths.contains(path) }
+
+    /// A request that changes something, or opens the events socket, from a page of another site: a
+    /// browser holding a client certificate would send it along. Such requests must come from the
+    /// console's own origin (when the browser names one) and carry JSON (which a form cannot send
+    /// without asking the service first).
+    static func crossSite(_ request: Request) -> String? {
+        let mutating = request.method != .get && request.method != .head
+        let upgrade = request.headers[.upgrade]?.lowercased() == "websocket"
+        guard mutating || upgrade else { return nil }
+        if let origin = request.headers[.origin], let host = request.head.authority, origin != "https://\(host)" {
+            return "requests from \(origin) may not change the rig or watch its events; use the console at https://\(host)/"
+        }
+        if mutating, request.method != .delete, request.uri.path != "/logout" {
+            let type = request.headers[.contentType]?.lowercased() ?? ""
+            guard type.hasPrefix("application/json") else {
+                return "\(request.method) \(request.uri.path) takes Content-Type: application/json"
+            }
+        }
+        return nil
     }
 
     static func access(for request: Request, context: ServiceRequestContext, trustRoot: Certificate) async throws -> Access? {

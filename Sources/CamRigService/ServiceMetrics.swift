@@ -1,5 +1,6 @@
 import CamRigCoordinator
 import Foundation
+import CamRigWire
 import Prometheus
 
 /// `/metrics`: the rig in Prometheus's text format, read from the service's state at each scrape.
@@ -33,6 +34,13 @@ public final class ServiceMetrics: Sendable {
                     .set(Double(clock.minimumRoundTrip) / 1e9)
             }
         }
+        for (agent, spool) in await service.spools {
+            let labels = [("agent", agent)]
+            gauge("camrig_agent_spool_used_bytes", "Bytes of results the agent holds until the coordinator has them", labels).set(Double(spool.usedBytes))
+            gauge("camrig_agent_spool_capacity_bytes", "Size of the agent's result spool", labels).set(Double(spool.capacityBytes))
+            gauge("camrig_agent_spool_results", "Results the agent holds", labels).set(Double(spool.results))
+        }
+        let dropped = await service.droppedFrames
         let devices = await service.devices
         let phases = await service.phases
         for device in devices {
@@ -43,6 +51,8 @@ public final class ServiceMetrics: Sendable {
                 .set(device.description.state.activeMinFrameDuration.duration.map(\.frameRate) ?? 0)
             gauge("camrig_camera_leased", "1 when a client holds the camera's configuration lease", labels)
                 .set(device.description.hasLease ? 1.0 : 0.0)
+            gauge("camrig_camera_dropped_frames", "Frames the camera dropped in the captures this service made", labels)
+                .set(Double(dropped[device.name] ?? 0))
             let phase = phases[device.name]
             gauge("camrig_camera_phase_locked", "1 when the camera is phase-locked to the rig's frame grid", labels)
                 .set(phase?.status.state == .locked ? 1.0 : 0.0)

@@ -5,6 +5,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import HummingbirdWebSocket
+import CamRigWire
 import NIOCore
 import X509
 
@@ -17,6 +18,8 @@ public enum ServiceRoutes {
         public var inSession: Bool
         public var phase: PhaseOutput?
         public var previewWatchers: Int
+        /// Frames it dropped in the captures this service made.
+        public var droppedFrames: Int
     }
 
     public struct CameraDetail: Codable, Sendable {
@@ -47,6 +50,12 @@ public enum ServiceRoutes {
         public struct Agent: Codable, Sendable {
             public var status: AgentStatusOutput
             public var history: [RigService.ClockSample]
+            public var spool: Spool?
+        }
+        public struct Spool: Codable, Sendable {
+            public var usedBytes: UInt64
+            public var capacityBytes: UInt64
+            public var results: UInt32
         }
         public var agents: [Agent]
         public var cameras: [PhaseOutput]
@@ -161,13 +170,54 @@ public enum ServiceRoutes {
         }
         api.get("captures/:capture/files/:file") { _, context in
             let entry = try catalogEntry(service, try context.parameters.require("capture"))
-            let name = try context.parameters.require("file")
-            guard !name.isEmpty, !name.contains("/"), !name.hasPrefix("."), name != ".." else {
-                throw ServiceError(.badRequest, "'\(name)' is not a file name of a capture")
+            // A path inside the capture, percent-encoded as one segment (frames/cam0/000001.png as
+            // frames%2Fcam0%2F000001.png); no part may be empty or begin with a dot.
+            let encoded = try context.parameters.require("file")
+            let relative = encoded.removingPercentEncoding ?? encoded
+            let directory = service.store.root.appendingPathComponent(entry.directory)
+            let url: URL
+            do {
+                url = try CaptureStore.file(relative, in: directory)
+            } catch {
+                throw ServiceError(.badRequest, "'\(relative)' is not a file of capture \(entry.id): give a path inside it, e.g. contact-sheet.png")
             }
-            let url = service.store.root.appendingPathComponent(entry.directory).appendingPathComponent(name)
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory), !isDirectory.boolValue else {
+                throw ServiceError(.notFound, "capture \(entry.id) has no file \(relative) (its manifest lists its files)")
+            }
             let type = MediaType.getMediaType(forExtension: url.pathExtension)?.description ?? "application/octet-stream"
-            return try file(url, type: type)
+            // Streamed from disk in chunks: a recording's files may be large.
+            return Response(status: .ok, headers: [.contentType: type], body: try await FileIO().loadFile(path: url.path, context: context))
+        }
+        api.ws("previews") { inbound, outbound, _ in
+            // One socket carries every preview a console watches: a page holds one connection instead of
+            // one per camera (browsers allow six per site over HTTP/1.1). The page sends
+            // {"watch": ["AGENT/DEVICE", …]} whenever the cameras on its screen change; each preview comes
+            // as a binary message: the camera's name length (2 bytes, big-endian), its name (UTF-8), the JPEG.
+            let (merged, sink) = AsyncStream.makeStream(of: (String, PreviewHub.Preview).self, bufferingPolicy: .bufferingNewest(64))
+            let watching = PreviewWatchSet(service: service, sink: sink)
+            let reader = Task {
+                do {
+                    for try await message in inbound.messages(maxSize: 64 * 1024) {
+                        guard case .text(let text) = message,
+                            let request = try? JSONDecoder().decode([String: [String]].self, from: Data(text.utf8)), let names = request["watch"]
+                        else { continue }
+                        await watching.watch(Array(names.prefix(1024)))
+                    }
+                } catch {}
+                await watching.stopAll()
+                sink.finish()
+            }
+            defer { reader.cancel() }
+            for await (name, preview) in merged {
+                var message = ByteBuffer()
+                let nameBytes = Array(name.utf8)
+                message.writeInteger(UInt16(nameBytes.count))
+                message.writeBytes(nameBytes)
+                message.writeImmutableBuffer(preview.jpeg)
+                try await outbound.write(.binary(message))
+            }
+            await watching.stopAll()
         }
         api.get("events/recent") { _, _ in try json(service.events.recent()) }
         api.ws("events") { inbound, outbound, _ in
@@ -194,20 +244,19 @@ public enum ServiceRoutes {
     static func cameras(_ service: RigService) async -> [CameraView] {
         let devices = await service.devices
         let phases = await service.phases
-        let session = await sessionView(service)
         let inputs = await service.session?.inputs.map(\.name) ?? []
-        _ = session
+        let dropped = await service.droppedFrames
         return devices.map { device in
             CameraView(
                 device: DeviceOutput(device), inSession: inputs.contains(device.name), phase: phases[device.name].map(PhaseOutput.init),
-                previewWatchers: service.previews.watcherCount(device.name))
+                previewWatchers: service.previews.watcherCount(device.name), droppedFrames: dropped[device.name] ?? 0)
         }
     }
 
     static func detail(_ service: RigService, _ device: RigDevice) async -> CameraDetail {
         let get = DeviceGetOutput(device)
         let view = await cameras(service).first { $0.device.name == device.name }
-            ?? CameraView(device: DeviceOutput(device), inSession: false, phase: nil, previewWatchers: 0)
+            ?? CameraView(device: DeviceOutput(device), inSession: false, phase: nil, previewWatchers: 0, droppedFrames: 0)
         return CameraDetail(camera: view, settings: get.state, controls: get.controls, formatIds: device.description.formats.map(\.id))
     }
 
@@ -229,22 +278,28 @@ public enum ServiceRoutes {
     static func syncView(_ service: RigService) async -> SyncView {
         let history = await service.history
         let phases = await service.phases
+        let spools = await service.spools
         return SyncView(
             agents: service.pool.agents.map { agent in
                 let snapshot = agent.snapshot
-                return SyncView.Agent(status: AgentStatusOutput(snapshot), history: Array((history[snapshot.name] ?? []).suffix(120)))
+                return SyncView.Agent(
+                    status: AgentStatusOutput(snapshot), history: Array((history[snapshot.name] ?? []).suffix(120)),
+                    spool: spools[snapshot.name].map { SyncView.Spool(usedBytes: $0.usedBytes, capacityBytes: $0.capacityBytes, results: $0.results) })
             },
             cameras: phases.values.sorted { $0.camera < $1.camera }.map(PhaseOutput.init))
     }
 
     // MARK: Helpers
 
+    /// AGENT/DEVICE from the path, each part percent-decoded (a device id may hold ':' or spaces).
     static func cameraName(_ context: ServiceRequestContext) throws -> String {
-        "\(try context.parameters.require("agent"))/\(try context.parameters.require("device"))"
+        let agent = try context.parameters.require("agent")
+        let device = try context.parameters.require("device")
+        return "\(agent.removingPercentEncoding ?? agent)/\(device.removingPercentEncoding ?? device)"
     }
 
     static func catalogEntry(_ service: RigService, _ id: String) throws -> CaptureCatalog.Entry {
-        guard let entry = try service.store.catalog.entry(id) else {
+        guard let entry = try service.store.catalog.list().first(where: { $0.id == id }) else {
             throw ServiceError(.notFound, "no capture '\(id)' in the catalog (GET /api/v1/captures lists them)")
         }
         return entry
@@ -304,5 +359,41 @@ public enum ServiceRoutes {
         router.post("/logout") { _, _ in
             Response(status: .noContent, headers: [.setCookie: "\(AccessMiddleware.cookieName)=; Path=/; Max-Age=0; HttpOnly; Secure; SameSite=Strict"])
         }
+    }
+}
+
+/// The cameras one previews socket watches, each with its own task feeding the socket's merged stream.
+actor PreviewWatchSet {
+    let service: RigService
+    let sink: AsyncStream<(String, PreviewHub.Preview)>.Continuation
+    private var watching: [String: (id: UInt64, task: Task<Void, Never>)] = [:]
+
+    init(service: RigService, sink: AsyncStream<(String, PreviewHub.Preview)>.Continuation) {
+        self.service = service
+        self.sink = sink
+    }
+
+    /// Watches exactly `names` (unknown cameras are left out).
+    func watch(_ names: [String]) async {
+        let wanted = Set(names)
+        for (name, watch) in watching where !wanted.contains(name) {
+            watch.task.cancel()
+            service.previews.stopWatching(name, id: watch.id)
+            watching.removeValue(forKey: name)
+        }
+        for name in wanted where watching[name] == nil {
+            guard let device = try? await service.device(named: name) else { continue }
+            let (id, previews) = service.previews.watch(device)
+            let sink = self.sink
+            watching[name] = (id, Task { for await preview in previews { sink.yield((name, preview)) } })
+        }
+    }
+
+    func stopAll() {
+        for (name, watch) in watching {
+            watch.task.cancel()
+            service.previews.stopWatching(name, id: watch.id)
+        }
+        watching.removeAll()
     }
 }

@@ -1,9 +1,11 @@
 import CamRigSecurity
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import HummingbirdTLS
 import HummingbirdWebSocket
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOSSL
 import ServiceLifecycle
@@ -39,10 +41,11 @@ public enum ServiceServer {
         configuration.minimumTLSVersion = .tlsv12
         configuration.certificateVerification = .optionalVerification
         configuration.trustRoots = .certificates([root])
-        let verifier = PeerCertificateVerifier(trustRoot: trustRoot, acceptedRoles: [.coordinator, .viewer], revocations: revocations)
+        let verifier = ReloadingVerifier(
+            directory: directory, verifier: PeerCertificateVerifier(trustRoot: trustRoot, acceptedRoles: [.coordinator, .viewer], revocations: revocations))
         return TLSChannelConfiguration(tlsConfiguration: configuration) { certificates in
             guard let chain = try? certificates.map({ try Certificate(derEncoded: try $0.toDERBytes()) }) else { return .failed }
-            if case .accepted = await verifier.verify(chain: chain) { return .certificateVerified }
+            if case .accepted = await verifier.current().verify(chain: chain) { return .certificateVerified }
             return .failed
         }
     }
@@ -60,10 +63,16 @@ public enum ServiceServer {
         onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws -> some ApplicationProtocol {
         let router = ServiceRoutes.router(service: service, metrics: metrics, trustRoot: trustRoot, consoleDirectory: consoleDirectory)
+        // A connection idle for 30 s (a stalled handshake included: nothing decrypted arrives) is
+        // closed, and at most 1024 are open at once, so that peers without a certificate cannot take the
+        // descriptors the agents' connections need.
+        let http = HTTP1WebSocketUpgradeChannel.Configuration(http1: .init(idleTimeout: .seconds(30)))
         return Application(
             router: router,
-            server: try .tls(.http1WebSocketUpgrade(webSocketRouter: router), configuration: tls),
-            configuration: ApplicationConfiguration(address: .hostname(host, port: port), serverName: "camrig"),
+            server: try .tls(.http1WebSocketUpgrade(webSocketRouter: router, configuration: http), configuration: tls),
+            configuration: ApplicationConfiguration(
+                address: .hostname(host, port: port), serverName: "camrig",
+                availableConnectionsDelegate: MaximumAvailableConnections(1024, logger: logger)),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) },
             logger: logger)
     }
@@ -77,5 +86,34 @@ public struct RigServiceRunner: Service {
 
     public func run() async throws {
         await cancelWhenGracefulShutdown { await service.run() }
+    }
+}
+
+/// The client-certificate verifier, with the revocation list re-read whenever `crl.pem` changes: a
+/// certificate revoked while the service runs is refused from its next connection on. A list the CA
+/// did not sign is ignored (the previous one stays in force).
+final class ReloadingVerifier: Sendable {
+    private let directory: TLSDirectory
+    private let state: NIOLockedValueBox<(verifier: PeerCertificateVerifier, modified: Date?)>
+
+    init(directory: TLSDirectory, verifier: PeerCertificateVerifier) {
+        self.directory = directory
+        state = NIOLockedValueBox((verifier, Self.modified(directory.revocationListPath)))
+    }
+
+    static func modified(_ path: String) -> Date? {
+        (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date
+    }
+
+    func current() -> PeerCertificateVerifier {
+        let modified = Self.modified(directory.revocationListPath)
+        return state.withLockedValue { state in
+            guard modified != state.modified else { return state.verifier }
+            state.modified = modified
+            if let list = try? directory.revocationList(verifiedBy: state.verifier.trustRoot) {
+                state.verifier = PeerCertificateVerifier(trustRoot: state.verifier.trustRoot, acceptedRoles: state.verifier.acceptedRoles, revocations: list)
+            }
+            return state.verifier
+        }
     }
 }

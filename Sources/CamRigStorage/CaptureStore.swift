@@ -232,7 +232,7 @@ public struct CaptureStore: Sendable {
 
     /// `relative` under `directory`, refusing names that would leave it or hide in it (a leading dot is
     /// also how `DurableFile` names its temporary files).
-    static func file(_ relative: String, in directory: URL) throws -> URL {
+    public static func file(_ relative: String, in directory: URL) throws -> URL {
         let components = relative.split(separator: "/", omittingEmptySubsequences: false)
         guard !components.contains(where: { $0.isEmpty || $0.hasPrefix(".") }) else {
             throw StorageError("\(relative.debugDescription) is not a file name inside the capture \(directory.path)")

@@ -48,6 +48,8 @@ extension WireEnvelope.OneOf_Body {
         case .preparePhotoSettings: "prepare_photo_settings"
         case .photoStage: "photo_stage"
         case .finalizePhotos: "finalize_photos"
+        case .getSpoolStatus: "get_spool_status"
+        case .spoolStatus: "spool_status"
         case .subscribe: "subscribe"
         case .event: "event"
         case .lockPhase: "lock_phase"
@@ -71,7 +73,8 @@ extension WireEnvelope.OneOf_Body {
         switch self {
         case .ping, .clockProbe, .openClockChannel, .listDevices, .discoveryQuery, .describeDevice, .lock, .renewLease, .unlock,
             .configure, .startStream, .stopStream, .capturePhoto, .scheduleTrigger, .fetchResults,
-            .acknowledgeResults, .preparePhotoSettings, .finalizePhotos, .subscribe, .lockPhase, .unlockPhase, .getPhaseStatus:
+            .acknowledgeResults, .preparePhotoSettings, .finalizePhotos, .subscribe, .lockPhase, .unlockPhase, .getPhaseStatus,
+            .getSpoolStatus:
             true
         default:
             false
@@ -89,7 +92,7 @@ extension WirePeerRole {
         case .viewer:
             switch request {
             case .ping, .clockProbe, .openClockChannel, .listDevices, .discoveryQuery, .describeDevice, .startStream, .stopStream, .subscribe,
-                .getPhaseStatus:
+                .getPhaseStatus, .getSpoolStatus:
                 return true
             default:
                 return false

@@ -23,6 +23,9 @@ struct PreviewTests {
         for (change, field): ((inout WirePreviewOptions) -> Void, String) in [
             ({ $0.maxWidth = 4000 }, "max_width"), ({ $0.maxFramesPerSecond = 60 }, "max_frames_per_second"),
             ({ $0.maxFramesPerSecond = -1 }, "max_frames_per_second"), ({ $0.jpegQuality = 101 }, "jpeg_quality"),
+            // Values that would overflow a conversion are refused, never trapped on.
+            ({ $0.jpegQuality = .max }, "jpeg_quality"), ({ $0.maxFramesPerSecond = 1e-300 }, "max_frames_per_second"),
+            ({ $0.maxFramesPerSecond = .nan }, "max_frames_per_second"), ({ $0.maxWidth = .max }, "max_width"),
         ] {
             var bad = start
             change(&bad.preview)

@@ -53,6 +53,16 @@ def request(path, method="GET", body=None, token=None, cert=None):
         return error.code, error.headers, error.read()
 
 
+def raw_request(path, method="GET", body=b"", headers=None):
+    """A request exactly as given (no JSON content type, no credentials unless in headers)."""
+    req = urllib.request.Request(URL + path, data=body if method != "GET" else None, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, context=context(), timeout=30) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
 def problem(status, headers, body):
     return headers.get("Content-Type", "").startswith("application/problem+json") and json.loads(body)["status"] == status
 
@@ -88,6 +98,22 @@ status, _, body = request("/api/v1/whoami", token=viewer_token)
 check(status == 200 and json.loads(body)["role"] == "viewer" and json.loads(body)["name"] == "wall-screen",
       "`camrig certs token --role viewer` issues a token the service accepts as viewer")
 
+check(raw_request("/api/v1/captures/photo", "POST", b"{}", {"Authorization": "Bearer " + TOKEN, "Content-Type": "text/plain"})[0] == 403,
+      "a POST that is not JSON (what a form on another site could send) is refused")
+status, body = raw_request("/api/v1/captures/photo", "POST", b"{}",
+                           {"Authorization": "Bearer " + TOKEN, "Content-Type": "application/json", "Origin": "https://evil.example"})
+check(status == 403 and "evil.example" in json.loads(body)["detail"], "a change requested from another site's page is refused")
+subprocess.run([CAMRIG, "certs", "issue", "--dir", TLS_DIR, "--name", "viewer-2", "--role", "viewer"], capture_output=True, check=True)
+check(request("/api/v1/whoami", cert="viewer-2")[0] == 200, "a newly issued viewer certificate is accepted")
+subprocess.run([CAMRIG, "certs", "revoke", "--dir", TLS_DIR, "--name", "viewer-2"], capture_output=True, check=True)
+time.sleep(1.1)  # the list's modification time is what the service watches
+try:
+    subprocess.run(["true"])
+    revoked_refused = request("/api/v1/whoami", cert="viewer-2")[0] != 200
+except (ssl.SSLError, urllib.error.URLError, ConnectionError, FileNotFoundError):
+    revoked_refused = True
+check(revoked_refused, "a certificate revoked while the service runs is refused from its next connection on")
+
 # --- The rig ------------------------------------------------------------------------------------------
 deadline = time.time() + 60
 while True:
@@ -118,6 +144,11 @@ check(status == 200 and len(offsets) == 2 and {s.labels["agent"] for s in offset
       "/metrics parses as Prometheus text with each agent's clock offset")
 check(all(s.value == 1 for s in families["camrig_agent_connected"].samples) and len(families["camrig_camera_fps"].samples) == 2,
       "/metrics has each agent's connection state and each camera's frame rate")
+
+spools = [s for s in families["camrig_agent_spool_capacity_bytes"].samples]
+check(len(spools) == 2 and all(s.value > 0 for s in spools) and "camrig_agent_spool_used_bytes" in families,
+      "/metrics has each agent's result spool use and size (GetSpoolStatus)")
+check(all(a["spool"]["capacity_bytes"] > 0 for a in sync["agents"]), "sync health shows each agent's spool")
 
 # --- OpenAPI ------------------------------------------------------------------------------------------
 status, _, body = request("/openapi.yaml")
@@ -187,6 +218,14 @@ try:
     result_rows = browser.find_elements(By.CSS_SELECTOR, "#result-table tr")
     check(len(result_rows) == 3, "the result lists both cameras with their offsets")
     browser.save_screenshot(os.path.join(SHOTS, "console-photo.png"))
+    capture_id = title.split()[1].rstrip(":")
+    status, _, body = request(f"/api/v1/captures/{capture_id}/files/contact-sheet.png", token=viewer_token)
+    check(status == 200 and body[:8] == b"\x89PNG\r\n\x1a\n", "a viewer downloads the capture's contact sheet")
+    for sneaky in [f"/api/v1/captures/{capture_id}/files/contact-sheet.png", f"//api/v1/captures/{capture_id}/files/contact-sheet.png",
+                   f"/api/v1//captures/{capture_id}/files/contact-sheet.png", "//api/v1/rig"]:
+        check(raw_request(sneaky)[0] == 401, f"{sneaky} without credentials is refused")
+    for outside in ["..%2Fcatalog.sqlite", "%2E%2E%2Fcatalog.sqlite", ".manifest.json", "frames%2F..%2F..%2Fcatalog.sqlite"]:
+        check(request(f"/api/v1/captures/{capture_id}/files/{outside}", token=TOKEN)[0] == 400, f"files/{outside} is refused")
 
     # A recording at another size while the previews are watched: the cameras change format (previews
     # pause for it) and the result replaces the photo's.

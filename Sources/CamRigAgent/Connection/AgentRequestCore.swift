@@ -47,6 +47,8 @@ public struct AgentRequestCore: Sendable {
         case preparePhotoSettings(WirePreparePhotoSettings)
         /// Make deferred photos' finals now (all when empty).
         case finalizePhotos([String])
+        /// Report how full the result spool is.
+        case spoolStatus
         /// Schedule a validated trigger.
         case scheduleTrigger(WireScheduleTrigger)
         /// Send spooled results of `session`, at most `limit` (0: all).
@@ -128,6 +130,9 @@ public struct AgentRequestCore: Sendable {
             guard configuration.capture else { return unimplemented(request) }
             // 0 asks for every result; the rest of a smaller page is reported as remaining.
             return .fetchResults(session: fetch.sessionID, limit: Int(fetch.maxResults))
+        case .getSpoolStatus:
+            guard configuration.capture else { return unimplemented(request) }
+            return .spoolStatus
         case .acknowledgeResults(let acknowledge):
             guard configuration.capture else { return unimplemented(request) }
             return .acknowledgeResults(acknowledge.resultIds)

@@ -100,6 +100,13 @@ struct AgentRequestRouter: Sendable {
         case .fetchResults(let session, let limit):
             guard let results else { return }
             connection.spoolWork.enqueue { await results.fetch(session: session, limit: limit, requestID: requestID, connection: connection) }
+        case .spoolStatus:
+            guard let results else { return }
+            var status = WireSpoolStatus()
+            status.usedBytes = results.spool.usedBytes
+            status.capacityBytes = results.spool.capacityBytes
+            status.results = UInt32(clamping: results.spool.count)
+            reply(.spoolStatus(status))
         case .acknowledgeResults(let ids):
             guard let results else { return }
             connection.spoolWork.enqueue { await results.acknowledge(ids, requestID: requestID, connection: connection) }

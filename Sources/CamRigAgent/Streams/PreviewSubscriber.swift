@@ -83,12 +83,17 @@ public struct PreviewOptions: Sendable, Equatable {
 
     /// From the request, defaults filled in; nil with the reason when a value is out of range.
     static func from(_ wire: WirePreviewOptions) -> Result<PreviewOptions, Refusal> {
+        // Every value is checked as it came, before any conversion that a hostile one could overflow.
+        guard wire.maxWidth == 0 || (16...1920).contains(wire.maxWidth) else {
+            return .failure(Refusal(description: "preview max_width \(wire.maxWidth) is outside 16…1920"))
+        }
+        guard wire.maxFramesPerSecond == 0 || (wire.maxFramesPerSecond.isFinite && wire.maxFramesPerSecond >= 0.1 && wire.maxFramesPerSecond <= 30) else {
+            return .failure(Refusal(description: "preview max_frames_per_second \(wire.maxFramesPerSecond) is outside 0.1…30"))
+        }
+        guard wire.jpegQuality <= 100 else { return .failure(Refusal(description: "preview jpeg_quality \(wire.jpegQuality) is outside 1…100")) }
         let width = wire.maxWidth == 0 ? defaultWidth : Int(wire.maxWidth)
         let fps = wire.maxFramesPerSecond == 0 ? defaultFramesPerSecond : wire.maxFramesPerSecond
         let quality = wire.jpegQuality == 0 ? defaultQuality : Int32(wire.jpegQuality)
-        guard (16...1920).contains(width) else { return .failure(Refusal(description: "preview max_width \(wire.maxWidth) is outside 16…1920")) }
-        guard fps.isFinite, fps > 0, fps <= 30 else { return .failure(Refusal(description: "preview max_frames_per_second \(wire.maxFramesPerSecond) is outside (0, 30]")) }
-        guard (1...100).contains(quality) else { return .failure(Refusal(description: "preview jpeg_quality \(wire.jpegQuality) is outside 1…100")) }
         return .success(PreviewOptions(maxWidth: width, minimumInterval: Int64(1e9 / fps), quality: quality))
     }
 

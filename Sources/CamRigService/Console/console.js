@@ -60,13 +60,21 @@ function applyRole() {
 
 // MARK: Cameras
 
-function tileID(name) { return "tile-" + name.replace(/[^A-Za-z0-9_-]/g, "_"); }
+// A camera's name AGENT/DEVICE as a URL path: each part encoded.
+function cameraPath(name) {
+  const slash = name.indexOf("/");
+  return encodeURIComponent(name.slice(0, slash)) + "/" + encodeURIComponent(name.slice(slash + 1));
+}
+
+function tileID(name) { return "tile-" + name; }
 
 function renderGrid() {
   const grid = $("grid");
   const cameras = state.rig ? state.rig.cameras : [];
   const wanted = new Set(cameras.map((camera) => tileID(camera.device.name)));
-  for (const tile of [...grid.children]) if (!wanted.has(tile.id)) { state.observer.unobserve(tile); tile.remove(); }
+  for (const tile of [...grid.children]) {
+    if (!wanted.has(tile.id)) { state.observer.unobserve(tile); previews.visible.delete(tile.dataset.camera); tile.remove(); sendWatchList(); }
+  }
   for (const camera of cameras) {
     const device = camera.device;
     let tile = document.getElementById(tileID(device.name));
@@ -83,7 +91,7 @@ function renderGrid() {
     }
     tile.querySelector(".name").textContent = device.name;
     tile.querySelector(".info").textContent =
-      `${device.active_format} · ${text(device.active_fps, 2)} fps · ${device.connected ? "connected" : "UNPLUGGED"}`;
+      `${device.active_format} · ${text(device.active_fps, 2)} fps · ${device.connected ? "connected" : "UNPLUGGED"} · ${camera.dropped_frames} dropped`;
     const phase = camera.phase ? camera.phase.state : (camera.in_session ? "unlocked" : "not in session");
     const lock = tile.querySelector(".lock");
     lock.textContent = `phase ${phase}` + (camera.phase ? ` (${text(camera.phase.phase_error_us)} µs)` : "") +
@@ -92,20 +100,45 @@ function renderGrid() {
   }
 }
 
-// Previews only for the tiles on screen: a tile scrolled away closes its stream, and its agent stops
-// making previews when nobody else watches.
+// Previews only for the tiles on screen, all over one WebSocket: a tile scrolled away is dropped from
+// the watch list, and its agent stops making previews when nobody else watches.
+const previews = { socket: null, visible: new Set(), urls: new Map() };
+
+function sendWatchList() {
+  if (previews.socket && previews.socket.readyState === WebSocket.OPEN) {
+    previews.socket.send(JSON.stringify({ watch: [...previews.visible] }));
+  }
+}
+
+function connectPreviews() {
+  const socket = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/api/v1/previews`);
+  socket.binaryType = "arraybuffer";
+  socket.onopen = sendWatchList;
+  socket.onmessage = (message) => {
+    const view = new DataView(message.data);
+    const length = view.getUint16(0);
+    const name = new TextDecoder().decode(new Uint8Array(message.data, 2, length));
+    const jpeg = new Blob([new Uint8Array(message.data, 2 + length)], { type: "image/jpeg" });
+    const tile = document.getElementById(tileID(name));
+    if (!tile) return;
+    const url = URL.createObjectURL(jpeg);
+    const image = tile.querySelector("img");
+    image.onload = () => { const old = previews.urls.get(name); if (old && old !== url) URL.revokeObjectURL(old); previews.urls.set(name, url); };
+    image.src = url;
+  };
+  socket.onclose = () => { previews.socket = null; setTimeout(connectPreviews, 2000); };
+  previews.socket = socket;
+}
+
 function watchVisibleTiles() {
   state.observer = new IntersectionObserver((entries) => {
     for (const entry of entries) {
-      const image = entry.target.querySelector("img");
       const name = entry.target.dataset.camera;
-      if (entry.isIntersecting) {
-        if (!image.src) image.src = `/api/v1/devices/${name}/preview.mjpeg`;
-      } else if (image.src) {
-        image.removeAttribute("src");
-      }
+      if (entry.isIntersecting) previews.visible.add(name); else previews.visible.delete(name);
     }
+    sendWatchList();
   });
+  connectPreviews();
 }
 
 // MARK: Camera panel
@@ -120,7 +153,7 @@ async function openPanel(name) {
 
 async function refreshPanel() {
   if (!state.panel) return;
-  const detail = await api(`/api/v1/devices/${state.panel}`);
+  const detail = await api(`/api/v1/devices/${cameraPath(state.panel)}`);
   const device = detail.camera.device;
   $("panel-state").textContent = `${device.localized_name} (${device.model}) · ${device.active_format} at ${text(device.active_fps, 2)} fps`;
   const select = $("panel-format");
@@ -135,13 +168,24 @@ $("panel-close").addEventListener("click", () => { $("panel").hidden = true; sta
 $("settings-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const settings = {};
-  for (const [key, value] of new FormData(event.target).entries()) if (String(value).trim()) settings[key] = String(value).trim();
+  for (const [key, value] of new FormData(event.target).entries()) {
+    if (!String(value).trim()) continue;
+    if (key === "raw") {
+      // "0xID=value", several separated by spaces: raw V4L2 controls.
+      for (const pair of String(value).trim().split(/\s+/)) {
+        const [id, raw] = pair.split("=");
+        if (id && raw !== undefined) settings[id] = raw;
+      }
+    } else {
+      settings[key] = String(value).trim();
+    }
+  }
   const result = $("settings-result");
   if (!Object.keys(settings).length) { result.textContent = "nothing to apply"; return; }
   result.textContent = "applying…";
   result.className = "";
   try {
-    await api(`/api/v1/devices/${state.panel}/settings`, { method: "PUT", body: JSON.stringify({ settings }) });
+    await api(`/api/v1/devices/${cameraPath(state.panel)}/settings`, { method: "PUT", body: JSON.stringify({ settings }) });
     result.textContent = "applied";
     event.target.reset();
     await refreshPanel();
@@ -256,9 +300,10 @@ function sparkline(values) {
 
 async function loadSync() {
   const sync = await api("/api/v1/sync");
-  fillTable($("sync-agents"), ["agent", "status", "offset µs", "± bound µs", "round trip µs", "drift ppm", "offset history", "bound history"],
+  fillTable($("sync-agents"), ["agent", "status", "offset µs", "± bound µs", "round trip µs", "drift ppm", "spool", "offset history", "bound history"],
     sync.agents.map((a) => [a.status.agent, a.status.status, text(a.status.offset_us), text(a.status.error_bound_us),
       text(a.status.min_round_trip_us), text(a.status.drift_ppm, 2),
+      a.spool ? `${(a.spool.used_bytes / 1048576).toFixed(1)} of ${(a.spool.capacity_bytes / 1048576).toFixed(0)} MB, ${a.spool.results} results` : "–",
       sparkline(a.history.map((s) => s.offset_us)), sparkline(a.history.map((s) => s.error_bound_us))]));
   fillTable($("sync-cameras"), ["camera", "lock", "method", "phase error µs", "bound µs", "period µs", "restarts", "reason"],
     sync.cameras.map((c) => [c.camera, c.state, c.method, text(c.phase_error_us), text(c.error_bound_us), text(c.frame_period_us, 3), c.restarts, c.reason || ""]));

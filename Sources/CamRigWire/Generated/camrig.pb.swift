@@ -1522,6 +1522,22 @@ public nonisolated struct WireEnvelope: Sendable {
     set {body = .finalizePhotos(newValue)}
   }
 
+  public var getSpoolStatus: WireGetSpoolStatus {
+    get {
+      if case .getSpoolStatus(let v)? = body {return v}
+      return WireGetSpoolStatus()
+    }
+    set {body = .getSpoolStatus(newValue)}
+  }
+
+  public var spoolStatus: WireSpoolStatus {
+    get {
+      if case .spoolStatus(let v)? = body {return v}
+      return WireSpoolStatus()
+    }
+    set {body = .spoolStatus(newValue)}
+  }
+
   /// Events
   public var subscribe: WireSubscribe {
     get {
@@ -1626,6 +1642,8 @@ public nonisolated struct WireEnvelope: Sendable {
     case preparePhotoSettings(WirePreparePhotoSettings)
     case photoStage(WirePhotoStageEvent)
     case finalizePhotos(WireFinalizePhotos)
+    case getSpoolStatus(WireGetSpoolStatus)
+    case spoolStatus(WireSpoolStatus)
     /// Events
     case subscribe(WireSubscribe)
     case event(WireEvent)
@@ -2848,7 +2866,7 @@ public nonisolated struct WirePreviewOptions: Sendable {
   /// Largest width of a preview in pixels; the height keeps the frame's aspect. 0: 320. At most 1920.
   public var maxWidth: UInt32 = 0
 
-  /// Most previews a second. 0: 5. At most 30.
+  /// Most previews a second. 0: 5. Otherwise 0.1…30.
   public var maxFramesPerSecond: Double = 0
 
   /// JPEG quality, 1…100. 0: 70.
@@ -3664,6 +3682,17 @@ public nonisolated struct WireEvent: Sendable {
   fileprivate var _time: WireTimestamp? = nil
 }
 
+/// How full the agent's result spool is. Replied to with SpoolStatus; any client role may ask.
+public nonisolated struct WireGetSpoolStatus: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 public nonisolated struct WireSpoolStatus: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -3887,7 +3916,7 @@ nonisolated extension WirePhaseLockMethod: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Envelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{2}\u{9}hello\0\u{1}welcome\0\u{1}error\0\u{1}goodbye\0\u{1}ping\0\u{1}pong\0\u{3}clock_probe\0\u{3}clock_probe_reply\0\u{1}ok\0\u{3}open_clock_channel\0\u{3}list_devices\0\u{3}discovery_query\0\u{3}device_list\0\u{3}describe_device\0\u{3}device_description\0\u{2}\u{6}lock\0\u{1}lease\0\u{3}renew_lease\0\u{1}unlock\0\u{1}configure\0\u{3}device_state\0\u{4}\u{5}start_stream\0\u{3}stream_started\0\u{3}stop_stream\0\u{3}stream_ended\0\u{3}video_frame\0\u{4}\u{6}capture_photo\0\u{3}schedule_trigger\0\u{3}trigger_scheduled\0\u{3}trigger_fired\0\u{3}fetch_results\0\u{3}photo_result\0\u{3}results_end\0\u{3}acknowledge_results\0\u{3}prepare_photo_settings\0\u{3}photo_stage\0\u{1}subscribe\0\u{1}event\0\u{3}clock_channel\0\u{3}finalize_photos\0\u{4}\u{7}lock_phase\0\u{3}unlock_phase\0\u{3}get_phase_status\0\u{3}phase_status\0\u{3}phase_status_list\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{2}\u{9}hello\0\u{1}welcome\0\u{1}error\0\u{1}goodbye\0\u{1}ping\0\u{1}pong\0\u{3}clock_probe\0\u{3}clock_probe_reply\0\u{1}ok\0\u{3}open_clock_channel\0\u{3}list_devices\0\u{3}discovery_query\0\u{3}device_list\0\u{3}describe_device\0\u{3}device_description\0\u{2}\u{6}lock\0\u{1}lease\0\u{3}renew_lease\0\u{1}unlock\0\u{1}configure\0\u{3}device_state\0\u{4}\u{5}start_stream\0\u{3}stream_started\0\u{3}stop_stream\0\u{3}stream_ended\0\u{3}video_frame\0\u{4}\u{6}capture_photo\0\u{3}schedule_trigger\0\u{3}trigger_scheduled\0\u{3}trigger_fired\0\u{3}fetch_results\0\u{3}photo_result\0\u{3}results_end\0\u{3}acknowledge_results\0\u{3}prepare_photo_settings\0\u{3}photo_stage\0\u{1}subscribe\0\u{1}event\0\u{3}clock_channel\0\u{3}finalize_photos\0\u{3}get_spool_status\0\u{3}spool_status\0\u{4}\u{5}lock_phase\0\u{3}unlock_phase\0\u{3}get_phase_status\0\u{3}phase_status\0\u{3}phase_status_list\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4416,6 +4445,32 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
           self.body = .finalizePhotos(v)
         }
       }()
+      case 64: try {
+        var v: WireGetSpoolStatus?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .getSpoolStatus(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .getSpoolStatus(v)
+        }
+      }()
+      case 65: try {
+        var v: WireSpoolStatus?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .spoolStatus(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .spoolStatus(v)
+        }
+      }()
       case 70: try {
         var v: WireLockPhase?
         var hadOneofValue = false
@@ -4654,6 +4709,14 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
     case .finalizePhotos?: try {
       guard case .finalizePhotos(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 63)
+    }()
+    case .getSpoolStatus?: try {
+      guard case .getSpoolStatus(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 64)
+    }()
+    case .spoolStatus?: try {
+      guard case .spoolStatus(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 65)
     }()
     case .lockPhase?: try {
       guard case .lockPhase(let v)? = self.body else { preconditionFailure() }
@@ -8061,6 +8124,25 @@ nonisolated extension WireEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageIm
     if lhs.deviceID != rhs.deviceID {return false}
     if lhs.message != rhs.message {return false}
     if lhs.detail != rhs.detail {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireGetSpoolStatus: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GetSpoolStatus"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    // Load everything into unknown fields
+    while try decoder.nextFieldNumber() != nil {}
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireGetSpoolStatus, rhs: WireGetSpoolStatus) -> Bool {
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

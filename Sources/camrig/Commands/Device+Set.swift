@@ -40,7 +40,15 @@ extension Device {
                     pairs[parts[0]] = parts[1]
                 }
                 if let detail = try await rig.throughService(logger: logger, { client in
-                    try await client.put("/api/v1/devices/\(device)/settings", ServiceRoutes.SettingsRequest(settings: pairs), as: ServiceRoutes.CameraDetail.self)
+                    // The camera as the service names it (a bare device id is found among the rig's cameras).
+                    let cameras: [ServiceRoutes.CameraView] = try await client.get("/api/v1/devices")
+                    guard let camera = cameras.first(where: { $0.device.name == device })
+                        ?? cameras.first(where: { $0.device.device == device || $0.device.name.hasSuffix("/" + device) })
+                    else {
+                        throw CommandFailure("no camera '\(device)' on the service's rig; `camrig devices` lists them")
+                    }
+                    let path = ServiceClient.cameraPath(agent: camera.device.agent, device: camera.device.device)
+                    return try await client.put("\(path)/settings", ServiceRoutes.SettingsRequest(settings: pairs), as: ServiceRoutes.CameraDetail.self)
                 }) {
                     if output.json {
                         try printJSON(["device": device, "format": detail.camera.device.activeFormat, "fps": detail.camera.device.activeFps.map { String(format: "%.3f", $0) } ?? "-"], snakeCase: true)

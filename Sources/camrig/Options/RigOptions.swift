@@ -90,8 +90,9 @@ struct RigOptions: ParsableArguments {
     /// The running service the command should go through: the one --service, the rig file's `service:` or
     /// $CAMRIG_SERVICE names, when it answers with this machine's certificate. Nil (the command then
     /// works with the agents directly) when none is named, or when the one named does not answer, which
-    /// is said on standard error.
-    func runningService(logger: Logger) async -> ServiceClient? {
+    /// is said on standard error. A service that answers but refuses this machine's certificate is an error:
+    /// going around it would hide why (and find the cameras leased by it).
+    func runningService(logger: Logger) async throws -> ServiceClient? {
         let file = rigFile()
         guard let url = service ?? file?.service ?? ProcessInfo.processInfo.environment["CAMRIG_SERVICE"], !url.isEmpty else { return nil }
         do {
@@ -104,6 +105,9 @@ struct RigOptions: ParsableArguments {
                 await client.shutdown()
                 throw error
             }
+        } catch let failure as ServiceClient.Failure {
+            // It answered, and refused: going around it would hide the reason (and find its cameras leased).
+            throw CommandFailure("the service at \(url) refused this command's certificate: \(failure.detail)")
         } catch {
             FileHandle.standardError.write(Data("camrig: the service at \(url) does not answer (\(error)); working with the agents directly\n".utf8))
             return nil
@@ -113,7 +117,7 @@ struct RigOptions: ParsableArguments {
     /// Runs `body` with the running service when there is one (see `runningService`); nil when there is
     /// none, and the command works with the agents directly.
     func throughService<T>(logger: Logger, _ body: (ServiceClient) async throws -> T) async throws -> T? {
-        guard let client = await runningService(logger: logger) else { return nil }
+        guard let client = try await runningService(logger: logger) else { return nil }
         do {
             let result = try await body(client)
             await client.shutdown()
