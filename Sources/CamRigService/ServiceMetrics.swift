@@ -59,6 +59,10 @@ public final class ServiceMetrics: Sendable {
             if let phase, phase.failure == nil {
                 gauge("camrig_camera_phase_error_seconds", "Camera's exposure starts minus the rig's frame grid", labels)
                     .set(Double(phase.status.phaseErrorNs) / 1e9)
+                if phase.status.measuredFramePeriodNs > 0 {
+                    gauge("camrig_camera_measured_fps", "Frame rate measured from the camera's exposure starts", labels)
+                        .set(1e9 / phase.status.measuredFramePeriodNs)
+                }
                 gauge("camrig_camera_frames", "Frames the camera's phase lock has seen", labels)
                     .set(Double(phase.status.frames))
                 gauge("camrig_camera_restarts", "Stream restarts the phase lock made to move the camera's phase", labels)

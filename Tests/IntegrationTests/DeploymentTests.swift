@@ -73,4 +73,32 @@ struct DeploymentTests {
         #expect(result.status == 0, "\(result.stderr)")
         #expect(!result.stderr.contains("camrig-agent.service:"), "warnings about the unit: \(result.stderr)")
     }
+
+    @Test("systemd-analyze verify accepts the coordinator service's unit", .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze"), "no systemd-analyze"))
+    func coordinatorUnit() throws {
+        let directory = NSTemporaryDirectory() + "camrig-unit-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let unit = try String(contentsOf: Self.deploy.appendingPathComponent("camrig-coordinator.service"), encoding: .utf8)
+            .replacingOccurrences(of: "/usr/local/bin/camrig ", with: Executables.url("camrig").path + " ")
+        try unit.write(toFile: directory + "/camrig-coordinator.service", atomically: true, encoding: .utf8)
+        let result = try Executables.runTool("/usr/bin/systemd-analyze", ["verify", directory + "/camrig-coordinator.service"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(!result.stderr.contains("camrig-coordinator.service:"), "warnings about the unit: \(result.stderr)")
+    }
+
+    @Test("the coordinator unit's command and its options file use options camrig serve has, and the example rig file names a service")
+    func coordinatorOptions() throws {
+        let unit = try String(contentsOf: Self.deploy.appendingPathComponent("camrig-coordinator.service"), encoding: .utf8)
+        let defaults = try String(contentsOf: Self.deploy.appendingPathComponent("camrig-coordinator.default"), encoding: .utf8)
+            .split(separator: "\n").filter { !$0.hasPrefix("#") }.joined(separator: "\n")
+        let execStart = try #require(unit.split(separator: "\n").first { $0.hasPrefix("ExecStart=") })
+        #expect(execStart.contains("camrig serve"))
+        let flags = (execStart + " " + defaults).split(whereSeparator: { " \"\n=".contains($0) }).filter { $0.hasPrefix("--") }
+        #expect(flags.count >= 4)
+        let help = try Executables.run("camrig", ["serve", "--help"])
+        for flag in Set(flags) { #expect(help.stdout.contains(String(flag)), "camrig serve has no \(flag)") }
+        let rig = try String(contentsOf: Self.deploy.appendingPathComponent("rig.yaml"), encoding: .utf8)
+        #expect(rig.contains("# service: https://"))
+    }
 }
