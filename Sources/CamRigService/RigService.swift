@@ -6,6 +6,7 @@ import CamRigWire
 import CamRigWireModel
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 
 /// The coordinator kept running: the rig's agents stay connected and their clocks measured, every camera
 /// stays in one committed, phase-locked session, and captures, settings and previews are served from it.
@@ -442,8 +443,13 @@ public actor RigService {
         let session = try sessionForCapture()
         let job = begin(kind: "photo", access: access)
         let store = self.store
+        let previews = self.previews
         Task {
             let start = ContinuousClock.now
+            // Previews pause for the photo: a camera that can be triggered exposes at the instant only
+            // when it is not already streaming for someone's preview.
+            await previews.pause()
+            defer { previews.resume() }
             do {
                 self.progress(job.id, 0.1, "firing every camera at one instant")
                 let report = try await session.capturePhoto(into: store, settings: settings)
@@ -474,6 +480,7 @@ public actor RigService {
         let store = self.store
         let duration = Duration.milliseconds(Int64(request.duration * 1000))
         let (lockPhase, tolerance) = (configuration.phaseLock, configuration.lockTolerance)
+        let previews = self.previews
         Task {
             let start = ContinuousClock.now
             do {
@@ -489,7 +496,14 @@ public actor RigService {
                     if lockPhase { _ = await session.waitForPhaseLock(timeout: .seconds(5)) }
                 }
                 let id = job.id
+                // Previews pause until the recording's streams run (its first progress): cameras then
+                // start on the trigger's instant, and previews join those streams.
+                await previews.pause()
+                let resumed = NIOLockedValueBox(false)
+                let resume: @Sendable () -> Void = { if resumed.withLockedValue({ value in defer { value = true }; return !value }) { previews.resume() } }
+                defer { resume() }
                 let report = try await session.record(duration: duration, into: store) { progress in
+                    if progress.elapsed > .zero { resume() }
                     let seconds = Double(progress.elapsed.components.seconds) + Double(progress.elapsed.components.attoseconds) / 1e18
                     let total = Double(progress.duration.components.seconds) + Double(progress.duration.components.attoseconds) / 1e18
                     let fraction = total > 0 ? min(1, seconds / total) : 0

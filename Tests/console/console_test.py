@@ -215,6 +215,8 @@ try:
         "const s = document.getElementById('contact-sheet'); return !document.getElementById('result').hidden && s.complete && s.naturalWidth > 0"))
     title = browser.find_element(By.ID, "result-title").text
     check("photo" in title and "skew max" in title, f"a photo from the console shows the set's contact sheet ({title})")
+    skew = float(title.split("skew max")[1].split("µs")[0])
+    check(skew <= 100, f"the photo taken while the cameras are previewed is still synchronized (skew {skew} µs)")
     result_rows = browser.find_elements(By.CSS_SELECTOR, "#result-table tr")
     check(len(result_rows) == 3, "the result lists both cameras with their offsets")
     browser.save_screenshot(os.path.join(SHOTS, "console-photo.png"))

@@ -94,9 +94,10 @@ public final class AgentPhaseLocks: Sendable {
         return lock.currentGrid
     }
 
-    /// Whether `deviceID` may be restarted to move its phase: nobody but the lock watches it.
+    /// Whether `deviceID` may be restarted to move its phase: nobody but the lock watches its frames
+    /// (previews may: a restart costs them a preview at most).
     func mayRestart(deviceID: String) -> Bool {
-        streams.watcherCount(deviceID: deviceID) <= 1
+        streams.frameWatcherCount(deviceID: deviceID) <= 1
     }
 
     /// Ends every lock (agent shutdown).

@@ -139,6 +139,13 @@ public final class AgentStreams: Sendable {
         return hub.subscribers.withLockedValue { $0.count }
     }
 
+    /// How many watch `deviceID`'s frames themselves: watchers a restart of the camera's stream would
+    /// disturb. Preview watchers are left out: a restart costs them a preview at most.
+    func frameWatcherCount(deviceID: String) -> Int {
+        guard let hub = hubs.withLockedValue({ $0[deviceID] }) else { return 0 }
+        return hub.subscribers.withLockedValue { $0.values.filter { !($0 is PreviewSubscriber) }.count }
+    }
+
     /// The connection that opened a stream, if it exists.
     func owner(of streamID: String) -> UInt64? {
         hubs.withLockedValue { hubs in
