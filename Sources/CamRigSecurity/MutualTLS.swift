@@ -135,23 +135,8 @@ public struct MutualTLS: Sendable {
         let server = source.server
         let trustRoot = try directory.trustRoot()
         let revocations = try directory.revocationList(verifiedBy: trustRoot)
-        let (entry, keyPEM) = try directory.identity(named: source.identityName, roles: source.ownRoles)
-        if let revoked = revocations?.entry(for: entry.certificate.serialNumber) {
-            throw SecurityError(
-                "this host's certificate '\(entry.name)' was revoked on \(PeerCertificateVerifier.format(revoked.revokedAt)) "
-                    + "(\(directory.revocationListPath)): issue a new one with `camrig certs issue --dir DIR --name \(entry.name) --role \(entry.identity.role.rawValue)` and copy it here"
-            )
-        }
-        if entry.certificate.notValidAfter < Date() {
-            throw SecurityError(
-                "this host's certificate '\(entry.name)' expired at \(PeerCertificateVerifier.format(entry.certificate.notValidAfter)): "
-                    + "issue a new one with `camrig certs issue --dir DIR --name \(entry.name) --role \(entry.identity.role.rawValue)`"
-            )
-        }
+        let (entry, certificate, key, root) = try directory.nioIdentity(named: source.identityName, roles: source.ownRoles)
         do {
-            let certificate = try NIOSSLCertificate(bytes: Array(try entry.certificate.serializeAsPEM().pemString.utf8), format: .pem)
-            let key = try NIOSSLPrivateKey(bytes: Array(keyPEM.utf8), format: .pem)
-            let root = try NIOSSLCertificate(bytes: Array(try trustRoot.serializeAsPEM().pemString.utf8), format: .pem)
             var configuration: TLSConfiguration
             if server {
                 configuration = TLSConfiguration.makeServerConfiguration(

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import NIOSSL
 import X509
 
 /// A directory of PEM files: the rig's CA and the identities issued by it.
@@ -274,5 +275,35 @@ public struct TLSDirectory: Sendable {
             throw SecurityError("no private key \(keyFile(for: entry.name)) for certificate '\(entry.name)'")
         }
         return (entry, keyPEM)
+    }
+}
+
+extension TLSDirectory {
+    /// The identity `name` (or the directory's only one of `roles`) and the CA's certificate, as
+    /// swift-nio-ssl takes them; an identity that was revoked or has expired is an error saying what to do.
+    public func nioIdentity(named name: String?, roles: [PeerRole]) throws -> (entry: Entry, certificate: NIOSSLCertificate, key: NIOSSLPrivateKey, trustRoot: NIOSSLCertificate) {
+        let root = try trustRoot()
+        let revocations = try revocationList(verifiedBy: root)
+        let (entry, keyPEM) = try identity(named: name, roles: roles)
+        if let revoked = revocations?.entry(for: entry.certificate.serialNumber) {
+            throw SecurityError(
+                "this host's certificate '\(entry.name)' was revoked on \(PeerCertificateVerifier.format(revoked.revokedAt)) "
+                    + "(\(revocationListPath)): issue a new one with `camrig certs issue --dir DIR --name \(entry.name) --role \(entry.identity.role.rawValue)` and copy it here"
+            )
+        }
+        if entry.certificate.notValidAfter < Date() {
+            throw SecurityError(
+                "this host's certificate '\(entry.name)' expired at \(PeerCertificateVerifier.format(entry.certificate.notValidAfter)): "
+                    + "issue a new one with `camrig certs issue --dir DIR --name \(entry.name) --role \(entry.identity.role.rawValue)`"
+            )
+        }
+        do {
+            let certificate = try NIOSSLCertificate(bytes: Array(try entry.certificate.serializeAsPEM().pemString.utf8), format: .pem)
+            let key = try NIOSSLPrivateKey(bytes: Array(keyPEM.utf8), format: .pem)
+            let nioRoot = try NIOSSLCertificate(bytes: Array(try root.serializeAsPEM().pemString.utf8), format: .pem)
+            return (entry, certificate, key, nioRoot)
+        } catch {
+            throw SecurityError("cannot set up TLS with certificate '\(entry.name)' from \(path): \(error)")
+        }
     }
 }

@@ -15,11 +15,11 @@ public final class ServiceClient: Sendable {
     /// directory's coordinator certificate) from `directory`.
     public init(url: String, directory: TLSDirectory, identityName: String?) throws {
         self.url = url.hasSuffix("/") ? String(url.dropLast()) : url
-        let (entry, keyPEM) = try directory.identity(named: identityName, roles: [.coordinator, .viewer])
+        let (_, certificate, key, root) = try directory.nioIdentity(named: identityName, roles: [.coordinator, .viewer])
         var tls = TLSConfiguration.makeClientConfiguration()
-        tls.certificateChain = [.certificate(try NIOSSLCertificate(bytes: Array(try entry.certificate.serializeAsPEM().pemString.utf8), format: .pem))]
-        tls.privateKey = .privateKey(try NIOSSLPrivateKey(bytes: Array(keyPEM.utf8), format: .pem))
-        tls.trustRoots = .certificates([try NIOSSLCertificate(bytes: Array(try directory.trustRoot().serializeAsPEM().pemString.utf8), format: .pem)])
+        tls.certificateChain = [.certificate(certificate)]
+        tls.privateKey = .privateKey(key)
+        tls.trustRoots = .certificates([root])
         // The service's certificate is the coordinator's, issued by the rig's CA: it names the
         // coordinator, not necessarily the host it is reached by.
         tls.certificateVerification = .noHostnameVerification

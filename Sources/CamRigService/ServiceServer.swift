@@ -31,12 +31,9 @@ public enum ServiceServer {
     /// but optional, and any that is presented verified against the authority, its revocation list and
     /// the coordinator and viewer roles (a refused certificate ends the handshake).
     public static func tlsConfiguration(directory: TLSDirectory, identityName: String?) throws -> TLSChannelConfiguration {
-        let (entry, keyPEM) = try directory.identity(named: identityName, roles: [.coordinator])
+        let (_, certificate, key, root) = try directory.nioIdentity(named: identityName, roles: [.coordinator])
         let trustRoot = try directory.trustRoot()
         let revocations = try directory.revocationList(verifiedBy: trustRoot)
-        let certificate = try NIOSSLCertificate(bytes: Array(try entry.certificate.serializeAsPEM().pemString.utf8), format: .pem)
-        let key = try NIOSSLPrivateKey(bytes: Array(keyPEM.utf8), format: .pem)
-        let root = try NIOSSLCertificate(bytes: Array(try trustRoot.serializeAsPEM().pemString.utf8), format: .pem)
         var configuration = TLSConfiguration.makeServerConfiguration(certificateChain: [.certificate(certificate)], privateKey: .privateKey(key))
         configuration.minimumTLSVersion = .tlsv12
         configuration.certificateVerification = .optionalVerification
