@@ -203,13 +203,18 @@ public final class PreviewHub: Sendable {
     /// ends (agent restarted, camera unplugged and back).
     private static func run(_ feed: Feed, device: RigDevice, options: Options, paused: @Sendable () -> Bool, logger: Logger) async {
         while !Task.isCancelled {
-            while paused() && !Task.isCancelled { try? await Task.sleep(for: .milliseconds(50)) }
+            // Marked opening before the pause is looked at: a pause() from now on waits for this stream.
+            feed.state.withLockedValue { $0.opening = true }
+            while paused() && !Task.isCancelled {
+                feed.state.withLockedValue { $0.opening = false }
+                try? await Task.sleep(for: .milliseconds(50))
+                feed.state.withLockedValue { $0.opening = true }
+            }
             var streamID: String?
             var client: AgentClient?
             do {
                 let agentClient = try device.agent.client()
                 client = agentClient
-                feed.state.withLockedValue { $0.opening = true }
                 var start = WireStartStream()
                 start.deviceID = device.deviceID
                 start.preview.maxWidth = options.maxWidth

@@ -25,13 +25,13 @@ public struct ServiceRequestContext: RequestContext, WebSocketRequestContext {
     public var maxUploadSize: Int { 64 * 1024 }
 
     /// The client certificate the connection was opened with, already verified during the handshake.
-    func peerIdentity() async -> PeerIdentity? {
+    func peerCertificate() async -> Certificate? {
         let channel = self.channel
         let certificate = try? await channel.eventLoop.submit { () -> NIOSSLCertificate? in
             try channel.pipeline.syncOperations.handler(type: NIOSSLServerHandler.self).peerCertificate
         }.get()
-        guard let certificate, let der = try? certificate.toDERBytes(), let parsed = try? Certificate(derEncoded: der) else { return nil }
-        return try? PeerIdentity(certificate: parsed)
+        guard let certificate, let der = try? certificate.toDERBytes() else { return nil }
+        return try? Certificate(derEncoded: der)
     }
 }
 
@@ -44,6 +44,10 @@ public struct ServiceRequestContext: RequestContext, WebSocketRequestContext {
 struct AccessMiddleware: RouterMiddleware {
     typealias Context = ServiceRequestContext
     let trustRoot: Certificate
+    /// Whether a client certificate has been revoked since its connection was opened.
+    let isRevoked: @Sendable (Certificate) -> Bool
+    /// Origins besides the service's own that browsers may change the rig from (a reverse proxy's).
+    let allowedOrigins: Set<String>
 
     static let cookieName = "camrig_token"
 
@@ -51,8 +55,8 @@ struct AccessMiddleware: RouterMiddleware {
         var context = context
         let path = request.uri.path
         if Self.isPublic(path) { return try await next(request, context) }
-        if let refusal = Self.crossSite(request) { throw ServiceError(.forbidden, refusal) }
-        context.access = try await Self.access(for: request, context: context, trustRoot: trustRoot)
+        if let refusal = Self.crossSite(request, allowedOrigins: allowedOrigins) { throw ServiceError(.forbidden, refusal) }
+        context.access = try await Self.access(for: request, context: context, trustRoot: trustRoot, isRevoked: isRevoked)
         guard let access = context.access else {
             throw ServiceError(
                 .unauthorized,
@@ -76,11 +80,11 @@ struct AccessMiddleware: RouterMiddleware {
     /// browser holding a client certificate would send it along. Such requests must come from the
     /// console's own origin (when the browser names one) and carry JSON (which a form cannot send
     /// without asking the service first).
-    static func crossSite(_ request: Request) -> String? {
+    static func crossSite(_ request: Request, allowedOrigins: Set<String> = []) -> String? {
         let mutating = request.method != .get && request.method != .head
         let upgrade = request.headers[.upgrade]?.lowercased() == "websocket"
         guard mutating || upgrade else { return nil }
-        if let origin = request.headers[.origin], let host = request.head.authority, origin != "https://\(host)" {
+        if let origin = request.headers[.origin], let host = request.head.authority, origin != "https://\(host)", !allowedOrigins.contains(origin) {
             return "requests from \(origin) may not change the rig or watch its events; use the console at https://\(host)/"
         }
         if mutating, request.method != .delete, request.uri.path != "/logout" {
@@ -92,8 +96,17 @@ struct AccessMiddleware: RouterMiddleware {
         return nil
     }
 
-    static func access(for request: Request, context: ServiceRequestContext, trustRoot: Certificate) async throws -> Access? {
-        if let identity = await context.peerIdentity(), let access = Access(certificate: identity) { return access }
+    static func access(
+        for request: Request, context: ServiceRequestContext, trustRoot: Certificate, isRevoked: @Sendable (Certificate) -> Bool
+    ) async throws -> Access? {
+        if let certificate = await context.peerCertificate(), let identity = try? PeerIdentity(certificate: certificate),
+            let access = Access(certificate: identity)
+        {
+            guard !isRevoked(certificate) else {
+                throw ServiceError(.unauthorized, "the certificate of '\(identity.name)' was revoked; this connection may do nothing more")
+            }
+            return access
+        }
         var token: String?
         if let authorization = request.headers[.authorization], authorization.lowercased().hasPrefix("bearer ") {
             token = String(authorization.dropFirst(7)).trimmingCharacters(in: .whitespaces)

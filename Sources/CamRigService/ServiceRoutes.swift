@@ -19,7 +19,7 @@ public enum ServiceRoutes {
         public var phase: PhaseOutput?
         public var previewWatchers: Int
         /// Frames it dropped in the captures this service made.
-        public var droppedFrames: Int
+        public var droppedFrames: Int?
     }
 
     public struct CameraDetail: Codable, Sendable {
@@ -69,9 +69,12 @@ public enum ServiceRoutes {
     }
 
     /// Builds the router: the API behind `AccessMiddleware`, the console's files from `consoleDirectory`.
-    public static func router(service: RigService, metrics: ServiceMetrics, trustRoot: Certificate, consoleDirectory: String) -> Router<ServiceRequestContext> {
+    public static func router(
+        service: RigService, metrics: ServiceMetrics, trustRoot: Certificate, consoleDirectory: String,
+        isRevoked: @escaping @Sendable (Certificate) -> Bool = { _ in false }, allowedOrigins: Set<String> = []
+    ) -> Router<ServiceRequestContext> {
         let router = Router(context: ServiceRequestContext.self)
-        router.add(middleware: AccessMiddleware(trustRoot: trustRoot))
+        router.add(middleware: AccessMiddleware(trustRoot: trustRoot, isRevoked: isRevoked, allowedOrigins: allowedOrigins))
         router.add(middleware: FileMiddleware(consoleDirectory, urlBasePath: "/", searchForIndexHtml: true))
         addLogin(to: router, trustRoot: trustRoot)
         router.get("/openapi.yaml") { _, _ in
@@ -208,7 +211,16 @@ public enum ServiceRoutes {
                 await watching.stopAll()
                 sink.finish()
             }
-            defer { reader.cancel() }
+            let retrying = Task {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .seconds(2))
+                    await watching.retry()
+                }
+            }
+            defer {
+                reader.cancel()
+                retrying.cancel()
+            }
             for await (name, preview) in merged {
                 var message = ByteBuffer()
                 let nameBytes = Array(name.utf8)
@@ -367,6 +379,9 @@ actor PreviewWatchSet {
     let service: RigService
     let sink: AsyncStream<(String, PreviewHub.Preview)>.Continuation
     private var watching: [String: (id: UInt64, task: Task<Void, Never>)] = [:]
+    /// Names asked for that are not cameras of the rig (yet: a service just restarted lists its cameras
+    /// within a second or two); `retry` looks for them again.
+    private var unresolved: Set<String> = []
 
     init(service: RigService, sink: AsyncStream<(String, PreviewHub.Preview)>.Continuation) {
         self.service = service
@@ -381,12 +396,22 @@ actor PreviewWatchSet {
             service.previews.stopWatching(name, id: watch.id)
             watching.removeValue(forKey: name)
         }
+        unresolved = []
         for name in wanted where watching[name] == nil {
-            guard let device = try? await service.device(named: name) else { continue }
+            guard let device = try? await service.device(named: name) else {
+                unresolved.insert(name)
+                continue
+            }
             let (id, previews) = service.previews.watch(device)
             let sink = self.sink
             watching[name] = (id, Task { for await preview in previews { sink.yield((name, preview)) } })
         }
+    }
+
+    /// Watches the names asked for that could not be found before.
+    func retry() async {
+        guard !unresolved.isEmpty else { return }
+        await watch(Array(unresolved) + Array(watching.keys))
     }
 
     func stopAll() {

@@ -30,16 +30,12 @@ public enum ServiceServer {
     /// The server's TLS: the coordinator's certificate from `directory`, client certificates asked for
     /// but optional, and any that is presented verified against the authority, its revocation list and
     /// the coordinator and viewer roles (a refused certificate ends the handshake).
-    public static func tlsConfiguration(directory: TLSDirectory, identityName: String?) throws -> TLSChannelConfiguration {
+    public static func tlsConfiguration(directory: TLSDirectory, identityName: String?, verifier: ReloadingVerifier) throws -> TLSChannelConfiguration {
         let (_, certificate, key, root) = try directory.nioIdentity(named: identityName, roles: [.coordinator])
-        let trustRoot = try directory.trustRoot()
-        let revocations = try directory.revocationList(verifiedBy: trustRoot)
         var configuration = TLSConfiguration.makeServerConfiguration(certificateChain: [.certificate(certificate)], privateKey: .privateKey(key))
         configuration.minimumTLSVersion = .tlsv12
         configuration.certificateVerification = .optionalVerification
         configuration.trustRoots = .certificates([root])
-        let verifier = ReloadingVerifier(
-            directory: directory, verifier: PeerCertificateVerifier(trustRoot: trustRoot, acceptedRoles: [.coordinator, .viewer], revocations: revocations))
         return TLSChannelConfiguration(tlsConfiguration: configuration) { certificates in
             guard let chain = try? certificates.map({ try Certificate(derEncoded: try $0.toDERBytes()) }) else { return .failed }
             if case .accepted = await verifier.current().verify(chain: chain) { return .certificateVerified }
@@ -54,19 +50,32 @@ public enum ServiceServer {
         port: Int,
         tls: TLSChannelConfiguration,
         trustRoot: Certificate,
+        verifier: ReloadingVerifier? = nil,
+        allowedOrigins: Set<String> = [],
         consoleDirectory: String,
         metrics: ServiceMetrics = ServiceMetrics(),
+        connectionTimeout: TimeAmount = .seconds(30),
         logger: Logger,
         onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws -> some ApplicationProtocol {
-        let router = ServiceRoutes.router(service: service, metrics: metrics, trustRoot: trustRoot, consoleDirectory: consoleDirectory)
-        // A connection idle for 30 s (a stalled handshake included: nothing decrypted arrives) is
-        // closed, and at most 1024 are open at once, so that peers without a certificate cannot take the
-        // descriptors the agents' connections need.
-        let http = HTTP1WebSocketUpgradeChannel.Configuration(http1: .init(idleTimeout: .seconds(30)))
+        let router = ServiceRoutes.router(
+            service: service, metrics: metrics, trustRoot: trustRoot, consoleDirectory: consoleDirectory,
+            isRevoked: { certificate in verifier?.isRevoked(certificate) ?? false }, allowedOrigins: allowedOrigins)
+        // A connection that sends no request within 30 s of opening (a stalled handshake included:
+        // nothing decrypted arrives) is closed, so is one idle for 30 s between requests, and at most
+        // 1024 are open at once: peers without a certificate cannot take the descriptors the agents'
+        // connections need.
+        let http = HTTP1WebSocketUpgradeChannel.Configuration(http1: .init(idleTimeout: connectionTimeout))
+        let webSocketResponder = router.buildResponder()
+        let server = HTTPServerBuilder { responder in
+            FirstRequestTimeoutChannel(
+                base: try TLSChannel(
+                    HTTP1WebSocketUpgradeChannel(responder: responder, webSocketResponder: webSocketResponder, configuration: http), configuration: tls),
+                after: connectionTimeout)
+        }
         return Application(
             router: router,
-            server: try .tls(.http1WebSocketUpgrade(webSocketRouter: router, configuration: http), configuration: tls),
+            server: server,
             configuration: ApplicationConfiguration(
                 address: .hostname(host, port: port), serverName: "camrig",
                 availableConnectionsDelegate: MaximumAvailableConnections(1024, logger: logger)),
@@ -89,13 +98,23 @@ public struct RigServiceRunner: Service {
 /// The client-certificate verifier, with the revocation list re-read whenever `crl.pem` changes: a
 /// certificate revoked while the service runs is refused from its next connection on. A list the CA
 /// did not sign is ignored (the previous one stays in force).
-final class ReloadingVerifier: Sendable {
+public final class ReloadingVerifier: Sendable {
     private let directory: TLSDirectory
     private let state: NIOLockedValueBox<(verifier: PeerCertificateVerifier, modified: Date?)>
 
-    init(directory: TLSDirectory, verifier: PeerCertificateVerifier) {
+    /// Accepts certificates of `directory`'s authority in the coordinator and viewer roles.
+    public init(directory: TLSDirectory) throws {
         self.directory = directory
+        let trustRoot = try directory.trustRoot()
+        let verifier = PeerCertificateVerifier(
+            trustRoot: trustRoot, acceptedRoles: [.coordinator, .viewer], revocations: try directory.revocationList(verifiedBy: trustRoot))
         state = NIOLockedValueBox((verifier, Self.modified(directory.revocationListPath)))
+    }
+
+    /// Whether `certificate` is on the current revocation list: checked at every request, so that a
+    /// connection opened before the revocation loses its access too.
+    public func isRevoked(_ certificate: Certificate) -> Bool {
+        current().revocations?.entry(for: certificate.serialNumber) != nil
     }
 
     static func modified(_ path: String) -> Date? {
@@ -112,5 +131,64 @@ final class ReloadingVerifier: Sendable {
             }
             return state.verifier
         }
+    }
+}
+
+/// A server channel that closes a connection which has not sent anything decrypted within `after` of
+/// opening (a silent peer, a stalled TLS handshake): Hummingbird's idle timeout starts with the first
+/// request only.
+struct FirstRequestTimeoutChannel<Base: ServerChildChannel>: ServerChildChannel {
+    typealias Value = Base.Value
+    let base: Base
+    let after: TimeAmount
+
+    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+        base.setup(channel: channel, logger: logger).flatMapThrowing { value in
+            let pipeline = channel.pipeline.syncOperations
+            let timeout = FirstRequestTimeout(after: after)
+            if let tls = try? pipeline.handler(type: NIOSSLServerHandler.self) {
+                try pipeline.addHandler(timeout, position: .after(tls))
+            } else {
+                try pipeline.addHandler(timeout, position: .first)
+            }
+            return value
+        }
+    }
+
+    func handle(value: Value, logger: Logger) async {
+        await base.handle(value: value, logger: logger)
+    }
+}
+
+/// Closes its connection when nothing was read `after` it opened.
+final class FirstRequestTimeout: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = NIOAny
+    private let after: TimeAmount
+    private var timer: Scheduled<Void>?
+
+    init(after: TimeAmount) { self.after = after }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { start(context) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        start(context)
+        context.fireChannelActive()
+    }
+
+    private func start(_ context: ChannelHandlerContext) {
+        guard timer == nil else { return }
+        let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+        timer = context.eventLoop.scheduleTask(in: after) { loopBound.value.close(promise: nil) }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        timer?.cancel()
+        context.fireChannelRead(data)
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        timer?.cancel()
     }
 }

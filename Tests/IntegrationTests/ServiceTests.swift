@@ -194,3 +194,61 @@ struct ServiceTests {
         #expect(kinds.last == "service.stopped")
     }
 }
+
+extension ServiceTests {
+    @Test("a connection that sends nothing is closed, and a certificate revoked while its connection is open loses its access")
+    func silentConnectionsAndRevocation() async throws {
+        let pki = try ScratchPKI(agents: [], viewers: ["viewer-1"])
+        defer { try? FileManager.default.removeItem(atPath: pki.path) }
+        let captures = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-silent-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: captures) }
+        let logger = Logger(label: "test")
+        let service = try RigService(
+            pool: AgentPool(endpoints: [], security: .insecure, logger: logger), configuration: .init(capturesDirectory: captures), logger: logger)
+        let verifier = try ReloadingVerifier(directory: pki.directory)
+        let port = PortBox()
+        let app = try ServiceServer.application(
+            service: service, host: "127.0.0.1", port: 0,
+            tls: try ServiceServer.tlsConfiguration(directory: pki.directory, identityName: "coordinator", verifier: verifier),
+            trustRoot: try pki.directory.trustRoot(), verifier: verifier, consoleDirectory: Self.console.path, connectionTimeout: .seconds(3),
+            logger: logger
+        ) { bound in port.set(bound) }
+        let running = Task { try await app.runService() }
+        defer { running.cancel() }
+        #expect(await Self.eventually(.seconds(10)) { port.value != 0 })
+
+        // A peer that opens a TCP connection and says nothing (not even a TLS hello) is let go.
+        let silent = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(silent) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port.value).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(silent, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        #expect(connected == 0)
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(silent, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let started = ContinuousClock.now
+        var byte: UInt8 = 0
+        let read = recv(silent, &byte, 1, 0)
+        #expect(read == 0, "the silent connection was not closed (recv returned \(read))")
+        #expect(ContinuousClock.now - started < .seconds(5))
+
+        // A viewer's connection stays open across its certificate's revocation: its next request is refused.
+        let client = try ServiceClient(url: "https://127.0.0.1:\(port.value)", directory: pki.directory, identityName: "viewer-1")
+        let before: Access = try await client.get("/api/v1/whoami")
+        #expect(before.role == .viewer)
+        _ = try pki.directory.revoke(name: "viewer-1", reason: .keyCompromise)
+        let refused = await #expect(throws: ServiceClient.Failure.self) { let _: Access = try await client.get("/api/v1/whoami") }
+        #expect(refused?.status == 401 && refused?.detail.contains("revoked") == true, "\(String(describing: refused))")
+        await client.shutdown()
+    }
+}
+
+/// The port a test server bound, set from its start-up callback.
+final class PortBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var port = 0
+    var value: Int { lock.withLock { port } }
+    func set(_ value: Int) { lock.withLock { port = value } }
+}

@@ -121,9 +121,20 @@ function connectPreviews() {
     const jpeg = new Blob([new Uint8Array(message.data, 2 + length)], { type: "image/jpeg" });
     const tile = document.getElementById(tileID(name));
     if (!tile) return;
+    // Each tile holds one object URL at a time: the one it shows; the one it replaces is freed once
+    // the new picture is shown (or failed), so nothing accumulates over a long session.
     const url = URL.createObjectURL(jpeg);
     const image = tile.querySelector("img");
-    image.onload = () => { const old = previews.urls.get(name); if (old && old !== url) URL.revokeObjectURL(old); previews.urls.set(name, url); };
+    const held = previews.urls.get(name) || [];
+    held.push(url);
+    previews.urls.set(name, held);
+    const release = () => {
+      const urls = previews.urls.get(name) || [];
+      for (const old of urls) if (old !== url) URL.revokeObjectURL(old);
+      previews.urls.set(name, urls.includes(url) ? [url] : []);
+    };
+    image.onload = release;
+    image.onerror = release;
     image.src = url;
   };
   socket.onclose = () => { previews.socket = null; setTimeout(connectPreviews, 2000); };

@@ -42,10 +42,13 @@ extension Device {
                 if let detail = try await rig.throughService(logger: logger, { client in
                     // The camera as the service names it (a bare device id is found among the rig's cameras).
                     let cameras: [ServiceRoutes.CameraView] = try await client.get("/api/v1/devices")
-                    guard let camera = cameras.first(where: { $0.device.name == device })
-                        ?? cameras.first(where: { $0.device.device == device || $0.device.name.hasSuffix("/" + device) })
-                    else {
-                        throw CommandFailure("no camera '\(device)' on the service's rig; `camrig devices` lists them")
+                    let exact = cameras.filter { $0.device.name == device }
+                    let matches = exact.isEmpty ? cameras.filter { $0.device.device == device } : exact
+                    guard matches.count == 1, let camera = matches.first else {
+                        throw CommandFailure(
+                            matches.isEmpty
+                                ? "no camera '\(device)' on the service's rig; `camrig devices` lists them"
+                                : "'\(device)' is a camera of several agents (\(matches.map(\.device.name).joined(separator: ", "))): name it AGENT/DEVICE")
                     }
                     let path = ServiceClient.cameraPath(agent: camera.device.agent, device: camera.device.device)
                     return try await client.put("\(path)/settings", ServiceRoutes.SettingsRequest(settings: pairs), as: ServiceRoutes.CameraDetail.self)

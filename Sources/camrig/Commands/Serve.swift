@@ -37,6 +37,9 @@ struct Serve: AsyncParsableCommand {
     @Flag(name: .long, help: "Do not phase-lock free-running cameras.")
     var noPhaseLock = false
 
+    @Option(name: .long, help: ArgumentHelp("An origin besides the service's own that browsers may change the rig from, e.g. https://rig.example (a reverse proxy in front of the service; repeatable).", valueName: "url"))
+    var allowOrigin: [String] = []
+
     @OptionGroup var captures: CaptureOptions
     @OptionGroup var rig: RigOptions
     @OptionGroup var output: OutputOptions
@@ -93,9 +96,11 @@ struct Serve: AsyncParsableCommand {
             ? try AccessTokens.issue(name: "operator", role: .operator, expires: Date().addingTimeInterval(86_400), authority: try directory.loadAuthority())
             : nil
         let json = output.json
+        let verifier = try ReloadingVerifier(directory: directory)
         let app = try ServiceServer.application(
-            service: service, host: host, port: port, tls: try ServiceServer.tlsConfiguration(directory: directory, identityName: identity),
-            trustRoot: trustRoot, consoleDirectory: consoleDirectory, logger: logger
+            service: service, host: host, port: port,
+            tls: try ServiceServer.tlsConfiguration(directory: directory, identityName: identity, verifier: verifier),
+            trustRoot: trustRoot, verifier: verifier, allowedOrigins: Set(allowOrigin), consoleDirectory: consoleDirectory, logger: logger
         ) { bound in
             let shown = host == "0.0.0.0" || host == "::" ? "127.0.0.1" : host
             var line = "serving https://\(shown):\(bound)/"

@@ -5,6 +5,7 @@ import ArgumentParser
 import CamRigCoordinator
 import CamRigWire
 import Foundation
+import NIOSSL
 import Logging
 import Yams
 
@@ -106,8 +107,13 @@ struct RigOptions: ParsableArguments {
                 throw error
             }
         } catch let failure as ServiceClient.Failure {
-            // It answered, and refused: going around it would hide the reason (and find its cameras leased).
-            throw CommandFailure("the service at \(url) refused this command's certificate: \(failure.detail)")
+            // It answered: going around it would hide the reason (and find its cameras leased by it).
+            if failure.status == 401 || failure.status == 403 {
+                throw CommandFailure("the service at \(url) refused this command's certificate: \(failure.detail)")
+            }
+            throw CommandFailure("the service at \(url) answered HTTP \(failure.status): \(failure.detail); is --service the address of `camrig serve`?")
+        } catch let error as NIOSSLError {
+            throw CommandFailure("the service at \(url) refused the TLS handshake (\(error)): is this machine's certificate from the rig's CA, of the coordinator role, and not revoked?")
         } catch {
             FileHandle.standardError.write(Data("camrig: the service at \(url) does not answer (\(error)); working with the agents directly\n".utf8))
             return nil
