@@ -62,29 +62,26 @@ struct DeploymentTests {
 
     @Test("systemd-analyze verify accepts the agent's unit", .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze"), "no systemd-analyze"))
     func systemdUnit() throws {
+        try Self.verify(unit: "camrig-agent.service", program: "/usr/local/bin/camrig-agent", builtAs: "camrig-agent")
+    }
+
+    /// Runs systemd-analyze verify on deploy/`unit`, its ExecStart's `program` pointed at the built binary
+    /// (verify checks that it exists), and expects no complaint about the unit.
+    static func verify(unit: String, program: String, builtAs binary: String) throws {
         let directory = NSTemporaryDirectory() + "camrig-unit-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        // verify checks that ExecStart exists: point it at the built binary.
-        let unit = try String(contentsOf: Self.deploy.appendingPathComponent("camrig-agent.service"), encoding: .utf8)
-            .replacingOccurrences(of: "/usr/local/bin/camrig-agent", with: Executables.url("camrig-agent").path)
-        try unit.write(toFile: directory + "/camrig-agent.service", atomically: true, encoding: .utf8)
-        let result = try Executables.runTool("/usr/bin/systemd-analyze", ["verify", directory + "/camrig-agent.service"])
+        let text = try String(contentsOf: deploy.appendingPathComponent(unit), encoding: .utf8)
+            .replacingOccurrences(of: program + " ", with: Executables.url(binary).path + " ")
+        try text.write(toFile: directory + "/" + unit, atomically: true, encoding: .utf8)
+        let result = try Executables.runTool("/usr/bin/systemd-analyze", ["verify", directory + "/" + unit])
         #expect(result.status == 0, "\(result.stderr)")
-        #expect(!result.stderr.contains("camrig-agent.service:"), "warnings about the unit: \(result.stderr)")
+        #expect(!result.stderr.contains(unit + ":"), "warnings about the unit: \(result.stderr)")
     }
 
     @Test("systemd-analyze verify accepts the coordinator service's unit", .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze"), "no systemd-analyze"))
     func coordinatorUnit() throws {
-        let directory = NSTemporaryDirectory() + "camrig-unit-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let unit = try String(contentsOf: Self.deploy.appendingPathComponent("camrig-coordinator.service"), encoding: .utf8)
-            .replacingOccurrences(of: "/usr/local/bin/camrig ", with: Executables.url("camrig").path + " ")
-        try unit.write(toFile: directory + "/camrig-coordinator.service", atomically: true, encoding: .utf8)
-        let result = try Executables.runTool("/usr/bin/systemd-analyze", ["verify", directory + "/camrig-coordinator.service"])
-        #expect(result.status == 0, "\(result.stderr)")
-        #expect(!result.stderr.contains("camrig-coordinator.service:"), "warnings about the unit: \(result.stderr)")
+        try Self.verify(unit: "camrig-coordinator.service", program: "/usr/local/bin/camrig", builtAs: "camrig")
     }
 
     @Test("the coordinator unit's command and its options file use options camrig serve has, and the example rig file names a service")

@@ -19,11 +19,8 @@ struct ServiceTests {
     func openAPIMatchesRoutes() throws {
         let pki = try ScratchPKI(agents: [], viewers: [])
         defer { try? FileManager.default.removeItem(atPath: pki.path) }
-        let captures = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-routes-\(UUID().uuidString)")
+        let (service, captures) = try Self.serviceWithoutAgents()
         defer { try? FileManager.default.removeItem(at: captures) }
-        let logger = Logger(label: "test")
-        let service = try RigService(
-            pool: AgentPool(endpoints: [], security: .insecure, logger: logger), configuration: .init(capturesDirectory: captures), logger: logger)
         let router = ServiceRoutes.router(
             service: service, metrics: ServiceMetrics(), trustRoot: try pki.directory.trustRoot(), consoleDirectory: Self.console.path)
         let served = Set(router.routes.map { "\($0.method.rawValue) \($0.path)" })
@@ -106,6 +103,15 @@ struct ServiceTests {
         while serve.isRunning && Date() < deadline { try await Task.sleep(for: .milliseconds(100)) }
         #expect(!serve.isRunning, "camrig serve did not stop within 20 s of SIGTERM")
         if !serve.isRunning { #expect(serve.terminationStatus == 0) }
+    }
+
+    /// A service over no agents, capturing into a new temporary directory (remove it after).
+    static func serviceWithoutAgents() throws -> (RigService, URL) {
+        let captures = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-service-\(UUID().uuidString)")
+        let logger = Logger(label: "test")
+        let service = try RigService(
+            pool: AgentPool(endpoints: [], security: .insecure, logger: logger), configuration: .init(capturesDirectory: captures), logger: logger)
+        return (service, captures)
     }
 
     /// Waits up to `timeout` for `condition`, checking every 100 ms.
@@ -200,11 +206,9 @@ extension ServiceTests {
     func silentConnectionsAndRevocation() async throws {
         let pki = try ScratchPKI(agents: [], viewers: ["viewer-1"])
         defer { try? FileManager.default.removeItem(atPath: pki.path) }
-        let captures = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-silent-\(UUID().uuidString)")
+        let (service, captures) = try Self.serviceWithoutAgents()
         defer { try? FileManager.default.removeItem(at: captures) }
         let logger = Logger(label: "test")
-        let service = try RigService(
-            pool: AgentPool(endpoints: [], security: .insecure, logger: logger), configuration: .init(capturesDirectory: captures), logger: logger)
         let verifier = try ReloadingVerifier(directory: pki.directory)
         let port = PortBox()
         let app = try ServiceServer.application(
