@@ -1,6 +1,7 @@
 import CamRigSecurity
 import Crypto
 import Foundation
+import NIOConcurrencyHelpers
 import X509
 
 /// What a caller of the service may do.
@@ -64,24 +65,47 @@ public enum AccessTokens {
         public var description: String
     }
 
-    /// The access `token` gives, checked against the authority's certificate `trustRoot`.
-    public static func verify(_ token: String, trustRoot: Certificate, now: Date = Date()) -> Result<Access, Refusal> {
+    /// What a token says about itself, once its signature is checked (nil: not a token of this authority).
+    public struct Claims: Sendable, Equatable {
+        public var id: String
+        public var name: String
+        public var role: AccessRole
+        public var expires: Date
+    }
+
+    /// The claims of `token` when the authority whose certificate is `trustRoot` signed it, expired or not.
+    public static func claims(of token: String, trustRoot: Certificate) -> Claims? {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, parts[0] == prefix, let payloadBytes = unbase64url(String(parts[1])),
-            let signatureBytes = unbase64url(String(parts[2]))
-        else { return .failure(Refusal(description: "the token is not a CamRig access token (camrig1.…); issue one with `camrig certs token`")) }
-        guard let key = P256.Signing.PublicKey(trustRoot.publicKey),
+            let signatureBytes = unbase64url(String(parts[2])), let key = P256.Signing.PublicKey(trustRoot.publicKey),
             let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes),
-            key.isValidSignature(signature, for: Data("\(parts[0]).\(parts[1])".utf8))
-        else { return .failure(Refusal(description: "the token was not issued by this rig's certificate authority")) }
-        guard let payload = try? JSONDecoder().decode(Payload.self, from: payloadBytes) else {
-            return .failure(Refusal(description: "the token's contents cannot be read"))
+            key.isValidSignature(signature, for: Data("\(parts[0]).\(parts[1])".utf8)),
+            let payload = try? JSONDecoder().decode(Payload.self, from: payloadBytes)
+        else { return nil }
+        return Claims(id: payload.id, name: payload.name, role: payload.role, expires: Date(timeIntervalSince1970: Double(payload.expires)))
+    }
+
+    /// The access `token` gives, checked against the authority's certificate `trustRoot` and the tokens
+    /// revoked (`revokedAt` gives when the token of an id was revoked, nil when it was not).
+    public static func verify(
+        _ token: String, trustRoot: Certificate, now: Date = Date(), revokedAt: (String) -> Date? = { _ in nil }
+    ) -> Result<Access, Refusal> {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[0] == prefix else {
+            return .failure(Refusal(description: "the token is not a CamRig access token (camrig1.…); issue one with `camrig certs token`"))
         }
-        guard Double(payload.expires) > now.timeIntervalSince1970 else {
-            let when = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(payload.expires)))
-            return .failure(Refusal(description: "the token of '\(payload.name)' expired at \(when); issue a new one with `camrig certs token`"))
+        guard let claims = claims(of: token, trustRoot: trustRoot) else {
+            return .failure(Refusal(description: "the token was not issued by this rig's certificate authority"))
         }
-        return .success(Access(name: payload.name, role: payload.role, method: "token"))
+        guard claims.expires > now else {
+            let when = ISO8601DateFormatter().string(from: claims.expires)
+            return .failure(Refusal(description: "the token of '\(claims.name)' expired at \(when); issue a new one with `camrig certs token`"))
+        }
+        if let revoked = revokedAt(claims.id) {
+            let when = ISO8601DateFormatter().string(from: revoked)
+            return .failure(Refusal(description: "the token of '\(claims.name)' was revoked at \(when); ask for a new one (`camrig certs token`)"))
+        }
+        return .success(Access(name: claims.name, role: claims.role, method: "token"))
     }
 
     static func base64url(_ data: Data) -> String {
@@ -93,5 +117,76 @@ public enum AccessTokens {
         var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
         while base64.count % 4 != 0 { base64 += "=" }
         return Data(base64Encoded: base64)
+    }
+}
+
+/// Tokens revoked before they expire: `revoked-tokens.json` in the TLS directory (written by `camrig
+/// certs revoke-token`), a JSON array of {id, name, expires, revoked_at}. The service re-reads it when
+/// it changes; a token on it is refused from its next request on.
+public final class TokenDenyList: Sendable {
+    public static let fileName = "revoked-tokens.json"
+
+    public struct Entry: Codable, Sendable, Equatable {
+        public var id: String
+        public var name: String
+        public var expires: Date
+        public var revokedAt: Date
+
+        public init(id: String, name: String, expires: Date, revokedAt: Date) {
+            self.id = id
+            self.name = name
+            self.expires = expires
+            self.revokedAt = revokedAt
+        }
+    }
+
+    let path: String
+    private let state = NIOLockedValueBox<(entries: [String: Date], modified: Date?)>(([:], nil))
+
+    public init(directory: TLSDirectory) {
+        path = (directory.path as NSString).appendingPathComponent(Self.fileName)
+    }
+
+    /// When the token `id` was revoked, or nil.
+    public func revokedAt(_ id: String) -> Date? {
+        let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date
+        return state.withLockedValue { state in
+            if modified != state.modified {
+                state.modified = modified
+                state.entries = Dictionary((Self.read(path) ?? []).map { ($0.id, $0.revokedAt) }, uniquingKeysWith: { first, _ in first })
+            }
+            return state.entries[id]
+        }
+    }
+
+    static let coder = (encoder: { () -> JSONEncoder in
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        encoder.keyEncodingStrategy = .convertToSnakeCase
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        return encoder
+    }(), decoder: { () -> JSONDecoder in
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        decoder.keyDecodingStrategy = .convertFromSnakeCase
+        return decoder
+    }())
+
+    static func read(_ path: String) -> [Entry]? {
+        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        return try? coder.decoder.decode([Entry].self, from: data)
+    }
+
+    /// Adds `claims` to `directory`'s list (dropping entries past their expiry: they need no listing).
+    public static func revoke(_ claims: AccessTokens.Claims, in directory: TLSDirectory, now: Date = Date()) throws -> Entry {
+        let path = (directory.path as NSString).appendingPathComponent(fileName)
+        if FileManager.default.fileExists(atPath: path), read(path) == nil {
+            throw SecurityError("\(path) is not a list of revoked tokens; move it aside and revoke again")
+        }
+        var entries = (read(path) ?? []).filter { $0.expires > now && $0.id != claims.id }
+        let entry = Entry(id: claims.id, name: claims.name, expires: claims.expires, revokedAt: now)
+        entries.append(entry)
+        try coder.encoder.encode(entries).write(to: URL(fileURLWithPath: path), options: .atomic)
+        return entry
     }
 }

@@ -48,6 +48,8 @@ struct AccessMiddleware: RouterMiddleware {
     let isRevoked: @Sendable (Certificate) -> Bool
     /// Origins besides the service's own that browsers may change the rig from (a reverse proxy's).
     let allowedOrigins: Set<String>
+    /// When a token id was revoked, or nil.
+    let revokedToken: @Sendable (String) -> Date?
 
     static let cookieName = "camrig_token"
 
@@ -56,7 +58,7 @@ struct AccessMiddleware: RouterMiddleware {
         let path = request.uri.path
         if Self.isPublic(path) { return try await next(request, context) }
         if let refusal = Self.crossSite(request, allowedOrigins: allowedOrigins) { throw ServiceError(.forbidden, refusal) }
-        context.access = try await Self.access(for: request, context: context, trustRoot: trustRoot, isRevoked: isRevoked)
+        context.access = try await Self.access(for: request, context: context, trustRoot: trustRoot, isRevoked: isRevoked, revokedToken: revokedToken)
         guard let access = context.access else {
             throw ServiceError(
                 .unauthorized,
@@ -97,7 +99,8 @@ struct AccessMiddleware: RouterMiddleware {
     }
 
     static func access(
-        for request: Request, context: ServiceRequestContext, trustRoot: Certificate, isRevoked: @Sendable (Certificate) -> Bool
+        for request: Request, context: ServiceRequestContext, trustRoot: Certificate, isRevoked: @Sendable (Certificate) -> Bool,
+        revokedToken: @Sendable (String) -> Date?
     ) async throws -> Access? {
         if let certificate = await context.peerCertificate(), let identity = try? PeerIdentity(certificate: certificate),
             let access = Access(certificate: identity)
@@ -114,7 +117,7 @@ struct AccessMiddleware: RouterMiddleware {
             token = cookie.value
         }
         guard let token else { return nil }
-        switch AccessTokens.verify(token, trustRoot: trustRoot) {
+        switch AccessTokens.verify(token, trustRoot: trustRoot, revokedAt: revokedToken) {
         case .success(let access): return access
         case .failure(let refusal): throw ServiceError(.unauthorized, refusal.description)
         }

@@ -71,12 +71,13 @@ public enum ServiceRoutes {
     /// Builds the router: the API behind `AccessMiddleware`, the console's files from `consoleDirectory`.
     public static func router(
         service: RigService, metrics: ServiceMetrics, trustRoot: Certificate, consoleDirectory: String,
-        isRevoked: @escaping @Sendable (Certificate) -> Bool = { _ in false }, allowedOrigins: Set<String> = []
+        isRevoked: @escaping @Sendable (Certificate) -> Bool = { _ in false }, allowedOrigins: Set<String> = [],
+        revokedToken: @escaping @Sendable (String) -> Date? = { _ in nil }
     ) -> Router<ServiceRequestContext> {
         let router = Router(context: ServiceRequestContext.self)
-        router.add(middleware: AccessMiddleware(trustRoot: trustRoot, isRevoked: isRevoked, allowedOrigins: allowedOrigins))
+        router.add(middleware: AccessMiddleware(trustRoot: trustRoot, isRevoked: isRevoked, allowedOrigins: allowedOrigins, revokedToken: revokedToken))
         router.add(middleware: FileMiddleware(consoleDirectory, urlBasePath: "/", searchForIndexHtml: true))
-        addLogin(to: router, trustRoot: trustRoot)
+        addLogin(to: router, trustRoot: trustRoot, revokedToken: revokedToken)
         router.get("/openapi.yaml") { _, _ in
             let path = consoleDirectory + "/openapi.yaml"
             guard let data = FileManager.default.contents(atPath: path) else { throw ServiceError(.notFound, "openapi.yaml is missing from \(consoleDirectory)") }
@@ -351,12 +352,12 @@ public enum ServiceRoutes {
         }
     }
 
-    static func addLogin(to router: Router<ServiceRequestContext>, trustRoot: Certificate) {
+    static func addLogin(to router: Router<ServiceRequestContext>, trustRoot: Certificate, revokedToken: @escaping @Sendable (String) -> Date?) {
         router.get("/login") { request, _ in
             guard let token = request.uri.queryParameters.get("token") else {
                 throw ServiceError(.badRequest, "give the token: /login?token=TOKEN (from `camrig certs token`)")
             }
-            switch AccessTokens.verify(token, trustRoot: trustRoot) {
+            switch AccessTokens.verify(token, trustRoot: trustRoot, revokedAt: revokedToken) {
             case .success:
                 return Response(
                     status: .seeOther,

@@ -51,6 +51,7 @@ public enum ServiceServer {
         tls: TLSChannelConfiguration,
         trustRoot: Certificate,
         verifier: ReloadingVerifier? = nil,
+        revokedTokens: TokenDenyList? = nil,
         allowedOrigins: Set<String> = [],
         consoleDirectory: String,
         metrics: ServiceMetrics = ServiceMetrics(),
@@ -60,7 +61,8 @@ public enum ServiceServer {
     ) throws -> some ApplicationProtocol {
         let router = ServiceRoutes.router(
             service: service, metrics: metrics, trustRoot: trustRoot, consoleDirectory: consoleDirectory,
-            isRevoked: { certificate in verifier?.isRevoked(certificate) ?? false }, allowedOrigins: allowedOrigins)
+            isRevoked: { certificate in verifier?.isRevoked(certificate) ?? false }, allowedOrigins: allowedOrigins,
+            revokedToken: { id in revokedTokens?.revokedAt(id) })
         // A connection that sends no request within 30 s of opening (a stalled handshake included:
         // nothing decrypted arrives) is closed, so is one idle for 30 s between requests, and at most
         // 1024 are open at once: peers without a certificate cannot take the descriptors the agents'

@@ -2,7 +2,7 @@ import CamRigCoordinator
 import CamRigSecurity
 import CamRigWire
 import CamRigLocalRig
-import CamRigService
+@testable import CamRigService
 import CamRigTestSupport
 import Foundation
 import Logging
@@ -255,4 +255,43 @@ final class PortBox: @unchecked Sendable {
     private var port = 0
     var value: Int { lock.withLock { port } }
     func set(_ value: Int) { lock.withLock { port = value } }
+}
+
+extension ServiceTests {
+    @Test("an access token is refused when forged, signed by another CA, expired or revoked, and says which")
+    func accessTokens() throws {
+        let pki = try ScratchPKI(agents: [], viewers: [])
+        let other = try ScratchPKI(agents: [], viewers: [])
+        defer {
+            try? FileManager.default.removeItem(atPath: pki.path)
+            try? FileManager.default.removeItem(atPath: other.path)
+        }
+        let authority = try pki.directory.loadAuthority()
+        let root = try pki.directory.trustRoot()
+        let token = try AccessTokens.issue(name: "booth", role: .viewer, expires: Date().addingTimeInterval(3600), authority: authority)
+        #expect(try AccessTokens.verify(token, trustRoot: root).get() == Access(name: "booth", role: .viewer, method: "token"))
+
+        func refusal(_ result: Result<Access, AccessTokens.Refusal>) -> String {
+            if case .failure(let refusal) = result { return refusal.description }
+            return "accepted"
+        }
+        #expect(refusal(AccessTokens.verify("not-a-token", trustRoot: root)).contains("not a CamRig access token"))
+        let foreign = try AccessTokens.issue(name: "x", role: .operator, expires: Date().addingTimeInterval(3600), authority: try other.directory.loadAuthority())
+        #expect(refusal(AccessTokens.verify(foreign, trustRoot: root)).contains("not issued by this rig"))
+        // The role changed in the payload: the signature no longer matches.
+        let parts = token.split(separator: ".").map(String.init)
+        let payload = String(decoding: AccessTokens.unbase64url(parts[1])!, as: UTF8.self).replacingOccurrences(of: "viewer", with: "operator")
+        let tampered = [parts[0], AccessTokens.base64url(Data(payload.utf8)), parts[2]].joined(separator: ".")
+        #expect(refusal(AccessTokens.verify(tampered, trustRoot: root)).contains("not issued by this rig"))
+        let expired = try AccessTokens.issue(name: "old", role: .operator, expires: Date().addingTimeInterval(-60), authority: authority)
+        #expect(refusal(AccessTokens.verify(expired, trustRoot: root)).contains("expired"))
+
+        let denyList = TokenDenyList(directory: pki.directory)
+        let claims = try #require(AccessTokens.claims(of: token, trustRoot: root))
+        #expect(denyList.revokedAt(claims.id) == nil)
+        _ = try TokenDenyList.revoke(claims, in: pki.directory)
+        #expect(refusal(AccessTokens.verify(token, trustRoot: root, revokedAt: denyList.revokedAt)).contains("revoked"))
+        let other2 = try AccessTokens.issue(name: "booth-2", role: .viewer, expires: Date().addingTimeInterval(3600), authority: authority)
+        #expect((try? AccessTokens.verify(other2, trustRoot: root, revokedAt: denyList.revokedAt).get()) != nil, "only the revoked token is refused")
+    }
 }

@@ -114,6 +114,13 @@ except (ssl.SSLError, urllib.error.URLError, ConnectionError, FileNotFoundError)
     revoked_refused = True
 check(revoked_refused, "a certificate revoked while the service runs is refused from its next connection on")
 
+revocable = subprocess.run([CAMRIG, "certs", "token", "--dir", TLS_DIR, "--name", "lost-tablet", "--role", "operator"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+check(request("/api/v1/whoami", token=revocable)[0] == 200, "a new operator token is accepted")
+subprocess.run([CAMRIG, "certs", "revoke-token", "--dir", TLS_DIR, revocable], capture_output=True, check=True)
+status, _, body = request("/api/v1/whoami", token=revocable)
+check(status == 401 and "revoked" in json.loads(body)["detail"], "`camrig certs revoke-token` makes the service refuse that token at once")
+
 # --- The rig ------------------------------------------------------------------------------------------
 deadline = time.time() + 60
 while True:

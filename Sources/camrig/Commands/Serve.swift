@@ -100,7 +100,7 @@ struct Serve: AsyncParsableCommand {
         let app = try ServiceServer.application(
             service: service, host: host, port: port,
             tls: try ServiceServer.tlsConfiguration(directory: directory, identityName: identity, verifier: verifier),
-            trustRoot: trustRoot, verifier: verifier, allowedOrigins: Set(allowOrigin), consoleDirectory: consoleDirectory, logger: logger
+            trustRoot: trustRoot, verifier: verifier, revokedTokens: TokenDenyList(directory: directory), allowedOrigins: Set(allowOrigin), consoleDirectory: consoleDirectory, logger: logger
         ) { bound in
             let shown = host == "0.0.0.0" || host == "::" ? "127.0.0.1" : host
             var line = "serving https://\(shown):\(bound)/"
