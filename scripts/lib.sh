@@ -19,16 +19,16 @@ CAMRIG_PACKAGES=(
     git
 )
 
-# Python packages the tests use beyond Debian's: Selenium drives Debian's chromium-driver in the
-# console's browser test; openapi-spec-validator checks the service's OpenAPI document.
-CAMRIG_PYTHON_PACKAGES=(selenium openapi-spec-validator prometheus-client)
+# Python packages the tests use beyond Debian's, as PACKAGE:MODULE: Selenium drives Debian's
+# chromium-driver in the console's browser test; openapi-spec-validator checks the service's OpenAPI
+# document; prometheus-client parses /metrics; PyYAML reads the OpenAPI document.
+CAMRIG_PYTHON_PACKAGES=(selenium:selenium openapi-spec-validator:openapi_spec_validator prometheus-client:prometheus_client pyyaml:yaml)
 
 install_python_packages() {
     local missing=()
-    python3 -c "import selenium" 2>/dev/null || missing+=(selenium)
-    python3 -c "import openapi_spec_validator" 2>/dev/null || missing+=(openapi-spec-validator)
-    python3 -c "import prometheus_client" 2>/dev/null || missing+=(prometheus-client)
-    python3 -c "import yaml" 2>/dev/null || missing+=(pyyaml)
+    for entry in "${CAMRIG_PYTHON_PACKAGES[@]}"; do
+        python3 -c "import ${entry#*:}" 2>/dev/null || missing+=("${entry%%:*}")
+    done
     [ ${#missing[@]} -eq 0 ] && return
     echo "installing Python packages: ${missing[*]}" >&2
     python3 -m pip install -q "${missing[@]}" 2>&1 | grep -v "WARNING: Running pip as the 'root' user" >&2 || true

@@ -127,12 +127,6 @@ public final class PreviewHub: Sendable {
         feeds.withLockedValue { $0[name] }?.state.withLockedValue { $0.watchers.count } ?? 0
     }
 
-    /// Cameras with watchers, and how many each.
-    public var watched: [String: Int] {
-        let all = feeds.withLockedValue { $0 }
-        return all.mapValues { feed in feed.state.withLockedValue { $0.watchers.count } }
-    }
-
     /// Previews received for `name` since its stream opened.
     public func receivedCount(_ name: String) -> UInt64 {
         feeds.withLockedValue { $0[name] }?.state.withLockedValue { $0.received } ?? 0
@@ -168,9 +162,7 @@ public final class PreviewHub: Sendable {
         let all = feeds.withLockedValue { Array($0.values) }
         for feed in all {
             guard let (client, streamID) = feed.state.withLockedValue({ $0.open }) else { continue }
-            var stop = WireStopStream()
-            stop.streamID = streamID
-            _ = try? await client.request(.stopStream(stop))
+            await Self.stop(streamID, on: client)
         }
         let deadline = ContinuousClock.now + .seconds(2)
         while ContinuousClock.now < deadline, all.contains(where: { feed in feed.state.withLockedValue { $0.open != nil || $0.opening } }) {
@@ -197,6 +189,13 @@ public final class PreviewHub: Sendable {
             }
             for watcher in watchers { watcher.finish() }
         }
+    }
+
+    /// Asks the agent to end a preview stream (it answers Ok, then ends the stream with StreamEnded).
+    private static func stop(_ streamID: String, on client: AgentClient) async {
+        var stop = WireStopStream()
+        stop.streamID = streamID
+        _ = try? await client.request(.stopStream(stop))
     }
 
     /// Keeps `device`'s preview stream open while the feed lives, reopening it after a second when it
@@ -231,9 +230,7 @@ public final class PreviewHub: Sendable {
                         }
                         if paused() {
                             // Previews paused while this stream was being opened: close it at once.
-                            var stop = WireStopStream()
-                            stop.streamID = started.streamID
-                            _ = try? await agentClient.request(.stopStream(stop))
+                            await Self.stop(started.streamID, on: agentClient)
                         }
                     case .videoFrame(let video):
                         guard let payload = frame.payload else { continue }
@@ -271,9 +268,7 @@ public final class PreviewHub: Sendable {
             }
             if let streamID, let client {
                 // Closed by the last watcher leaving: tell the agent, so the camera stops if nobody else watches.
-                var stop = WireStopStream()
-                stop.streamID = streamID
-                Task.detached { _ = try? await client.request(.stopStream(stop)) }
+                Task.detached { await Self.stop(streamID, on: client) }
             }
             if Task.isCancelled { return }
             if !paused() { try? await Task.sleep(for: .seconds(1)) }

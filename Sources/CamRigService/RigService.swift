@@ -1,4 +1,5 @@
 import CamRigCapture
+import CamRigClock
 import CamRigCoordinator
 import CamRigDevices
 import CamRigStorage
@@ -75,7 +76,6 @@ public actor RigService {
     public private(set) var sessionCommitted: Date?
     private var nextRebuild = ContinuousClock.now
     public private(set) var devices: [RigDevice] = []
-    public private(set) var listFailures: [String: String] = [:]
     public private(set) var phases: [String: CameraPhase] = [:]
     public private(set) var history: [String: [ClockSample]] = [:]
     private var agentStatus: [String: String] = [:]
@@ -159,9 +159,9 @@ public actor RigService {
                 sample.offsetUs = clock.offsetNanoseconds / 1000
                 sample.errorBoundUs = clock.errorBoundNanoseconds / 1000
                 sample.driftPpm = clock.driftPPM
-                sample.roundTripUs = Double(clock.minimumRoundTrip) / 1000
             }
-            if let last = snapshot.recentRoundTrips.last { sample.roundTripUs = Double(last) / 1000 }
+            // The latest probe's round trip, else the estimate's lowest.
+            sample.roundTripUs = (snapshot.recentRoundTrips.last ?? snapshot.clock?.minimumRoundTrip).map { Double($0) / 1000 }
             history[snapshot.name, default: []].append(sample)
             if history[snapshot.name]!.count > configuration.historyLength { history[snapshot.name]!.removeFirst() }
         }
@@ -211,9 +211,7 @@ public actor RigService {
 
     /// Lists every connected agent's cameras.
     func refreshDevices() async {
-        let (devices, failures) = await RigDiscovery.devices(in: pool)
-        self.devices = devices
-        listFailures = Dictionary(failures.map { ($0.agent, $0.error) }, uniquingKeysWith: { first, _ in first })
+        devices = await RigDiscovery.devices(in: pool).devices
     }
 
     private func publishDeviceChanges() {
@@ -504,8 +502,7 @@ public actor RigService {
                 defer { resume() }
                 let report = try await session.record(duration: duration, into: store) { progress in
                     if progress.elapsed > .zero { resume() }
-                    let seconds = Double(progress.elapsed.components.seconds) + Double(progress.elapsed.components.attoseconds) / 1e18
-                    let total = Double(progress.duration.components.seconds) + Double(progress.duration.components.attoseconds) / 1e18
+                    let (seconds, total) = (progress.elapsed.seconds, progress.duration.seconds)
                     let fraction = total > 0 ? min(1, seconds / total) : 0
                     Task { await self.progress(id, 0.05 + 0.9 * fraction, String(format: "recording %.1f of %.1f s, %d sets", seconds, total, progress.sets)) }
                 }
@@ -557,7 +554,7 @@ public actor RigService {
         let kind = jobs[index].kind
         for camera in summary.cameras { droppedFrames[camera.camera, default: 0] += camera.droppedFrames }
         capturesFinished[kind, default: 0] += 1
-        captureSeconds[kind, default: 0] += Self.seconds(elapsed)
+        captureSeconds[kind, default: 0] += elapsed.seconds
         events.publish(
             "capture.finished", "\(kind) \(report.manifest.id) finished: \(jobs[index].message)",
             data: ["job": id, "capture": report.manifest.id, "kind": kind, "contact_sheet": report.manifest.contactSheet ?? ""])
@@ -572,12 +569,8 @@ public actor RigService {
         busy = nil
         let kind = jobs[index].kind
         capturesFailed[kind, default: 0] += 1
-        captureSeconds[kind, default: 0] += Self.seconds(elapsed)
+        captureSeconds[kind, default: 0] += elapsed.seconds
         events.publish("capture.failed", "\(kind) failed: \(Self.message(error))", data: ["job": id, "kind": kind])
-    }
-
-    static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 
     /// An error as one line for a person.

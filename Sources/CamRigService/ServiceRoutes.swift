@@ -254,12 +254,14 @@ public enum ServiceRoutes {
 
     // MARK: Views
 
-    static func cameras(_ service: RigService) async -> [CameraView] {
-        let devices = await service.devices
+    /// The views of `devices` (default: every camera of the rig).
+    static func cameras(_ service: RigService, _ devices: [RigDevice]? = nil) async -> [CameraView] {
+        let all: [RigDevice]
+        if let devices { all = devices } else { all = await service.devices }
         let phases = await service.phases
         let inputs = await service.session?.inputs.map(\.name) ?? []
         let dropped = await service.droppedFrames
-        return devices.map { device in
+        return all.map { device in
             CameraView(
                 device: DeviceOutput(device), inSession: inputs.contains(device.name), phase: phases[device.name].map(PhaseOutput.init),
                 previewWatchers: service.previews.watcherCount(device.name), droppedFrames: dropped[device.name] ?? 0)
@@ -268,8 +270,7 @@ public enum ServiceRoutes {
 
     static func detail(_ service: RigService, _ device: RigDevice) async -> CameraDetail {
         let get = DeviceGetOutput(device)
-        let view = await cameras(service).first { $0.device.name == device.name }
-            ?? CameraView(device: DeviceOutput(device), inSession: false, phase: nil, previewWatchers: 0, droppedFrames: 0)
+        let view = await cameras(service, [device])[0]
         return CameraDetail(camera: view, settings: get.state, controls: get.controls, formatIds: device.description.formats.map(\.id))
     }
 
