@@ -2,23 +2,29 @@
 //
 // CamRig: synchronized capture across many camera hosts.
 //
-// Targets follow the architecture:
-// Each layer depends only on the ones above it in this list.
+// Targets follow the architecture. Each layer depends only on layers above it in this list (checked by
+// PackageLayerTests):
 //   CamRigClock        the one host clock (CLOCK_MONOTONIC, or a simulated host's skewed reading) and a
 //                      manual clock for tests
+//   CamRigFiles        DurableFile: the one durable writer (spool, captures, certificates, keys, token lists)
 //   CamRigWire         wire protocol, pure: schema (generated), frame codec, connection state machines
-//   CLinux             Linux calls Swift does not import (prctl, socket timestamping constants)
+//   CLinux             Linux calls Swift does not import (prctl, fork/exec for child processes, socket
+//                      timestamping constants)
 //   CamRigClockSocket  the UDP clock channel's kernel-timestamping socket (receive and transmit stamps)
-//   CamRigSecurity     certificate authority, peer roles, TLS 1.3 with client certificates
-//   CamRigDevices      the device model and its backends (synthetic, V4L2 through CLibV4L2)
+//   CamRigSecurity     certificate authority, peer roles, TLS 1.3 with client certificates, access tokens
+//   CamRigDeviceModel  the device model's value types: formats, durations, frames, settings, photo plans,
+//                      leases, the phase grid; no backend, no image code
+//   CamRigDevices      devices and their backends (synthetic, V4L2 through CLibV4L2), image kernels
+//                      (CImageKernels) and JPEG (CTurboJPEG)
 //   CamRigWireModel    the only mapping between wire messages and the device model
-//   CamRigCapture      what a capture produces and how it reaches the disk: manifests, the sink protocol
-//                      storage implements, and DurableFile (the one durable writer, the agent's spool's too)
+//   CamRigCapture      what a capture produces: manifests, contact sheets, the sink protocol storage implements
 //   CamRigStorage      image encoding (PNG through CZlib), capture directories, the SQLite catalog
 //   CamRigAgent        the server that runs on each camera host
-//   CamRigCoordinator  the client side: agent pool, clock synchronization, rig sessions, sync sets
-//   CamRigLocalRig     agents on this machine: agent processes, a throwaway PKI, a one-call loopback rig,
-//                      and a multi-host network (namespaces, and a relay for delay, jitter and loss)
+//   CamRigCoordinator  the client side: agent pool, clock synchronization, rig sessions, sync sets; it
+//                      links the device model, not the devices
+//   CamRigLocalRig     agents on this machine: child processes that die with their parent, agent processes,
+//                      a throwaway PKI, a one-call loopback rig, and a multi-host network (namespaces, and a
+//                      relay for delay, jitter and loss)
 //   CamRigService      the coordinator as a long-running service: the rig kept connected and measured,
 //                      an HTTP API and WebSocket events (Hummingbird), live previews, the web console,
 //                      operator/viewer access, Prometheus metrics
@@ -62,10 +68,10 @@ let package = Package(
             name: "CamRigClock",
             dependencies: [.product(name: "NIOConcurrencyHelpers", package: "swift-nio")]
         ),
+        .target(name: "CamRigFiles"),
         .target(
             name: "CamRigWire",
             dependencies: [
-                "CamRigClock",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
@@ -79,13 +85,13 @@ let package = Package(
         .target(
             name: "CamRigSecurity",
             dependencies: [
+                "CamRigFiles",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
-                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .systemLibrary(
@@ -94,27 +100,31 @@ let package = Package(
             providers: [.apt(["libv4l-dev"])]
         ),
         // Pixel loops of the synthetic camera and the photo pipeline (noise, frame merging, image error).
-        .target(name: "CImageKernels", cSettings: [.unsafeFlags(["-O3"])]),
+        .target(name: "CImageKernels"),
         .systemLibrary(
             name: "CTurboJPEG",
             pkgConfig: "libturbojpeg",
             providers: [.apt(["libturbojpeg0-dev"])]
         ),
         .target(
+            name: "CamRigDeviceModel",
+            dependencies: [.product(name: "NIOCore", package: "swift-nio")]
+        ),
+        .target(
             name: "CamRigDevices",
             dependencies: [
-                "CLibV4L2", "CImageKernels", "CTurboJPEG", "CamRigClock",
+                "CamRigDeviceModel", "CLibV4L2", "CImageKernels", "CTurboJPEG", "CamRigClock",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
         .target(
             name: "CamRigWireModel",
-            dependencies: ["CamRigWire", "CamRigDevices", "CamRigSecurity"]
+            dependencies: ["CamRigWire", "CamRigDeviceModel", "CamRigSecurity"]
         ),
         .target(
             name: "CamRigCapture",
-            dependencies: ["CamRigClock", "CamRigDevices", "CTurboJPEG"]
+            dependencies: ["CamRigClock", "CamRigDeviceModel"]
         ),
         .systemLibrary(
             name: "CZlib",
@@ -124,7 +134,7 @@ let package = Package(
         .target(
             name: "CamRigStorage",
             dependencies: [
-                "CZlib", "CamRigDevices", "CamRigCapture",
+                "CZlib", "CamRigDevices", "CamRigCapture", "CamRigFiles",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
@@ -133,7 +143,7 @@ let package = Package(
             name: "CamRigAgent",
             dependencies: [
                 "CamRigClock", "CamRigWire", "CamRigClockSocket", "CamRigSecurity", "CamRigDevices", "CamRigWireModel",
-                "CamRigCapture", "CLinux",
+                "CamRigCapture", "CamRigFiles", "CLinux",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOTLS", package: "swift-nio"),
@@ -147,11 +157,10 @@ let package = Package(
         .target(
             name: "CamRigCoordinator",
             dependencies: [
-                "CamRigClock", "CamRigWire", "CamRigClockSocket", "CamRigSecurity", "CamRigDevices", "CamRigCapture",
+                "CamRigClock", "CamRigWire", "CamRigClockSocket", "CamRigSecurity", "CamRigDeviceModel", "CamRigCapture",
                 "CamRigWireModel",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
@@ -160,7 +169,7 @@ let package = Package(
         .target(
             name: "CamRigLocalRig",
             dependencies: [
-                "CamRigClock", "CamRigWire", "CamRigClockSocket", "CamRigSecurity", "CamRigCoordinator", "CamRigDevices",
+                "CamRigClock", "CamRigWire", "CamRigClockSocket", "CamRigSecurity", "CamRigCoordinator", "CamRigDeviceModel", "CLinux",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -206,7 +215,6 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -226,11 +234,9 @@ let package = Package(
         .executableTarget(
             name: "camrig-bench",
             dependencies: [
-                "CamRigCLI", "CamRigClock", "CamRigCoordinator", "CamRigLocalRig", "CamRigSecurity", "CamRigWire",
+                "CamRigCLI", "CamRigClock", "CamRigCoordinator", "CamRigLocalRig", "CamRigWire",
                 "CamRigDevices", "CamRigCapture", "CamRigStorage", "CamRigWireModel",
                 .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -239,15 +245,12 @@ let package = Package(
         .target(
             name: "CamRigTestSupport",
             dependencies: [
-                "CamRigClock", "CamRigWire", "CamRigSecurity", "CamRigCoordinator", "CamRigDevices", "CamRigLocalRig",
+                "CamRigWire", "CamRigSecurity", "CamRigCoordinator", "CamRigDevices", "CamRigLocalRig",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "X509", package: "swift-certificates"),
-                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
         .testTarget(
@@ -262,7 +265,7 @@ let package = Package(
         ),
         .testTarget(
             name: "CamRigSecurityTests",
-            dependencies: ["CamRigSecurity", "CamRigTestSupport"]
+            dependencies: ["CamRigSecurity", "CamRigTestSupport", "CamRigLocalRig"]
         ),
         .testTarget(
             name: "CamRigDevicesTests",
@@ -271,8 +274,8 @@ let package = Package(
         .testTarget(
             name: "CamRigAgentTests",
             dependencies: [
-                "CamRigAgent", "CamRigClock", "CamRigWire", "CamRigCoordinator", "CamRigTestSupport", "CamRigDevices",
-                "CamRigStorage", "CamRigWireModel", "CamRigCapture",
+                "CamRigAgent", "CamRigClock", "CamRigWire", "CamRigTestSupport", "CamRigDevices",
+                "CamRigCapture",
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
@@ -280,7 +283,7 @@ let package = Package(
         .testTarget(
             name: "CamRigCoordinatorTests",
             dependencies: [
-                "CamRigCoordinator", "CamRigClock", "CamRigCapture", "CamRigDevices", "CamRigWire", "CamRigTestSupport",
+                "CamRigCoordinator", "CamRigClock", "CamRigCapture", "CamRigDevices", "CamRigWire",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -288,18 +291,16 @@ let package = Package(
         ),
         .testTarget(
             name: "CamRigStorageTests",
-            dependencies: ["CamRigStorage", "CamRigCapture", "CamRigDevices", "CZlib", "CamRigTestSupport"]
+            dependencies: ["CamRigStorage", "CamRigCapture", "CamRigFiles", "CamRigDevices", "CZlib"]
         ),
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "camrig", "camrig-agent", "CamRigTestSupport", "CamRigLocalRig", "CamRigCoordinator", "CamRigWire",
+                "camrig", "camrig-agent", "camrig-bench", "CamRigTestSupport", "CamRigLocalRig", "CamRigCoordinator", "CamRigWire",
                 "CamRigClock", "CamRigDevices", "CamRigSecurity", "CamRigCapture", "CamRigStorage", "CamRigClockSocket",
                 "CamRigService",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Yams", package: "Yams"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
     ]

@@ -1,5 +1,5 @@
 import CamRigClock
-import CamRigDevices
+import CamRigDeviceModel
 
 /// `manifest.json` of a capture directory: what was captured, by which cameras, how their clocks
 /// stood, and every sync set with per-frame timestamps.

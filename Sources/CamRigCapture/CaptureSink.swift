@@ -1,4 +1,4 @@
-import CamRigDevices
+import CamRigDeviceModel
 import Foundation
 
 /// Where captures go: the coordinator hands a sink the frames and the manifest of every capture, and the
@@ -60,6 +60,9 @@ public protocol CaptureSink: Sendable {
     /// Stores a contact sheet of the capture's set as an image file; returns its name, relative to the
     /// capture (`nil` for a sink that keeps none).
     func writeContactSheet(_ sheet: ContactSheet, in capture: CaptureHandle) async throws -> String?
+    /// A contact-sheet thumbnail `width` pixels wide of a photo as delivered, or why there is none. The
+    /// sink owns the image codecs (the coordinator links none): JPEG photos are decoded here.
+    func thumbnail(of bytes: UnsafeRawBufferPointer, layout: FrameLayout, width: Int) -> Result<ContactSheet.Thumbnail, ContactSheet.ThumbnailRefusal>
 }
 
 /// A capture held by one collector until `release()`.
@@ -87,6 +90,10 @@ extension CaptureSink {
     public func abandon(_ capture: CaptureHandle) async {}
     /// A sink that keeps no contact sheets.
     public func writeContactSheet(_ sheet: ContactSheet, in capture: CaptureHandle) async throws -> String? { nil }
+    /// A sink without a JPEG decoder shows JPEG photos as undecodable.
+    public func thumbnail(of bytes: UnsafeRawBufferPointer, layout: FrameLayout, width: Int) -> Result<ContactSheet.Thumbnail, ContactSheet.ThumbnailRefusal> {
+        ContactSheet.thumbnail(of: bytes, layout: layout, width: width) { _ in nil }
+    }
 }
 
 /// One stored result, as the capture's journal keeps it.

@@ -1,5 +1,4 @@
-import CTurboJPEG
-import CamRigDevices
+import CamRigDeviceModel
 
 /// One image of a sync set: every camera's photo as a thumbnail in a grid, each under a label (its
 /// camera, and whatever the caller adds: its clock offset, the set's skew).
@@ -72,9 +71,13 @@ public struct ContactSheet: Sendable {
         return (width, height, canvas.rgb)
     }
 
-    /// A thumbnail `width` pixels wide of a photo as delivered, or why it cannot be shown.
+    /// An RGB picture decoded from a JPEG photo, or nil when it cannot be decoded.
+    public typealias JPEGDecoder = (UnsafeRawBufferPointer) -> (width: Int, height: Int, rgb: [UInt8])?
+
+    /// A thumbnail `width` pixels wide of a photo as delivered, or why it cannot be shown. JPEG photos
+    /// need `decodeJPEG` (image codecs belong to the sink: `CaptureSink.thumbnail`).
     public static func thumbnail(
-        of bytes: UnsafeRawBufferPointer, layout: FrameLayout, width outWidth: Int
+        of bytes: UnsafeRawBufferPointer, layout: FrameLayout, width outWidth: Int, decodeJPEG: JPEGDecoder
     ) -> Result<Thumbnail, ThumbnailRefusal> {
         let (pixelFormat, dimensions, bytesPerLine) = (layout.pixelFormat, layout.dimensions, layout.bytesPerLine)
         let width = Int(dimensions.width)
@@ -147,7 +150,7 @@ public struct ContactSheet: Sendable {
     /// Why a photo has no thumbnail, as its tile says it.
     public struct ThumbnailRefusal: Error, Sendable {
         public var reason: String
-        init(_ reason: String) { self.reason = reason }
+        public init(_ reason: String) { self.reason = reason }
     }
 
     static func yuvToRGB(y: Int, u: Int, v: Int) -> (UInt8, UInt8, UInt8) {
@@ -156,23 +159,6 @@ public struct ContactSheet: Sendable {
         let e = v - 128
         func clamp(_ value: Int) -> UInt8 { UInt8(max(0, min(255, value))) }
         return (clamp((298 * c + 409 * e + 128) >> 8), clamp((298 * c - 100 * d - 208 * e + 128) >> 8), clamp((298 * c + 516 * d + 128) >> 8))
-    }
-
-    static func decodeJPEG(_ bytes: UnsafeRawBufferPointer) -> (width: Int, height: Int, rgb: [UInt8])? {
-        guard let handle = tjInitDecompress(), let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self) else { return nil }
-        defer { tjDestroy(handle) }
-        var width: Int32 = 0
-        var height: Int32 = 0
-        var subsampling: Int32 = 0
-        var colourspace: Int32 = 0
-        guard tjDecompressHeader3(handle, base, UInt(bytes.count), &width, &height, &subsampling, &colourspace) == 0, width > 0, height > 0,
-            Int(width) * Int(height) <= 64_000_000
-        else { return nil }
-        var rgb = [UInt8](repeating: 0, count: Int(width) * Int(height) * 3)
-        let status = rgb.withUnsafeMutableBufferPointer {
-            tjDecompress2(handle, base, UInt(bytes.count), $0.baseAddress, width, 0, height, Int32(TJPF_RGB.rawValue), 0)
-        }
-        return status == 0 ? (Int(width), Int(height), rgb) : nil
     }
 }
 

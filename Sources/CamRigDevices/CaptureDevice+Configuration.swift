@@ -2,14 +2,7 @@ import NIOConcurrencyHelpers
 
 extension CaptureDevice {
     /// What a change resolves to, once validated.
-    public struct ResolvedConfiguration: Hashable, Sendable {
-        public var format: DeviceFormat
-        public var minFrameDuration: FrameDuration
-        public var maxFrameDuration: FrameDuration
-        public var settings: CameraSettings
-        public var rawControls: [UInt32: Int64]
-        public var photoOutput: PhotoOutputSettings
-    }
+    public typealias ResolvedConfiguration = ResolvedDeviceConfiguration
 
     /// Checks a change against the device without applying it (the prepare phase of a rig commit).
     public func validate(_ change: DeviceConfigurationChange) throws(DeviceError) -> ResolvedConfiguration {

@@ -1,30 +1,5 @@
 import NIOConcurrencyHelpers
 
-/// The right to change a device, held by one client (`lockForConfiguration`). The agent leases it to
-/// network clients; here it is just who holds it and a token that proves it.
-public struct ConfigurationLock: Hashable, Sendable {
-    public let deviceID: String
-    public let holder: String
-    public let token: UInt64
-}
-
-/// A change to a device's configuration. `nil` fields stay as they are.
-public struct DeviceConfigurationChange: Hashable, Sendable {
-    public var formatID: String?
-    public var minFrameDuration: FrameDuration?
-    public var maxFrameDuration: FrameDuration?
-    public var settings = CameraSettingsChange()
-    public var rawControls: [UInt32: Int64] = [:]
-    /// The photo output's configuration, replaced as a whole.
-    public var photoOutput: PhotoOutputSettings?
-
-    public init(formatID: String? = nil, minFrameDuration: FrameDuration? = nil, maxFrameDuration: FrameDuration? = nil) {
-        self.formatID = formatID
-        self.minFrameDuration = minFrameDuration
-        self.maxFrameDuration = maxFrameDuration
-    }
-}
-
 /// A camera (AVFoundation's `AVCaptureDevice`): its formats, its active format and frame durations, its
 /// controls, and a configuration lock that every change requires.
 ///

@@ -12,14 +12,14 @@ public final class LocalAgentProcess: @unchecked Sendable {
     /// Where the agent listens, as it announced it.
     public let endpoint: AgentEndpoint
     /// The child process (its identifier, its exit status).
-    public let process: Process
+    public let process: ChildProcess
     /// Where the agent's standard error goes.
     public let logFile: URL
     /// For a process simulating many hosts (`camrig-agent --hosts N`): each host's name and where it
     /// listens, in order; `endpoint` is the first one's. Empty for a process that is one agent.
     public let hosts: [(name: String, endpoint: AgentEndpoint)]
 
-    private init(listening: Listening, process: Process, logFile: URL) {
+    private init(listening: Listening, process: ChildProcess, logFile: URL) {
         self.endpoint = listening.endpoint
         self.hosts = listening.hosts
         self.process = process
@@ -108,46 +108,47 @@ public final class LocalAgentProcess: @unchecked Sendable {
 
     /// SIGKILL: a crash, with no chance to clean up.
     public func crash() {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
+        process.send(SIGKILL)
+        process.waitBlocking()
     }
 
     /// SIGTERM, then waits without holding a thread (SIGKILL after `timeout`). Returns the exit status.
     @discardableResult
     public func stop(timeout: Duration = .seconds(10)) async -> Int32 {
-        if process.isRunning { process.terminate() }
-        await process.reap(grace: timeout)
-        return process.terminationStatus
+        process.terminate()
+        return await process.reap(grace: timeout).status
     }
 
     /// `stop` for synchronous callers: blocks the calling thread until the agent has exited.
     @discardableResult
     public func stopBlocking(timeout: Duration = .seconds(10)) -> Int32 {
-        if process.isRunning { process.terminate() }
-        process.reapBlocking(grace: timeout)
-        return process.terminationStatus
+        process.terminate()
+        return process.reapBlocking(grace: timeout).status
     }
 
     // MARK: Starting
 
     private static func launch(
         executable: URL?, arguments: [String], logFile: URL, timeout: Duration
-    ) throws -> (Process, FirstLineReader) {
-        let process = Process()
-        process.executableURL = try executable ?? Self.executable()
-        process.arguments = arguments
+    ) throws -> (ChildProcess, FirstLineReader) {
+        let executable = try executable ?? Self.executable()
+        let agent = logFile.deletingPathExtension().lastPathComponent
         _ = FileManager.default.createFile(atPath: logFile.path, contents: nil)
-        process.standardError = try FileHandle(forWritingTo: logFile)
+        let log = try FileHandle(forWritingTo: logFile)
+        defer { try? log.close() }
         let output = Pipe()
-        process.standardOutput = output
-        let reader = FirstLineReader(output.fileHandleForReading, timeout: timeout)
+        let process: ChildProcess
         do {
-            try process.run()
+            process = try ChildProcess.spawn(
+                executable.path, arguments, stdout: .descriptor(output.fileHandleForWriting.fileDescriptor),
+                stderr: .descriptor(log.fileDescriptor)
+            )
         } catch {
-            reader.cancel()
-            throw LocalAgentError(.startFailed, agent: logFile.deletingPathExtension().lastPathComponent, "cannot run \(process.executableURL?.path ?? "camrig-agent"): \(error)")
+            throw LocalAgentError(.startFailed, agent: agent, "\(error)")
         }
-        return (process, reader)
+        // Only the child writes to the pipe now: its end of file is the child's.
+        try? output.fileHandleForWriting.close()
+        return (process, FirstLineReader(output.fileHandleForReading, timeout: timeout))
     }
 
     /// Why an agent did not come up, known before its process has been reaped.
@@ -164,7 +165,7 @@ public final class LocalAgentProcess: @unchecked Sendable {
             }
         }
 
-        func error(process: Process, logFile: URL, timeout: Duration) -> any Error {
+        func error(process: ChildProcess, logFile: URL, timeout: Duration) -> any Error {
             let agent = logFile.deletingPathExtension().lastPathComponent
             let log = LocalAgentProcess.read(logFile).suffix(2000)
             switch self {

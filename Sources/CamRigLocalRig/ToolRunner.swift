@@ -13,16 +13,18 @@ public enum ToolRunner {
         public var stderr: String
     }
 
-    /// Runs the program at `path` with `arguments`, waiting at most `timeout` seconds (then kills it).
-    public static func run(_ path: String, _ arguments: [String], timeout: Double = 60) throws -> Result {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = arguments
+    /// Runs the program at `path` with `arguments` (and `environment`, nil for this process's), waiting at
+    /// most `timeout` seconds (then kills it). The calling thread blocks: call it off the cooperative pool,
+    /// or from async code through `run(_:_:environment:timeout:) async`.
+    public static func run(_ path: String, _ arguments: [String], environment: [String: String]? = nil, timeout: Double = 60) throws -> Result {
         let output = Pipe()
         let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
+        let process = try ChildProcess.spawn(
+            path, arguments, environment: environment, stdout: .descriptor(output.fileHandleForWriting.fileDescriptor),
+            stderr: .descriptor(errors.fileHandleForWriting.fileDescriptor)
+        )
+        try? output.fileHandleForWriting.close()
+        try? errors.fileHandleForWriting.close()
         // Read both pipes while the process runs so a chatty child never blocks on a full pipe.
         let outData = NIOLockedValueBox(Data())
         let errData = NIOLockedValueBox(Data())
@@ -35,12 +37,21 @@ public enum ToolRunner {
                 readers.leave()
             }
         }
-        process.reapBlocking(grace: .milliseconds(Int64(timeout * 1000)))
+        let termination = process.reapBlocking(grace: .milliseconds(Int64(timeout * 1000)))
         readers.wait()
         return Result(
-            status: process.terminationStatus,
+            status: termination.status,
             stdout: String(decoding: outData.withLockedValue { $0 }, as: UTF8.self),
             stderr: String(decoding: errData.withLockedValue { $0 }, as: UTF8.self)
         )
+    }
+
+    /// `run` on a thread of its own: the caller's executor is not held while the program runs.
+    public static func run(
+        _ path: String, _ arguments: [String], environment: [String: String]? = nil, timeout: Double = 60
+    ) async throws -> Result {
+        try await onDedicatedThread("run \(URL(fileURLWithPath: path).lastPathComponent)") {
+            try run(path, arguments, environment: environment, timeout: timeout)
+        }
     }
 }

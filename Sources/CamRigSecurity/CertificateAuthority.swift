@@ -133,7 +133,7 @@ struct IPAddressBytes {
         guard family >= 0 else { return nil }
         var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
         let text = bytes.withUnsafeBytes { inet_ntop(family, $0.baseAddress, &buffer, socklen_t(buffer.count)) }
-        return text == nil ? nil : String(cString: buffer)
+        return text == nil ? nil : String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     init?(_ text: String) {

@@ -253,7 +253,8 @@ public struct RevocationList: Sendable, Hashable {
             }
             guard let algorithm = next else { throw SecurityError("no signature algorithm") }
             _ = algorithm
-            let issuer = try DistinguishedName(derEncoded: &nodes)
+            guard let issuerNode = nodes.next() else { throw SecurityError("no issuer") }
+            let issuer = try DistinguishedName(derEncoded: issuerNode)
             let thisUpdate = try parseTime(nodes.next())
             var nextUpdate = thisUpdate
             var entries: [Entry] = []

@@ -1,4 +1,5 @@
 import Crypto
+import CamRigFiles
 import Foundation
 import NIOSSL
 import X509
@@ -76,9 +77,7 @@ public struct TLSDirectory: Sendable {
         )
         let staging = file(RevocationList.fileName + ".new-\(UInt32.random(in: 0...UInt32.max))")
         try write(pem: pem, to: staging, secret: false)
-        guard rename(staging, revocationListPath) == 0 else {
-            throw SecurityError("cannot replace \(revocationListPath): \(String(cString: strerror(errno)))")
-        }
+        try replace(staging, with: revocationListPath)
         let archive = file("revoked")
         try FileManager.default.createDirectory(atPath: archive, withIntermediateDirectories: true)
         let serial = entry.certificate.serialNumber.bytes.map { String(format: "%02x", $0) }.joined()
@@ -171,9 +170,7 @@ public struct TLSDirectory: Sendable {
         let suffix = ".renewing-\(UInt32.random(in: 0...UInt32.max))"
         try staging.write(issued, as: name + suffix)
         for (from, to) in [(keyFile(for: name + suffix), keyFile(for: name)), (certificateFile(for: name + suffix), certificateFile(for: name))] {
-            guard rename(from, to) == 0 else {
-                throw SecurityError("cannot replace \(to): \(String(cString: strerror(errno)))")
-            }
+            try replace(from, with: to)
         }
         return issued
     }
@@ -184,13 +181,21 @@ public struct TLSDirectory: Sendable {
         try write(pem: try issued.certificate.serializeAsPEM().pemString, to: certificateFile(for: name), secret: false)
     }
 
+    /// Writes `pem` durably (whole or absent after a crash, kept after a power cut), keys readable by the owner only.
     func write(pem: String, to file: String, secret: Bool) throws {
-        let created = FileManager.default.createFile(
-            atPath: file,
-            contents: Data(pem.utf8),
-            attributes: [.posixPermissions: secret ? 0o600 : 0o644]
-        )
-        guard created else { throw SecurityError("cannot write \(file): check the directory exists and is writable") }
+        do {
+            try DurableFile.write(Array(pem.utf8), to: URL(fileURLWithPath: file), permissions: secret ? 0o600 : 0o644)
+        } catch {
+            throw SecurityError("cannot write \(file): \(error); check the directory exists and is writable")
+        }
+    }
+
+    /// Renames `from` to `to` and flushes the directory, so that the new name survives a power cut.
+    func replace(_ from: String, with to: String) throws {
+        guard rename(from, to) == 0 else {
+            throw SecurityError("cannot replace \(to): \(String(cString: strerror(errno)))")
+        }
+        try? DurableFile.flushDirectory(URL(fileURLWithPath: to).deletingLastPathComponent())
     }
 
     // MARK: Loading

@@ -1,5 +1,6 @@
 import CamRigCapture
 import CamRigDevices
+import CamRigFiles
 import Foundation
 import NIOConcurrencyHelpers
 
@@ -251,6 +252,11 @@ public struct CaptureStore: Sendable {
 }
 
 extension CaptureStore: CaptureSink {
+    /// Thumbnails of JPEG photos too, decoded with libjpeg-turbo.
+    public func thumbnail(of bytes: UnsafeRawBufferPointer, layout: FrameLayout, width: Int) -> Result<ContactSheet.Thumbnail, ContactSheet.ThumbnailRefusal> {
+        ContactSheet.thumbnail(of: bytes, layout: layout, width: width, decodeJPEG: JPEGDecoding.rgb)
+    }
+
     /// A new capture directory (see `makeCaptureDirectory(kind:date:)`).
     public func begin(_ kind: CaptureKind) async throws -> CaptureHandle {
         try await BlockingWork.run {

@@ -8,7 +8,7 @@ import Foundation
 /// Its log (standard error) goes to a file that `log()` reads; `stop()` sends SIGTERM and waits.
 public final class AgentProcess: @unchecked Sendable {
     /// The child process.
-    public let process: Process
+    public let process: ChildProcess
     private let local: LocalAgentProcess
     /// Where it listens: 127.0.0.1…
     public let host: String
@@ -67,7 +67,7 @@ public final class AgentProcess: @unchecked Sendable {
     public func stop(timeout: Double = 10) -> Int32 { local.stopBlocking(timeout: .milliseconds(Int64(timeout * 1000))) }
 
     deinit {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.send(SIGKILL)
         try? FileManager.default.removeItem(at: logFile)
         if let ownSpool { try? FileManager.default.removeItem(at: ownSpool) }
     }

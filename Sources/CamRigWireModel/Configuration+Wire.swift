@@ -1,4 +1,4 @@
-import CamRigDevices
+import CamRigDeviceModel
 import CamRigWire
 
 // A Configure request as a device configuration change.

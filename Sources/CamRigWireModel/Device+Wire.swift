@@ -1,4 +1,4 @@
-import CamRigDevices
+import CamRigDeviceModel
 import CamRigWire
 
 // Devices in wire messages and back: identity, types, modes, controls, description and state.
@@ -150,7 +150,7 @@ extension WireTorchMode {
 
 extension WireDeviceState {
     /// The device's state now.
-    public init(device: CaptureDevice, rawValues: [UInt32: Int64]) {
+    public init(device: some DescribedDevice, rawValues: [UInt32: Int64]) {
         self.init(
             deviceID: device.uniqueID, formatID: device.activeFormat.id, minFrameDuration: device.activeMinFrameDuration,
             maxFrameDuration: device.activeMaxFrameDuration, settings: device.settings, rawValues: rawValues)
@@ -159,7 +159,7 @@ extension WireDeviceState {
 
     /// The state the device would have after a change that was only validated (`validate_only`):
     /// `resolved` as `CaptureDevice.validate` resolved it, over the device's raw control values now.
-    public init(device: CaptureDevice, resolved: CaptureDevice.ResolvedConfiguration, rawValues: [UInt32: Int64]) {
+    public init(device: some DescribedDevice, resolved: ResolvedDeviceConfiguration, rawValues: [UInt32: Int64]) {
         self.init(
             deviceID: device.uniqueID, formatID: resolved.format.id, minFrameDuration: resolved.minFrameDuration,
             maxFrameDuration: resolved.maxFrameDuration, settings: resolved.settings,
@@ -200,7 +200,7 @@ extension WireDeviceState {
 
 extension WireDeviceDescription {
     /// The device as it is now: what it is and can do, its state, its controls' values and its lease.
-    public init(device: CaptureDevice, agentID: String, lease: LeaseTable.Lease?) {
+    public init(device: some DescribedDevice, agentID: String, lease: LeaseTable.Lease?) {
         self.init(describing: device, agentID: agentID)
         update(device: device, lease: lease)
     }
@@ -208,7 +208,7 @@ extension WireDeviceDescription {
     /// What stays the same for the device's life: identity, formats, control descriptions and typed
     /// control support, without the state, the controls' values or the lease (see `update`). An agent
     /// keeps it per device, so a description costs a copy and the values that change.
-    public init(describing device: CaptureDevice, agentID: String) {
+    public init(describing device: some DescribedDevice, agentID: String) {
         self.init()
         uniqueID = device.uniqueID
         localizedName = device.identity.localizedName
@@ -249,7 +249,7 @@ extension WireDeviceDescription {
 
     /// Fills in what changes: whether the device is connected, its state, its controls' current values
     /// and its lease.
-    public mutating func update(device: CaptureDevice, lease: LeaseTable.Lease?) {
+    public mutating func update(device: some DescribedDevice, lease: LeaseTable.Lease?) {
         let values = (try? device.controlValues()) ?? [:]
         connected = device.isConnected
         for index in controls.indices {

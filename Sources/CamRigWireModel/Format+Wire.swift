@@ -1,4 +1,4 @@
-import CamRigDevices
+import CamRigDeviceModel
 import CamRigWire
 
 // The device model's value types in wire messages and back, shared by agents and coordinators.

@@ -1,4 +1,4 @@
-import CamRigDevices
+import CamRigDeviceModel
 import CamRigWire
 import NIOCore
 

@@ -1,4 +1,4 @@
-import CamRigDevices
+import CamRigDeviceModel
 import CamRigWire
 
 // Leases (AVFoundation's lockForConfiguration over the network) in wire messages.

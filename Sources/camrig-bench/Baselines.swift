@@ -138,30 +138,27 @@ enum Baselines {
         guard let openssl else { throw CommandFailure("openssl is not installed (apt-get install openssl)") }
         let (probe, port) = try listen()
         close(probe)
-        let server = Process()
-        server.executableURL = URL(fileURLWithPath: openssl)
-        server.arguments = ["s_server", "-accept", "127.0.0.1:\(port)", "-cert", certificate, "-key", key, "-quiet", "-tls1_3", "-ciphersuites", "TLS_AES_128_GCM_SHA256"]
         let serverOut = Pipe()
-        server.standardOutput = serverOut
-        server.standardError = FileHandle.nullDevice
-        server.standardInput = Pipe()
-        try server.run()
-        defer { stop(server) }
+        let server = try ChildProcess.spawn(
+            openssl,
+            ["s_server", "-accept", "127.0.0.1:\(port)", "-cert", certificate, "-key", key, "-quiet", "-tls1_3", "-ciphersuites", "TLS_AES_128_GCM_SHA256"],
+            stdin: .null, stdout: .descriptor(serverOut.fileHandleForWriting.fileDescriptor), stderr: .null
+        )
+        try? serverOut.fileHandleForWriting.close()
+        defer { server.reapBlocking(grace: .zero) }
         // Wait for the server to listen (a probe connection it shrugs off).
         let deadline = ContinuousClock.now + .seconds(10)
         while (try? connect(port: port)).map({ close($0); return true }) == nil {
             guard ContinuousClock.now < deadline else { throw CommandFailure("openssl s_server did not listen on port \(port)") }
             usleep(20_000)
         }
-        let client = Process()
-        client.executableURL = URL(fileURLWithPath: openssl)
-        client.arguments = ["s_client", "-connect", "127.0.0.1:\(port)", "-quiet", "-CAfile", ca, "-tls1_3"]
         let clientIn = Pipe()
-        client.standardInput = clientIn
-        client.standardOutput = FileHandle.nullDevice
-        client.standardError = FileHandle.nullDevice
-        try client.run()
-        defer { stop(client) }
+        let client = try ChildProcess.spawn(
+            openssl, ["s_client", "-connect", "127.0.0.1:\(port)", "-quiet", "-CAfile", ca, "-tls1_3"],
+            stdin: .descriptor(clientIn.fileHandleForReading.fileDescriptor), stdout: .null, stderr: .null
+        )
+        try? clientIn.fileHandleForReading.close()
+        defer { client.reapBlocking(grace: .zero) }
         let input = clientIn.fileHandleForWriting.fileDescriptor
         thread {
             frame.withUnsafeBytes { bytes in
@@ -171,13 +168,6 @@ enum Baselines {
         let seconds = drain(serverOut.fileHandleForReading.fileDescriptor, total: frame.count * count)
         guard seconds.isFinite else { throw CommandFailure("the openssl pair stopped before all bytes arrived") }
         return Double(frame.count * count) / seconds
-    }
-
-    /// Kills a baseline process. (SIGKILL: children started from a Swift task may inherit a signal
-    /// mask that blocks SIGTERM.)
-    static func stop(_ process: Process) {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
     }
 
     /// AES-128-GCM sealing 16 KiB records (the TLS record size) on one core for about a second, with

@@ -16,7 +16,7 @@ final class ChronyBaseline: @unchecked Sendable {
     static let chronyd = ["/usr/sbin/chronyd", "/sbin/chronyd", "/usr/bin/chronyd"].first { FileManager.default.isExecutableFile(atPath: $0) }
 
     let work: URL
-    private var processes: [Process] = []
+    private var processes: [ChildProcess] = []
     private var relays: [LinkRelay] = []
     let logDirectories: [URL]
 
@@ -64,20 +64,15 @@ final class ChronyBaseline: @unchecked Sendable {
         logDirectories = logs
     }
 
-    private static func start(_ executable: URL, _ arguments: [String], log: URL) throws -> Process {
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = arguments
+    private static func start(_ executable: URL, _ arguments: [String], log: URL) throws -> ChildProcess {
         _ = FileManager.default.createFile(atPath: log.path, contents: nil)
         let handle = try FileHandle(forWritingTo: log)
-        process.standardOutput = handle
-        process.standardError = handle
-        try process.run()
-        return process
+        defer { try? handle.close() }
+        return try ChildProcess.spawn(executable.path, arguments, stdout: .descriptor(handle.fileDescriptor), stderr: .descriptor(handle.fileDescriptor))
     }
 
     func stop() {
-        for process in processes { Baselines.stop(process) }
+        for process in processes { process.reapBlocking(grace: .zero) }
         for relay in relays { relay.shutdown() }
         processes = []
         relays = []

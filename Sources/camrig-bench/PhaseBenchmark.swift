@@ -151,9 +151,9 @@ struct PhaseBenchmark: AsyncParsableCommand {
                 frame_duration_control=\(control ? "vblank" : "none")
 
                 """
-            FileManager.default.createFile(atPath: path, contents: nil)
+            _ = FileManager.default.createFile(atPath: path, contents: nil)
             try timing.write(toFile: path + ".timing", atomically: true, encoding: .utf8)
-            FileManager.default.createFile(atPath: path + ".truth", contents: nil)
+            _ = FileManager.default.createFile(atPath: path + ".truth", contents: nil)
             return Node(path: path, truth: path + ".truth", ratePpm: rate, frameDurationControl: control)
         }
     }

@@ -236,7 +236,7 @@ struct PhotoBenchmark: AsyncParsableCommand {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         setenv("CAMRIG_V4L2_EMULATOR_DIR", directory, 1)
         let node = "\(directory)/video0"
-        FileManager.default.createFile(atPath: node, contents: nil)
+        _ = FileManager.default.createFile(atPath: node, contents: nil)
         try "startup_delay_us=\(v4l2StartupMilliseconds * 1000)\n".write(toFile: node + ".timing", atomically: true, encoding: .utf8)
         let agent = try await rig.startAgent(LocalAgentSpec(cameras: 0, secure: false, extraArguments: ["--v4l2", node]), name: "agent-v4l2-photo")
         let client = try await AgentClient.connect(to: agent.endpoint, security: .insecure, logger: logger)

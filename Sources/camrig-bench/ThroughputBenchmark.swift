@@ -151,7 +151,7 @@ struct ThroughputBenchmark: AsyncParsableCommand {
         let node = "\(directory)/video0"
         var rows: [V4L2Stream] = []
         for lend in [true, false] {
-            FileManager.default.createFile(atPath: node, contents: nil)
+            _ = FileManager.default.createFile(atPath: node, contents: nil)
             options.say("streaming an emulated V4L2 camera, 1920x1080 YUYV at 30 fps, frames \(lend ? "lent" : "copied"), for \(v4l2Seconds) s")
             let agent = try await rig.startAgent(
                 LocalAgentSpec(cameras: 0, secure: false, extraArguments: ["--v4l2", node] + (lend ? [] : ["--v4l2-copy-frames"])),

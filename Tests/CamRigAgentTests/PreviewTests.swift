@@ -48,7 +48,7 @@ struct PreviewTests {
         #expect(preview.sequence == frame.sequence && preview.timestamp == frame.timestamp)
         #expect(preview.bytes.readableBytes < frame.bytes.readableBytes / 20, "a preview is small: \(preview.bytes.readableBytes) bytes")
         let decoded = preview.bytes.withUnsafeReadableBytes {
-            ContactSheet.thumbnail(of: $0, layout: FrameLayout(pixelFormat: .jpeg, dimensions: preview.format.dimensions, bytesPerLine: 0), width: 160)
+            ContactSheet.thumbnail(of: $0, layout: FrameLayout(pixelFormat: .jpeg, dimensions: preview.format.dimensions, bytesPerLine: 0), width: 160, decodeJPEG: JPEGDecoding.rgb)
         }
         guard case .success(let picture) = decoded else {
             Issue.record("the preview does not decode as JPEG")

@@ -1,3 +1,4 @@
+import CamRigLocalRig
 import CamRigSecurity
 import CamRigTestSupport
 import Foundation
@@ -98,16 +99,11 @@ struct RevocationTests {
         defer { pki.remove() }
         let viewer = try #require(try pki.directory.entries().first { $0.name == "viewer-1" })
         try pki.directory.revoke(name: "viewer-1", reason: .superseded)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        process.arguments = ["crl", "-in", pki.directory.revocationListPath, "-CAfile", pki.directory.caCertificatePath, "-noout", "-text"]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "\(text)")
+        let result = try ToolRunner.run(
+            "/usr/bin/openssl", ["crl", "-in", pki.directory.revocationListPath, "-CAfile", pki.directory.caCertificatePath, "-noout", "-text"])
+        // openssl crl prints "verify OK" on standard error and the list on standard output.
+        let text = result.stdout + result.stderr
+        #expect(result.status == 0, "\(text)")
         #expect(text.contains("verify OK"), "\(text)")
         let serial = viewer.certificate.serialNumber.bytes.map { String(format: "%02X", $0) }.joined()
         #expect(text.replacingOccurrences(of: ":", with: "").uppercased().contains(serial), "\(text)")

@@ -1,4 +1,5 @@
 import CamRigCapture
+import CamRigFiles
 import CamRigStorage
 import Foundation
 import Testing

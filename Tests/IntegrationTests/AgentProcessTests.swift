@@ -1,4 +1,5 @@
 import CamRigCoordinator
+import CamRigLocalRig
 import CamRigSecurity
 import CamRigTestSupport
 import CamRigWire
@@ -58,7 +59,7 @@ struct AgentProcessTests {
         // An error reply still arrives as an error, and the connection stays usable from any task.
         var lock = WireLock()
         lock.deviceID = "no-such-camera"
-        await withTaskExecutorPreference(executor) {
+        _ = await withTaskExecutorPreference(executor) {
             await #expect(throws: AgentClientError.self) { try await client.request(.lock(lock)) }
         }
         _ = try await client.ping()
@@ -296,20 +297,10 @@ struct ListV4L2DevicesTests {
 
     /// Runs v4l2-ctl through libv4l2 (-w) with the emulator's sysfs shim and libv4l2's conversion off.
     func v4l2ctl(_ arguments: [String]) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/v4l2-ctl")
-        process.arguments = ["-w"] + arguments
         var environment = ProcessInfo.processInfo.environment
         environment["LD_PRELOAD"] = Self.shim
         environment["CAMRIG_V4L2_SHIM_NO_CONVERSION"] = "1"
-        process.environment = environment
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = Pipe()
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return String(decoding: data, as: UTF8.self)
+        return try ToolRunner.run("/usr/bin/v4l2-ctl", ["-w"] + arguments, environment: environment).stdout
     }
 
     @Test(

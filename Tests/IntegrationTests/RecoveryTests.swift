@@ -2,6 +2,7 @@ import CamRigCapture
 import CamRigClock
 import CamRigCoordinator
 import CamRigDevices
+import CamRigLocalRig
 import CamRigSecurity
 import CamRigStorage
 import CamRigTestSupport
@@ -37,6 +38,9 @@ struct RecoveryTests {
         func journal(_ entry: JournalEntry, in capture: CaptureHandle) async throws { try await store.journal(entry, in: capture) }
         func unfinished() async throws -> [UnfinishedCapture] { try await store.unfinished() }
         func reread(_ capture: CaptureHandle) async throws -> UnfinishedCapture? { try await store.reread(capture) }
+        func thumbnail(of bytes: UnsafeRawBufferPointer, layout: FrameLayout, width: Int) -> Result<ContactSheet.Thumbnail, ContactSheet.ThumbnailRefusal> {
+            store.thumbnail(of: bytes, layout: layout, width: width)
+        }
         func claim(_ capture: CaptureHandle) async -> CaptureClaim? { await store.claim(capture) }
         func abandon(_ capture: CaptureHandle) async { await store.abandon(capture) }
     }
@@ -191,23 +195,21 @@ struct RecoveryTests {
             let out = NSTemporaryDirectory() + "camrig-killed-\(UUID().uuidString)"
             defer { try? FileManager.default.removeItem(atPath: out) }
             let rig = ["--agent", first.address, "--agent", second.address, "--tls-dir", pki.path, "--out", out]
-            let capture = Process()
-            capture.executableURL = Executables.url("camrig")
-            capture.arguments = ["capture", "--photo"] + rig
-            capture.standardOutput = FileHandle.nullDevice
             // Kept for the message should the capture never get as far as its manifest.
             let errors = out + ".stderr"
             _ = FileManager.default.createFile(atPath: errors, contents: nil)
             defer { try? FileManager.default.removeItem(atPath: errors) }
-            capture.standardError = FileHandle(forWritingAtPath: errors)
-            try capture.run()
+            let errorLog = try #require(FileHandle(forWritingAtPath: errors))
+            let capture = try ChildProcess.spawn(
+                Executables.url("camrig").path, ["capture", "--photo"] + rig, stdout: .null, stderr: .descriptor(errorLog.fileDescriptor))
+            try errorLog.close()
             let started = try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(1)) {
                 let folders = (try? FileManager.default.contentsOfDirectory(atPath: out))?.filter { $0.hasSuffix("-photo") } ?? []
                 return folders.contains { FileManager.default.fileExists(atPath: "\(out)/\($0)/manifest.json") }
             }
             try await Task.sleep(for: .milliseconds(delay))
-            kill(capture.processIdentifier, SIGKILL)
-            capture.waitUntilExit()
+            capture.send(SIGKILL)
+            await capture.exit()
             #expect(started, "no manifest within 30 s; camrig capture said: \((try? String(contentsOfFile: errors, encoding: .utf8)) ?? "")")
 
             let listed = try Executables.run("camrig", ["captures", "list", "--out", out, "--json"])

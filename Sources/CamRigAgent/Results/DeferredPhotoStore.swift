@@ -1,5 +1,6 @@
 import CamRigCapture
 import CamRigDevices
+import CamRigFiles
 import CamRigWire
 import CamRigWireModel
 import Foundation

@@ -1,4 +1,5 @@
 import CamRigCapture
+import CamRigFiles
 import CamRigWire
 import Foundation
 import NIOConcurrencyHelpers

@@ -57,7 +57,7 @@ final class PreviewSubscriber: FrameSink {
         let layout = FrameLayout(pixelFormat: frame.format.pixelFormat, dimensions: frame.format.dimensions, bytesPerLine: Int(frame.format.bytesPerLine))
         let sourceWidth = Int(frame.format.dimensions.width) / (frame.format.pixelFormat == .bayerRGGB8 ? 2 : 1)
         let width = max(16, min(options.maxWidth, sourceWidth))
-        let thumbnail = frame.bytes.withUnsafeReadableBytes { ContactSheet.thumbnail(of: $0, layout: layout, width: width) }
+        let thumbnail = frame.bytes.withUnsafeReadableBytes { ContactSheet.thumbnail(of: $0, layout: layout, width: width, decodeJPEG: JPEGDecoding.rgb) }
         guard case .success(let picture) = thumbnail,
             let jpeg = try? PhotoEncoder.jpeg(rgb: picture.rgb, width: picture.width, height: picture.height, quality: options.quality)
         else { return nil }

@@ -1,5 +1,5 @@
 import CamRigClock
-import CamRigDevices
+import CamRigDeviceModel
 
 /// A capture's timeline on the coordinator's clock (nanoseconds of its `CLOCK_MONOTONIC`): the trigger
 /// instant T every camera fires at and, for a recording, where it ends.

@@ -1,5 +1,5 @@
 import CamRigCapture
-import CamRigDevices
+import CamRigDeviceModel
 
 /// A frame of a capture once stored: what the manifest says about it besides its place in a set.
 public struct StoredFrame: Sendable, Hashable {

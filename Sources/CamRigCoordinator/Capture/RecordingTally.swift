@@ -1,4 +1,4 @@
-import CamRigDevices
+import CamRigDeviceModel
 
 /// What one camera's stream tells the recording, in the order it happened.
 enum RecordingEvent<Payload: Sendable>: Sendable {

@@ -1,6 +1,6 @@
 import CamRigCapture
 import CamRigClock
-import CamRigDevices
+import CamRigDeviceModel
 import CamRigWire
 import CamRigWireModel
 import Foundation

@@ -1,6 +1,6 @@
 import CamRigCapture
 import CamRigClock
-import CamRigDevices
+import CamRigDeviceModel
 import CamRigWire
 import CamRigWireModel
 
@@ -282,7 +282,7 @@ extension RigSession {
                                     JournalEntry(resultId: result.resultID, agent: rig.inputs[camera].agentID, frame: stored), in: capture)
                                 let layout = CaptureRig.layout(pixelFormat: result.pixelFormat, dimensions: result.dimensions, bytesPerLine: result.bytesPerLine)
                                 let thumbnail = payload.withUnsafeReadableBytes {
-                                    ContactSheet.thumbnail(of: $0, layout: layout, width: ContactSheet.tileWidth(cameras: rig.inputs.count))
+                                    sink.thumbnail(of: $0, layout: layout, width: ContactSheet.tileWidth(cameras: rig.inputs.count))
                                 }
                                 return (camera, result.resultID, .success(SyncFrame(stored)), thumbnail)
                             } catch {

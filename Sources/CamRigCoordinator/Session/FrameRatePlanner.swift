@@ -1,4 +1,4 @@
-import CamRigDevices
+import CamRigDeviceModel
 
 /// Chooses one frame rate for every camera of a session: AVFoundation's "highest frame rate" example
 /// (pick the format with the fastest range, set min = max frame duration), done rig-wide.

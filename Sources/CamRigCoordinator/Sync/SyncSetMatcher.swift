@@ -1,4 +1,4 @@
-import CamRigDevices
+import CamRigDeviceModel
 
 /// One delivered frame as the sync-set matcher sees it.
 public struct SyncFrame<Payload: Sendable>: Sendable {

@@ -1,38 +1,6 @@
 import CTurboJPEG
 import NIOCore
 
-/// What a photo is delivered as.
-public enum PhotoOutputType: Int, CaseIterable, Sendable, CustomStringConvertible {
-    /// The frame in the camera's own pixel format (the coordinator makes PNG of raw formats).
-    case frame = 0
-    /// A JPEG made on the agent (libjpeg-turbo), from YUYV, RGB or grey frames; MJPEG frames already are one.
-    case jpeg = 1
-    /// Bayer RAW as a DNG file, from a camera streaming a Bayer format.
-    case dng = 2
-
-    public var description: String {
-        switch self {
-        case .frame: "frame"
-        case .jpeg: "jpeg"
-        case .dng: "dng"
-        }
-    }
-
-    /// What a request for this output resolves to on frames of `format`, and why when it differs.
-    func resolved(for format: DeviceFormat) -> (PhotoOutputType, note: String?) {
-        switch self {
-        case .frame:
-            return (.frame, nil)
-        case .jpeg:
-            if [.yuyv, .rgb24, .grey, .mjpeg, .jpeg].contains(format.pixelFormat) { return (.jpeg, nil) }
-            return (.frame, "JPEG is made from YUYV, RGB or grey frames; \(format.pixelFormat) frames were delivered as they are")
-        case .dng:
-            if format.pixelFormat == .bayerRGGB8 { return (.dng, nil) }
-            return (.frame, "DNG needs a Bayer format; \(format.pixelFormat) frames were delivered as they are (configure the camera's RGGB format for RAW)")
-        }
-    }
-}
-
 /// Why a photo could not be encoded.
 public struct PhotoEncodingError: Error, CustomStringConvertible {
     public var description: String

@@ -1,3 +1,4 @@
+import CLinux
 import Foundation
 import NIOConcurrencyHelpers
 
@@ -35,6 +36,8 @@ public final class HostNetwork: Sendable {
     /// The bridge's interface name.
     public let bridge: String
     private let removed = NIOLockedValueBox(false)
+    /// The write end of the janitor's standard input; closing it (or this process dying) starts the clean-up.
+    private let janitorLine: Int32
 
     /// Why namespaces cannot be built here, or nil when they can (checked once per process).
     public static let unavailableReason: String? = {
@@ -64,14 +67,19 @@ public final class HostNetwork: Sendable {
         }
         let tag = "\(String(pid, radix: 16))g\(serial)"
         let octets = "\(200 + serial % 50).\(Int(pid) % 250)"
-        bridge = "crb\(tag)"
+        let bridge = "crb\(tag)"
+        self.bridge = bridge
         gateway = "10.\(octets).1"
-        hosts = (0..<count).map { index in
+        let hosts = (0..<count).map { index in
             Host(
                 index: index, namespace: "camrig-\(pid)-\(serial)h\(index)", address: "10.\(octets).\(10 + index)", bridgePort: "crv\(tag)x\(index)",
                 relayAddress: "127.\(octets).\(10 + index)"
             )
         }
+        self.hosts = hosts
+        // A janitor outlives this process to remove what it builds: the namespaces would otherwise stay behind
+        // a process killed with SIGKILL (their processes die with it; a namespace is a mount and does not).
+        janitorLine = Self.startJanitor(namespaces: hosts.map(\.namespace), bridge: bridge)
         do {
             try Self.ip("link", "add", bridge, "type", "bridge")
             try Self.ip("addr", "add", "\(gateway)/24", "dev", bridge)
@@ -101,6 +109,34 @@ public final class HostNetwork: Sendable {
         guard first, let ip = Self.ipPath else { return }
         for host in hosts { _ = Self.run(ip, ["netns", "delete", host.namespace]) }
         _ = Self.run(ip, ["link", "delete", bridge])
+        if janitorLine >= 0 { close(janitorLine) }
+    }
+
+    /// Starts `sh` reading a pipe until its end of file, which comes when this process closes the pipe or
+    /// dies, and then deleting `namespaces` and `bridge`. It leads a process group of its own, so that a
+    /// terminal's Ctrl-C that ends this process leaves it to finish. Returns the pipe's write end (-1 when
+    /// no janitor could be started: the next network built removes what this one leaves).
+    private static func startJanitor(namespaces: [String], bridge: String) -> Int32 {
+        guard let ip = ipPath else { return -1 }
+        var line: [Int32] = [0, 0]
+        guard camrig_cloexec_pipe(&line) == 0 else { return -1 }
+        defer { close(line[0]) }
+        let script = """
+            cat >/dev/null
+            for namespace in "$@"; do "$0" netns delete "$namespace" 2>/dev/null; done
+            "$0" link delete \(bridge) 2>/dev/null
+            exit 0
+            """
+        do {
+            _ = try ChildProcess.spawn(
+                "/bin/sh", ["-c", script, ip] + namespaces, stdin: .descriptor(line[0]), stdout: .null, stderr: .null,
+                deathSignal: 0, newProcessGroup: true
+            )
+            return line[1]
+        } catch {
+            close(line[1])
+            return -1
+        }
     }
 
     /// Cuts `host` off the network: its link goes down, as if its cable were pulled. Connections stay

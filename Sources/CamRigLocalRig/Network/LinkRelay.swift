@@ -1,6 +1,6 @@
 import CamRigClockSocket
 import CamRigClock
-import CamRigDevices
+import CamRigDeviceModel
 import CamRigWire
 import Foundation
 import NIOConcurrencyHelpers

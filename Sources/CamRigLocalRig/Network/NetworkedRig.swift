@@ -1,6 +1,6 @@
 import CamRigClock
 import CamRigCoordinator
-import CamRigDevices
+import CamRigDeviceModel
 import CamRigSecurity
 import CamRigWire
 import Foundation

@@ -1,6 +1,6 @@
 import CamRigCoordinator
 import CamRigWire
-import CamRigDevices
+import CamRigDeviceModel
 import CamRigWireModel
 
 /// One device as `camrig devices` shows it.

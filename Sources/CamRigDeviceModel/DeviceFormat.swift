@@ -27,7 +27,7 @@ public struct DeviceFormat: Hashable, Sendable, Identifiable, CustomStringConver
         self.pixelFormat = pixelFormat
         self.dimensions = dimensions
         self.frameRateRanges = frameRateRanges
-        self.supportedPhotoDimensions = supportedPhotoDimensions ?? [dimensions] + (PhotoProcessing.binnedDimensions(pixelFormat, dimensions).map { [$0] } ?? [])
+        self.supportedPhotoDimensions = supportedPhotoDimensions ?? [dimensions] + (PhotoPlan.binnedDimensions(pixelFormat, dimensions).map { [$0] } ?? [])
         self.maxZoomFactor = maxZoomFactor
         let bits = pixelFormat.bitsPerPixel
         let line = bytesPerLine ?? bits.map { UInt32(Int(dimensions.width) * $0 / 8) } ?? 0

@@ -11,7 +11,7 @@ import Foundation
 #endif
 
 /// The one way CamRig writes a file that must not be seen half-written: capture images and manifests,
-/// and the agent's result spool.
+/// the agent's result spool, certificates, keys, revocation lists and token lists.
 ///
 /// The bytes go to a temporary name beside the target (or in `temporaryDirectory`), are flushed to
 /// the disk, and the file is renamed into place; then the directory is flushed so the rename itself

@@ -1,0 +1,100 @@
+import Foundation
+import Testing
+
+/// The package's layers, read from Package.swift itself: they point one way, the coordinator links no
+/// device backend or image code, nothing is declared and unused, and no product needs unsafe flags.
+@Suite("Package layers")
+struct PackageLayerTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    struct Target {
+        var name: String
+        var kind: String
+        /// Targets of this package it depends on.
+        var local: [String]
+        /// Products of other packages it depends on.
+        var products: [String]
+    }
+
+    /// Every target of Package.swift, by name.
+    static let targets: [String: Target] = {
+        let manifest = (try? String(contentsOf: root.appendingPathComponent("Package.swift"), encoding: .utf8)) ?? ""
+        var found: [String: Target] = [:]
+        let starts = manifest.ranges(of: /\.(target|executableTarget|testTarget|systemLibrary)\(\s*name: "([^"]+)"/)
+        for (index, range) in starts.enumerated() {
+            let end = index + 1 < starts.count ? starts[index + 1].lowerBound : manifest.endIndex
+            let body = manifest[range.lowerBound..<end]
+            guard let head = body.firstMatch(of: /\.(\w+)\(\s*name: "([^"]+)"/) else { continue }
+            var local: [String] = []
+            var products: [String] = []
+            if let list = body.firstMatch(of: /dependencies: \[([^\]]*)\]/) {
+                let text = String(list.1)
+                products = text.matches(of: /\.product\(name: "([^"]+)"/).map { String($0.1) }
+                let withoutProducts = text.replacing(/\.product\([^)]*\)/, with: "")
+                local = withoutProducts.matches(of: /"([^"]+)"/).map { String($0.1) }
+            }
+            found[String(head.2)] = Target(name: String(head.2), kind: String(head.1), local: local, products: products)
+        }
+        return found
+    }()
+
+    /// The layers in the order Package.swift's header lists them, top (depended on) first.
+    static let layers: [String] = {
+        let manifest = (try? String(contentsOf: root.appendingPathComponent("Package.swift"), encoding: .utf8)) ?? ""
+        // Lines `//   NAME[, NAME]   what it is`; continuation lines are indented further.
+        return manifest.split(separator: "\n").prefix { !$0.hasPrefix("import") }.flatMap { line -> [String] in
+            guard line.hasPrefix("//   "), let first = line.dropFirst(5).first, first.isLetter else { return [] }
+            let names = line.dropFirst(5).prefix { $0 != " " || true }.components(separatedBy: "  ").first ?? ""
+            return names.split(separator: ", ").map { $0.trimmingCharacters(in: .whitespaces) }
+        }
+    }()
+
+    @Test("Package.swift lists its layers, and each target depends only on layers listed before it")
+    func layersPointOneWay() {
+        #expect(Self.targets.count > 20 && Self.layers.count > 15, "could not read Package.swift: \(Self.layers)")
+        for layer in Self.layers {
+            #expect(Self.targets[layer] != nil, "the header lists \(layer), which is no target")
+        }
+        for (name, target) in Self.targets where target.kind != "testTarget" {
+            guard let position = Self.layers.firstIndex(of: name) else { continue }
+            for dependency in target.local {
+                guard let below = Self.layers.firstIndex(of: dependency) else { continue }
+                #expect(below < position, "\(name) depends on \(dependency), a layer listed after it")
+            }
+        }
+    }
+
+    @Test("the coordinator links the device model, and no device backend, JPEG or image-kernel code")
+    func coordinatorLinksNoBackend() {
+        var closure: Set<String> = []
+        var queue = ["CamRigCoordinator"]
+        while let next = queue.popLast() {
+            for dependency in Self.targets[next]?.local ?? [] where closure.insert(dependency).inserted { queue.append(dependency) }
+        }
+        #expect(closure.contains("CamRigDeviceModel"))
+        for forbidden in ["CamRigDevices", "CLibV4L2", "CTurboJPEG", "CImageKernels", "CZlib", "CamRigStorage"] {
+            #expect(!closure.contains(forbidden), "CamRigCoordinator links \(forbidden) through \(closure.sorted())")
+        }
+    }
+
+    @Test("every declared dependency of a target is imported by it, and no target needs unsafe flags")
+    func noUnusedDependencies() throws {
+        let manifest = try String(contentsOf: Self.root.appendingPathComponent("Package.swift"), encoding: .utf8)
+        #expect(!manifest.contains("unsafeFlags"), "unsafe flags keep a product from being used by other packages")
+        for (name, target) in Self.targets where target.kind == "target" || target.kind == "executableTarget" || target.kind == "testTarget" {
+            let folder = Self.root.appendingPathComponent(target.kind == "testTarget" ? "Tests" : "Sources").appendingPathComponent(name)
+            var imported: Set<String> = []
+            var hasC = false
+            for case let file as URL in FileManager.default.enumerator(at: folder, includingPropertiesForKeys: nil) ?? .init() {
+                if ["c", "h"].contains(file.pathExtension) { hasC = true }
+                guard file.pathExtension == "swift", let text = try? String(contentsOf: file, encoding: .utf8) else { continue }
+                for match in text.matches(of: /(?m)^(?:@_exported |@testable )?import (\w+)/) { imported.insert(String(match.1)) }
+            }
+            if hasC && imported.isEmpty { continue }  // a C target: its headers say what it uses
+            for dependency in target.products + target.local
+            where Self.targets[dependency]?.kind != "executableTarget" && !dependency.hasPrefix("camrig") {
+                #expect(imported.contains(dependency), "\(name) declares \(dependency) and imports it nowhere")
+            }
+        }
+    }
+}
