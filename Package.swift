@@ -256,7 +256,7 @@ let package = Package(
         .testTarget(
             name: "CamRigWireTests",
             dependencies: [
-                "CamRigWire", "CamRigClock", "CamRigClockSocket",
+                "CamRigWire", "CamRigClock", "CamRigClockSocket", "CLinux",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),

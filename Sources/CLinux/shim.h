@@ -117,6 +117,9 @@ static inline pid_t camrig_spawn(const char *path, char *const argv[], char *con
     return pid;
 }
 
+/// The calling thread's id (what /proc/self/task/ lists).
+static inline pid_t camrig_gettid(void) { return (pid_t)syscall(SYS_gettid); }
+
 /// A pipe whose two ends close at exec: `fds[0]` reads, `fds[1]` writes. Returns 0, or -1 with errno set.
 static inline int camrig_cloexec_pipe(int fds[2]) { return pipe2(fds, O_CLOEXEC); }
 

@@ -1,3 +1,5 @@
+import Foundation
+
 /// Waits until `condition` holds, checking it every `interval`, for at most `timeout`.
 ///
 /// For tests that wait on something another thread or process does (frames arriving, an agent noticing a
@@ -22,4 +24,11 @@ public func eventually(
         if clock.now >= deadline { return false }
         try await Task.sleep(for: interval)
     }
+}
+
+/// How many files below `folder` (at any depth) end in `.EXTENSION`: what a test polls to know how far a
+/// recording has got (its frames are spilled to `STEM.raw` files as they arrive).
+public func fileCount(under folder: URL, withExtension pathExtension: String) -> Int {
+    guard let files = FileManager.default.enumerator(at: folder, includingPropertiesForKeys: nil) else { return 0 }
+    return files.reduce(0) { count, file in count + ((file as? URL)?.pathExtension == pathExtension ? 1 : 0) }
 }

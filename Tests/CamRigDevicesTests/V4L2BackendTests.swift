@@ -1,6 +1,7 @@
 import CamRigDevices
 import Foundation
 import NIOCore
+import CamRigTestSupport
 import Testing
 
 /// The V4L2 backend against the emulated camera (Tests/V4L2Emulator: a libv4l2 plugin that behaves like
@@ -263,7 +264,8 @@ struct V4L2BackendTests {
         }
         #expect(camera.frameBuffers.lent == 1)
         // The stream is over; its buffers are unmapped except the one this frame lives in.
-        try await Task.sleep(for: .milliseconds(1_500))
+        let stopped = try await eventually(timeout: .seconds(5)) { !camera.isStreaming }
+        #expect(stopped, "the stream did not end within 5 s of its last consumer leaving")
         do {
             let frame = try #require(kept)
             #expect(Self.intact(frame))

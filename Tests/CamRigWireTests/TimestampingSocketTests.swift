@@ -1,5 +1,7 @@
 import CamRigClock
+import CLinux
 import CamRigClockSocket
+import Foundation
 import Testing
 
 #if canImport(Glibc)
@@ -44,8 +46,12 @@ struct TimestampingSocketTests {
         let target = try Self.address(port: receiver.localPort)
         var gaps: [Int64] = []
         for index in 0..<20 {
-            let arrival = Task.detached { receiver.receive() }
-            try await Task.sleep(for: .milliseconds(5))
+            let thread = ThreadID()
+            let arrival = Task.detached {
+                thread.set(camrig_gettid())
+                return receiver.receive()
+            }
+            #expect(await Self.blockedInReceive(thread), "the receiver never blocked in recvmsg")
             let sent = try #require(sender.send([UInt8(index)], to: target.0, length: target.1))
             let datagram = try #require(await arrival.value)
             let key = try #require(sent.key)
@@ -56,6 +62,35 @@ struct TimestampingSocketTests {
         gaps.sort()
         // Loopback carries a datagram in about a microsecond; a thread's wake-up takes tens.
         #expect(gaps[0] >= -2_000 && gaps[gaps.count / 2] < 10_000, "receive − transmit stamps: \(gaps)")
+    }
+
+    /// Waits up to a second until the thread `thread` names sits in the recvmsg system call
+    /// (`/proc/self/task/TID/syscall` starts with its number).
+    static func blockedInReceive(_ thread: ThreadID) async -> Bool {
+        #if arch(x86_64)
+            let recvmsg = "47"
+        #else
+            let recvmsg = "212"
+        #endif
+        let deadline = ContinuousClock.now + .seconds(1)
+        while ContinuousClock.now < deadline {
+            let tid = thread.value
+            if tid != 0, let text = try? String(contentsOfFile: "/proc/self/task/\(tid)/syscall", encoding: .utf8),
+                text.split(separator: " ").first == Substring(recvmsg)
+            {
+                return true
+            }
+            try? await Task.sleep(for: .microseconds(200))
+        }
+        return false
+    }
+
+    /// A thread id set by one task and read by another.
+    final class ThreadID: @unchecked Sendable {
+        private let lock = NSLock()
+        private var tid: pid_t = 0
+        func set(_ tid: pid_t) { lock.withLock { self.tid = tid } }
+        var value: pid_t { lock.withLock { tid } }
     }
 
     @Test("waiting for one send's stamp finds it; a counter never sent waits its time and finds nothing; a socket without transmit stamps has none")

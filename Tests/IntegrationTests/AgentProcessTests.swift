@@ -172,7 +172,8 @@ struct AgentProcessTests {
         let exchange = try await RawPeer.exchange(port: agent.port, transport: .tls(directory: pki.directory, name: name), chunks: [RawPeer.hello])
         #expect(exchange.closedByAgent)
         #expect(exchange.frames.isEmpty, "a refused client must get no welcome")
-        try await Task.sleep(for: .milliseconds(200))
+        let noted = try await eventually(timeout: .seconds(5)) { agent.log().contains("refused client") }
+        #expect(noted, "the refusal was not logged within 5 s")
         let refusals = agent.log().split(separator: "\n").filter { $0.contains("refused client") }
         #expect(refusals.count == 1)
         #expect(refusals.first?.contains(logged) == true, "log: \(refusals)")

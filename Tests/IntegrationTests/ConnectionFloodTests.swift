@@ -16,7 +16,9 @@ struct ConnectionFloodTests {
         let idle = ConnectionFlood(port: agent.port, addresses: 50, perAddress: 3)
         let slow = ConnectionFlood(port: agent.port, addresses: 20, perAddress: 2, trickle: true)
         defer { idle.stop(); slow.stop() }
-        try await Task.sleep(for: .seconds(1))
+        // Under way: every flooding connection has been opened at least once.
+        let flooding = try await eventually(timeout: .seconds(10)) { idle.result.opened >= 150 && slow.result.opened >= 40 }
+        #expect(flooding, "the flood did not get going: \(idle.result), \(slow.result)")
 
         let started = ContinuousClock.now
         let client: AgentClient
@@ -40,7 +42,8 @@ struct ConnectionFloodTests {
         // The silent connections never reach the agent (the kernel holds them until they send); the
         // trickling ones do, beyond the unauthenticated budget, and are closed to make room.
         #expect(idle.result.opened >= 150)
-        #expect(slow.result.closedByAgent > 0, "the agent closed unauthenticated connections to make room: \(slow.result)")
+        let shed = try await eventually(timeout: .seconds(12)) { slow.result.closedByAgent > 0 }
+        #expect(shed, "the agent closed unauthenticated connections to make room: \(slow.result)")
         #expect(try await eventually(timeout: .seconds(12)) { agent.log().contains("shedding connections") }, "what was shed is logged")
     }
 

@@ -198,10 +198,9 @@ struct DeferredCaptureTests {
         let photoID = try #require(stages.first?.photoID)
         #expect(fired.resultIds == [photoID + ".proxy"])
         var final: WirePhotoResult?
-        let deadline = ContinuousClock.now + .seconds(20)
-        while final == nil && ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(250))
+        _ = try await eventually(timeout: .seconds(20), pollingEvery: .milliseconds(250)) {
             final = try await fetch(client, session: "idle").first { $0.0.resultID == photoID }?.0
+            return final != nil
         }
         let made = try #require(final, "the agent made the final within 20 s of idling")
         #expect(made.resolved.framesMerged == 8 && !made.resolved.deferredProxy)

@@ -83,7 +83,12 @@ struct EventTests {
         let client = try await agent.connect(pki, as: "viewer-1")
         let received = try await events(client, count: 2, within: 6) {
             _ = FileManager.default.createFile(atPath: node, contents: nil)
-            try await Task.sleep(for: .milliseconds(2_500))
+            // Unplugged once the agent lists it (it scans for new devices every second or so).
+            let listed = try await eventually(timeout: .seconds(5), pollingEvery: .milliseconds(100)) {
+                guard case .deviceList(let list) = try await client.request(.listDevices(WireListDevices())).frame.envelope.body else { return false }
+                return list.devices.contains { $0.uniqueID == "v4l2:camrig-emu:platform:camrig-emu-61" }
+            }
+            #expect(listed, "the plugged device was not listed within 5 s")
             _ = FileManager.default.createFile(atPath: node + ".unplugged", contents: nil)
         }
         #expect(received.map(\.kind) == [.deviceConnected, .deviceDisconnected])

@@ -77,8 +77,10 @@ struct NetworkFaultTests {
         let victim = try #require(rig.member(named: "agent-2"))
 
         let cutter = Task {
-            try await Task.sleep(for: .milliseconds(1200))
+            // Cut once the recording is well under way: over a second of frames (3 cameras at 15 fps) spilled.
+            _ = try await eventually(timeout: .seconds(10)) { fileCount(under: out, withExtension: "raw") >= 50 }
             try rig.cut(victim)
+            // The outage itself lasts a second and a half.
             try await Task.sleep(for: .milliseconds(1500))
             try rig.restore(victim)
         }
@@ -125,7 +127,12 @@ struct NetworkFaultTests {
         let pool = try await Self.readyPool(rig, probeInterval: .milliseconds(50))
         // Four seconds of probes: a tenth of the lossy host's round trips are lost, and a busy machine
         // delays others, so both hosts get time to find their quick ones.
-        try await Task.sleep(for: .seconds(4))
+        // Probes until both hosts have a full window of samples: a tenth of the lossy host's round trips are
+        // lost, and a busy machine delays others, so both hosts get time to find their quick ones.
+        let sampled = try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(100)) {
+            pool.agents.allSatisfy { ((try? $0.clockEstimate())?.sampleCount ?? 0) >= 64 }
+        }
+        #expect(sampled, "samples: \(pool.agents.map { (try? $0.clockEstimate())?.sampleCount ?? 0 })")
         // Loss costs samples, not accuracy: the lossy host's estimate is no worse than the clean one's,
         // within the rig's 100 µs. Each host's path carries a bias of its own from user-space transmit
         // stamps (up to ~130 µs seen in fresh-clone debug runs under load, on the clean host as well;
@@ -169,11 +176,12 @@ struct NetworkFaultTests {
             jumper.snapshot.clockJumps >= 1
         }
         #expect(detected, "the step was not detected within 20 s")
-        try await Task.sleep(for: .seconds(2))
-        let estimate = try jumper.clockEstimate()
-        let now = HostClock.monotonicNow()
-        // The truth after the step: −2 ms + 5 ms.
-        let error = estimate.offset(atCoordinator: now) - 3_000_000
+        // The truth after the step: −2 ms + 5 ms; the estimator refits on samples taken after it.
+        var error = Double.infinity
+        _ = try await eventually(timeout: .seconds(10), pollingEvery: .milliseconds(100)) {
+            error = try jumper.clockEstimate().offset(atCoordinator: HostClock.monotonicNow()) - 3_000_000
+            return abs(error) < 100_000
+        }
         #expect(abs(error) < 100_000, "after the step the estimate is off by \(error / 1000) µs")
 
         let photo = try await session.capturePhoto(into: try CaptureStore(root: out))

@@ -167,8 +167,12 @@ struct RecoveryTests {
         if let fireAt = report.manifest.fireAtNs, HostClock.monotonicNow() - fireAt < 2_500_000_000 {
             #expect(early.lost == 0 && early.waiting == 1)
         }
-        try await Task.sleep(for: .seconds(3))
-        let collected = try await collector.collect()
+        // Once that window has passed, the photo is counted lost.
+        var collected = try await collector.collect()
+        _ = try await eventually(timeout: .seconds(10), pollingEvery: .milliseconds(250)) {
+            collected = try await collector.collect()
+            return collected.waiting == 0
+        }
         await again.stop()
         #expect(collected.collected == 0 && collected.waiting == 0 && collected.lost == 1)
         let manifest = try store.manifest(of: try #require(try store.catalog.entry(report.manifest.id)))
@@ -221,8 +225,10 @@ struct RecoveryTests {
                 let waiting = try JSONSerialization.jsonObject(with: Data(recovered.stdout.utf8)) as? [String: Any]
                 #expect((waiting?["waiting"] as? Int ?? 0) > 0)
                 collectedAny = collectedAny || Self.collectedCount(recovered.stdout) > 0
-                try await Task.sleep(for: .seconds(10))
-                recovered = try Executables.run("camrig", ["captures", "recover", "--json"] + rig, timeout: 120)
+                _ = try await eventually(timeout: .seconds(30), pollingEvery: .seconds(1)) {
+                    recovered = try await ToolRunner.run(Executables.url("camrig").path, ["captures", "recover", "--json"] + rig, timeout: 120)
+                    return recovered.status != 2
+                }
             }
             #expect(recovered.status == 0, "\(recovered.stdout)\n\(recovered.stderr)")
             collectedAny = collectedAny || Self.collectedCount(recovered.stdout) > 0

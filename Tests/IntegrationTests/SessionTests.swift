@@ -260,7 +260,8 @@ struct RecordingFailureTests {
         try await session.commitConfiguration()
 
         let killer = Task {
-            try await Task.sleep(for: .milliseconds(1000))
+            // Killed once the recording is under way: about a second of frames (2 cameras at 15 fps) spilled.
+            _ = try await eventually(timeout: .seconds(10)) { fileCount(under: out, withExtension: "raw") >= 25 }
             second.crash()
         }
         let report = try await session.record(duration: .seconds(3), into: try CamRigStorage.CaptureStore(root: out))

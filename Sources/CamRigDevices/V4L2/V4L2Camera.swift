@@ -281,6 +281,10 @@ public final class V4L2Camera: FreeRunningBackend {
         thread.start()
     }
 
+    /// Whether a stream runs: false once its thread has stopped the driver and given back its buffers
+    /// (those still lent stay mapped for their holders).
+    public var isStreaming: Bool { stream.withLockedValue { $0 != nil } }
+
     public func stopStreaming() {
         guard let state = stream.withLockedValue({ $0 }) else { return }
         state.running.withLockedValue { $0 = false }
