@@ -148,8 +148,8 @@ struct PhotoProcessingTests {
                 looks.withLockedValue { $0 += 1 }
                 return .init(busy: busy.withLockedValue { $0 }, lastActivity: 0)
             },
-            made: { final in made.withLockedValue { $0.append(final.deviceID) } }, logger: Logger(label: "test"))
-        let task = Task { await worker.run() }
+            logger: Logger(label: "test"))
+        let task = Task { await worker.run { final in made.withLockedValue { $0.append(final.deviceID) } } }
         defer { task.cancel() }
 
         // Woken while busy, it looks again and goes back to waiting.

@@ -43,7 +43,6 @@ final class DeferredPhotoWorker: Sendable {
     private let finalizer: PhotoFinalizer
     private let now: @Sendable () -> Int64
     private let activity: @Sendable () -> Activity
-    private let made: @Sendable (PhotoFinalizer.Made) -> Void
     private let logger: Logger
     private let wakeUps: AsyncStream<Void>
     private let wakeUpContinuation: AsyncStream<Void>.Continuation
@@ -51,15 +50,10 @@ final class DeferredPhotoWorker: Sendable {
     /// - Parameters:
     ///   - now: the agent clock's reading.
     ///   - activity: what the agent is doing now.
-    ///   - made: told of each final made (the device's processing estimate learns from it).
-    init(
-        finalizer: PhotoFinalizer, now: @escaping @Sendable () -> Int64, activity: @escaping @Sendable () -> Activity,
-        made: @escaping @Sendable (PhotoFinalizer.Made) -> Void, logger: Logger
-    ) {
+    init(finalizer: PhotoFinalizer, now: @escaping @Sendable () -> Int64, activity: @escaping @Sendable () -> Activity, logger: Logger) {
         self.finalizer = finalizer
         self.now = now
         self.activity = activity
-        self.made = made
         self.logger = logger
         // One pending wake-up is enough: the worker looks at everything again when it wakes.
         (wakeUps, wakeUpContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
@@ -70,8 +64,9 @@ final class DeferredPhotoWorker: Sendable {
         wakeUpContinuation.yield()
     }
 
-    /// Makes finals until cancelled.
-    func run() async {
+    /// Makes finals until cancelled; `made` is told of each final made (the device's processing estimate
+    /// learns from it).
+    func run(made: (PhotoFinalizer.Made) -> Void) async {
         var failures: [String: Int] = [:]
         var wakeUps = self.wakeUps.makeAsyncIterator()
         while !Task.isCancelled {

@@ -121,13 +121,7 @@ public final class AgentCapture: Sendable {
         let clock = streams.devices.clock
         let state = NIOLockedValueBox(State())
         self.state = state
-        worker = DeferredPhotoWorker(
-            finalizer: finalizer, now: { clock.now() }, activity: { state.withLockedValue { $0.activity } },
-            made: { made in
-                let pipeline = state.withLockedValue { $0.pipelines[made.deviceID] }
-                pipeline?.record(level: made.level, duration: made.duration)
-            },
-            logger: logger)
+        worker = DeferredPhotoWorker(finalizer: finalizer, now: { clock.now() }, activity: { state.withLockedValue { $0.activity } }, logger: logger)
         // The scheduler's callbacks run on its thread and reach this object through the trigger itself.
         scheduler = TriggerScheduler(
             clock: clock,
@@ -154,7 +148,9 @@ public final class AgentCapture: Sendable {
         scheduler.start()
         // Finals of deferred photos (also those left by an earlier run) are made while the agent is idle.
         let worker = self.worker
-        let task = Task { await worker.run() }
+        let task = Task { [weak self] in
+            await worker.run { made in self?.pipeline(for: made.deviceID).record(level: made.level, duration: made.duration) }
+        }
         state.withLockedValue { $0.worker = task }
     }
 
@@ -346,11 +342,7 @@ public final class AgentCapture: Sendable {
 
     /// `FinalizePhotos`: makes the named deferred photos' finals now (every deferred photo when none is named).
     func finalize(_ ids: [String]) async -> WireEnvelope.OneOf_Body {
-        let state = self.state
-        return await finalizer.finalize(ids) { made in
-            let pipeline = state.withLockedValue { $0.pipelines[made.deviceID] }
-            pipeline?.record(level: made.level, duration: made.duration)
-        }
+        await finalizer.finalize(ids) { made in pipeline(for: made.deviceID).record(level: made.level, duration: made.duration) }
     }
 
     /// At T: reports the firing, then streams the device's frames exposed from T on, on the trigger's
