@@ -42,6 +42,11 @@ struct AgentStateTests {
         #expect(state.remove(streamID: "s2")?.cancel != nil, "the last watcher left: the device's stream is to be stopped")
         #expect(state.hubs.isEmpty)
         #expect(state.remove(streamID: "s2") == nil, "a stream is removed once")
+        #expect(state.stopping["cam"]?.hub == first.hub, "the device winds down until the stopped stream's task ends")
+        state.ended(deviceID: "cam", hub: first.hub + 1)
+        #expect(state.stopping["cam"] != nil, "another stream's end does not count")
+        state.ended(deviceID: "cam", hub: first.hub)
+        #expect(state.stopping["cam"] == nil)
 
         let later = state.add(Watcher(connection: 3), streamID: "s3", deviceID: "cam")
         #expect(later.isNew && later.hub != first.hub)

@@ -116,7 +116,9 @@ extension AgentCapture {
         var previous = max(after, instant - 1)
         // The camera streams for the whole bracket: a camera started again would expose with its own settings.
         let keepAlive = NewestFrameSink { _ in }
-        if case .failed(let error) = streams.start(deviceID: deviceID, subscriber: keepAlive) { throw WireProtocolError(error.code, error.message) }
+        if case .failed(let error) = await streams.startAfterPreviousStream(deviceID: deviceID, subscriber: keepAlive) {
+            throw WireProtocolError(error.code, error.message)
+        }
         defer { streams.stop(streamID: keepAlive.streamID, reason: .stopped) }
         do {
             for bias in biases {

@@ -73,11 +73,14 @@ struct PhotoFinalizer: Sendable {
         let wanted = ids.isEmpty ? deferred.ids : ids
         var unknown: [String] = []
         for id in wanted {
-            guard deferred.contains(id) else {
-                if !spool.contains(id) { unknown.append(id) }
-                continue
-            }
             do {
+                // Looked up on the spool's thread, after whatever the worker is doing with the photo there:
+                // a final it is storing is found in the spool, never missed between the two.
+                let (waiting, stored) = try await spoolThread.runIfActive { [deferred, spool] in (deferred.contains(id), spool.contains(id)) }
+                guard waiting else {
+                    if !stored { unknown.append(id) }
+                    continue
+                }
                 if let final = try await makeFinal(id) { made(final) }
             } catch {
                 return .error(WireError(.internal, agent: agentID, "cannot make deferred photo \(id): \(error)"))

@@ -25,6 +25,9 @@ public final class AgentStreams: Sendable {
 
     struct State {
         var hubs: [String: Hub] = [:]
+        /// Streams whose last watcher left, by device, until their task has ended (and with it the
+        /// device's stream): the device cannot stream again before.
+        var stopping: [String: (hub: UInt64, task: Task<Void, Never>)] = [:]
         var nextStreamID: UInt64 = 1
         var nextHubID: UInt64 = 1
 
@@ -53,7 +56,14 @@ public final class AgentStreams: Sendable {
                 let subscriber = hubs[deviceID]!.subscribers.removeValue(forKey: streamID)
             else { return nil }
             guard hubs[deviceID]!.subscribers.isEmpty else { return (subscriber, nil) }
-            return (subscriber, hubs.removeValue(forKey: deviceID)!.task)
+            let hub = hubs.removeValue(forKey: deviceID)!
+            if let task = hub.task { stopping[deviceID] = (hub.id, task) }
+            return (subscriber, hub.task)
+        }
+
+        /// Hub `id`'s task ended: its device may stream again.
+        mutating func ended(deviceID: String, hub id: UInt64) {
+            if stopping[deviceID]?.hub == id { stopping[deviceID] = nil }
         }
 
         func subscribers(where matches: (any FrameSink) -> Bool) -> [any FrameSink] {
@@ -72,6 +82,13 @@ public final class AgentStreams: Sendable {
     enum Start {
         case started(streamID: String, format: DeviceFormat)
         case failed(WireError)
+    }
+
+    /// `start(deviceID:subscriber:)` once the device's previous stream, stopped when its last watcher
+    /// left, has wound down: a capture right after another would otherwise find the camera still busy.
+    func startAfterPreviousStream(deviceID: String, subscriber: any FrameSink) async -> Start {
+        if let previous = state.withLockedValue({ $0.stopping[deviceID]?.task }) { await previous.value }
+        return start(deviceID: deviceID, subscriber: subscriber)
     }
 
     func start(deviceID: String, subscriber: any FrameSink) -> Start {
@@ -120,9 +137,10 @@ public final class AgentStreams: Sendable {
         } catch {
             ending = (.deviceError, "\(error)")
         }
-        if Task.isCancelled { return }
         let subscribers = state.withLockedValue { state -> [any FrameSink] in
-            guard let current = state.hubs[deviceID], current.id == hub else { return [] }
+            state.ended(deviceID: deviceID, hub: hub)
+            // Stopped: whoever stopped it told the watchers.
+            guard !Task.isCancelled, let current = state.hubs[deviceID], current.id == hub else { return [] }
             state.hubs[deviceID] = nil
             return Array(current.subscribers.values)
         }
@@ -238,7 +256,9 @@ extension AgentStreams {
             return [newest]
         }
         let sink = FramesSink(selection)
-        if case .failed(let error) = start(deviceID: deviceID, subscriber: sink) { throw WireProtocolError(error.code, error.message) }
+        if case .failed(let error) = await startAfterPreviousStream(deviceID: deviceID, subscriber: sink) {
+            throw WireProtocolError(error.code, error.message)
+        }
         let timer = Task {
             guard (try? await Task.sleep(for: timeout)) != nil else { return }
             sink.fail(WireProtocolError(.internal, "\(deviceID) delivered no frame within \(timeout)"))

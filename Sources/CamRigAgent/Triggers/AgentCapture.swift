@@ -146,7 +146,10 @@ public final class AgentCapture: Sendable {
     /// Starts the trigger scheduler's thread and the deferred-photo worker (when the agent starts serving).
     func start() {
         scheduler.start()
-        // Finals of deferred photos (also those left by an earlier run) are made while the agent is idle.
+        // Finals of deferred photos (also those left by an earlier run) are made once the agent has been
+        // idle for a while, from now on: a client that reconnects at once and asks for them is served first.
+        let now = clock.now()
+        state.withLockedValue { $0.lastActivity = now }
         let worker = self.worker
         let task = Task { [weak self] in
             await worker.run { made in self?.pipeline(for: made.deviceID).record(level: made.level, duration: made.duration) }
