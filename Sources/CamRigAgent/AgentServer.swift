@@ -37,10 +37,8 @@ public final class AgentServer: Service, Sendable {
         if let phaseLocks {
             // A phase lock lives under its device's lease: when the lease ends, so does the lock.
             // A vanished device's lock stays listed as cannot-lock, saying why, until it is locked again.
-            configuration.devices?.leaseEnded.withLockedValue {
-                $0 = { [weak phaseLocks] deviceID, vanished in
-                    if vanished { phaseLocks?.deviceVanished(deviceID: deviceID) } else { phaseLocks?.unlock(deviceID: deviceID) }
-                }
+            configuration.devices?.onLeaseEnded { [weak phaseLocks] deviceID, vanished in
+                if vanished { phaseLocks?.deviceVanished(deviceID: deviceID) } else { phaseLocks?.unlock(deviceID: deviceID) }
             }
         }
         // The spool's one thread: photos are stored, paged out and deleted there, off the event loops

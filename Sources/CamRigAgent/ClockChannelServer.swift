@@ -14,6 +14,9 @@ import NIOConcurrencyHelpers
 ///
 /// Each TLS connection that asks (`OpenClockChannel`) gets a key of its own, forgotten when it closes;
 /// datagrams under no current key, malformed or forged, are dropped without an answer.
+///
+/// The keys, the socket and whether it runs are one `State` under one lock; the serving thread keeps
+/// its own count of dropped datagrams.
 public final class ClockChannelServer: Sendable {
     private struct Key: Sendable {
         var key: SymmetricKey
@@ -22,10 +25,15 @@ public final class ClockChannelServer: Sendable {
 
     private let clock: HostClock
     private let logger: Logger
-    private let keys = NIOLockedValueBox<[UInt32: Key]>([:])
-    private let socket = NIOLockedValueBox<TimestampingUDPSocket?>(nil)
-    private let running = NIOLockedValueBox(false)
-    private let dropped = NIOLockedValueBox(0)
+
+    private struct State: Sendable {
+        var keys: [UInt32: Key] = [:]
+        /// The bound socket, while the channel runs.
+        var socket: TimestampingUDPSocket?
+        var running = false
+    }
+
+    private let state = NIOLockedValueBox(State())
 
     public init(clock: HostClock, logger: Logger) {
         self.clock = clock
@@ -36,8 +44,10 @@ public final class ClockChannelServer: Sendable {
     func start(host: String, port: Int) {
         do {
             let bound = try TimestampingUDPSocket(host: host, port: port, transmitTimestamps: true)
-            socket.withLockedValue { $0 = bound }
-            running.withLockedValue { $0 = true }
+            state.withLockedValue {
+                $0.socket = bound
+                $0.running = true
+            }
             let thread = Thread { [self] in self.serve(bound) }
             thread.name = "camrig-clock-udp"
             thread.qualityOfService = .userInteractive
@@ -49,21 +59,22 @@ public final class ClockChannelServer: Sendable {
     }
 
     func stop() {
-        running.withLockedValue { $0 = false }
+        state.withLockedValue { $0.running = false }
     }
 
     /// A new key for `connection`, or `nil` when the channel is not running.
     func open(connection: UInt64) -> WireClockChannel? {
-        guard let bound = socket.withLockedValue({ $0 }), running.withLockedValue({ $0 }) else { return nil }
         let key = SymmetricKey(size: .bits256)
-        let id = keys.withLockedValue { keys -> UInt32 in
+        let opened = state.withLockedValue { state -> (UInt32, TimestampingUDPSocket)? in
+            guard let bound = state.socket, state.running else { return nil }
             // One key per connection: a new OpenClockChannel replaces (and so revokes) the previous key.
-            keys = keys.filter { $0.value.connection != connection }
+            state.keys = state.keys.filter { $0.value.connection != connection }
             var id = UInt32.random(in: 1...UInt32.max)
-            while keys[id] != nil { id = UInt32.random(in: 1...UInt32.max) }
-            keys[id] = Key(key: key, connection: connection)
-            return id
+            while state.keys[id] != nil { id = UInt32.random(in: 1...UInt32.max) }
+            state.keys[id] = Key(key: key, connection: connection)
+            return (id, bound)
         }
+        guard let (id, bound) = opened else { return nil }
         var channel = WireClockChannel()
         channel.port = UInt32(bound.localPort)
         channel.keyID = id
@@ -74,23 +85,21 @@ public final class ClockChannelServer: Sendable {
 
     /// The connection closed: its keys stop working.
     func connectionClosed(_ connection: UInt64) {
-        keys.withLockedValue { keys in keys = keys.filter { $0.value.connection != connection } }
+        state.withLockedValue { $0.keys = $0.keys.filter { $0.value.connection != connection } }
     }
 
     private func serve(_ socket: TimestampingUDPSocket) {
-        while running.withLockedValue({ $0 }) {
+        var dropped = 0
+        while state.withLockedValue({ $0.running }) {
             guard let datagram = socket.receive() else { continue }
             let t2 = clock.reading(atMonotonic: datagram.receivedAt)
             guard let keyID = ClockPacket.keyID(of: datagram.bytes),
-                let key = keys.withLockedValue({ $0[keyID]?.key }),
+                let key = state.withLockedValue({ $0.keys[keyID]?.key }),
                 let probe = ClockPacket.decode(datagram.bytes, expected: .probe, key: key)
             else {
-                let count = dropped.withLockedValue { count -> Int in
-                    count += 1
-                    return count
-                }
-                if count.nonzeroBitCount == 1 {
-                    logger.notice("dropped clock datagrams that were malformed or not authenticated", metadata: ["total": "\(count)"])
+                dropped += 1
+                if dropped.nonzeroBitCount == 1 {
+                    logger.notice("dropped clock datagrams that were malformed or not authenticated", metadata: ["total": "\(dropped)"])
                 }
                 continue
             }

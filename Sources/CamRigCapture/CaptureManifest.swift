@@ -74,13 +74,30 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
         /// Where the agent keeps it: results are fetched by session and matched by trigger and device.
         public var sessionId: String
         public var triggerId: String
+        /// Why, in words.
         public var reason: String
         /// The agent may still hold the result in its spool: it is fetched when the agent is reachable
         /// again (the next capture with this captures directory, or `camrig captures recover`). `false`
         /// when it is known to be lost (the agent refused the trigger, or holds nothing of it).
         public var collectable: Bool
+        /// Why, for programs (`nil` in manifests of older versions, and for causes this version does not know).
+        public var cause: Cause?
 
-        public init(camera: Int, agent: String, device: String, sessionId: String, triggerId: String, reason: String, collectable: Bool) {
+        /// Why a result is missing.
+        public enum Cause: String, Codable, Sendable, CaseIterable {
+            /// The capture had not gathered it yet: the manifest is written before the agents are asked to fire.
+            case captureUnderWay = "capture_under_way"
+            /// The coordinator stopped before gathering it.
+            case coordinatorStopped = "coordinator_stopped"
+            /// The agent refused or failed the capture, or its results did not include the photo.
+            case captureFailed = "capture_failed"
+            /// The agent holds no result of the trigger for the device.
+            case notHeld = "not_held"
+        }
+
+        public init(
+            camera: Int, agent: String, device: String, sessionId: String, triggerId: String, reason: String, collectable: Bool, cause: Cause? = nil
+        ) {
             self.camera = camera
             self.agent = agent
             self.device = device
@@ -88,6 +105,32 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
             self.triggerId = triggerId
             self.reason = reason
             self.collectable = collectable
+            self.cause = cause
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case camera, agent, device, sessionId, triggerId, reason, collectable, cause
+        }
+
+        /// The reason a manifest of an older version gave a capture under way, which had no cause field.
+        static let legacyUnderWayReason = "the capture was under way"
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            camera = try container.decode(Int.self, forKey: .camera)
+            agent = try container.decode(String.self, forKey: .agent)
+            device = try container.decode(String.self, forKey: .device)
+            sessionId = try container.decode(String.self, forKey: .sessionId)
+            triggerId = try container.decode(String.self, forKey: .triggerId)
+            reason = try container.decode(String.self, forKey: .reason)
+            collectable = try container.decode(Bool.self, forKey: .collectable)
+            if container.contains(.cause) {
+                // A cause a later version added reads as none, rather than making the manifest unreadable.
+                cause = (try? container.decode(String.self, forKey: .cause)).flatMap(Cause.init(rawValue:))
+            } else {
+                // Written before causes were recorded: the one reason that had a meaning is read as its cause.
+                cause = reason == Self.legacyUnderWayReason ? .captureUnderWay : nil
+            }
         }
     }
 

@@ -41,6 +41,48 @@ extension WireCaptureMetadata {
     }
 }
 
+extension TimestampMarks {
+    /// The mark a wire timestamp names; `nil` for marks a captured frame never has (unspecified, trigger fire).
+    public init?(_ wire: WireTimestampMarks) {
+        switch wire {
+        case .startOfExposure: self = .startOfExposure
+        case .endOfFrame: self = .endOfFrame
+        case .dequeue: self = .dequeue
+        default: return nil
+        }
+    }
+}
+
+extension CaptureMetadata {
+    /// The settings a frame's wire metadata names (the inverse of `WireCaptureMetadata(_:)`).
+    public init(_ wire: WireCaptureMetadata) {
+        self.init(settings: CameraSettings())
+        if let duration = wire.exposureDuration.duration { exposureDuration = duration }
+        iso = wire.iso
+        lensPosition = wire.lensPosition
+        whiteBalanceTemperature = wire.whiteBalanceTemperatureKelvin
+        zoomFactor = wire.zoomFactor
+        torchOn = wire.torchOn
+    }
+}
+
+extension CapturedFrame {
+    /// A frame from its wire header and its pixels (the inverse of `WireVideoFrame(_:streamID:droppedBefore:)`):
+    /// its timestamp and what it marks, exposure start and uncertainty, measured frame period and metadata.
+    /// The format has no frame rates (a frame does not carry them).
+    public init(_ wire: WireVideoFrame, bytes: ByteBuffer) {
+        let format = DeviceFormat(
+            pixelFormat: PixelFormat(rawValue: wire.pixelFormat), dimensions: wire.dimensions.dimensions, frameRateRanges: [],
+            bytesPerLine: wire.bytesPerLine)
+        self.init(
+            deviceID: wire.deviceID, sequence: wire.sequence, timestamp: wire.timestamp.nanoseconds,
+            timestampMarks: TimestampMarks(wire.timestamp.marks) ?? .startOfExposure, format: format, bytes: bytes,
+            metadata: CaptureMetadata(wire.metadata), exposureStart: wire.hasExposureStart ? wire.exposureStart.nanoseconds : nil,
+            exposureStartUncertainty: Int64(clamping: wire.exposureStart.uncertaintyNs))
+        measuredFramePeriod = wire.measuredFramePeriodNs
+    }
+}
+
 extension WireTimestamp {
     /// An agent `CLOCK_MONOTONIC` reading that marks `marks`.
     public init(agentNanoseconds: Int64, marks: WireTimestampMarks) {

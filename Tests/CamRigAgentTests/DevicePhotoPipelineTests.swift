@@ -15,7 +15,17 @@ struct DevicePhotoPipelineTests {
         }
     }
 
-    func settle() async throws { try await Task.sleep(for: .milliseconds(50)) }
+    /// Returns once `count` captures wait for their turn (within five seconds).
+    func waiting(_ pipeline: DevicePhotoPipeline, _ count: Int) async throws {
+        let deadline = ContinuousClock.now + .seconds(5)
+        while pipeline.waitingCount != count {
+            guard ContinuousClock.now < deadline else {
+                Issue.record("\(pipeline.waitingCount) captures wait, not \(count)")
+                throw CancellationError()
+            }
+            try await Task.sleep(for: .milliseconds(1))
+        }
+    }
 
     @Test("without responsive capture the next capture begins only once the previous photo is processed")
     func serial() async throws {
@@ -24,10 +34,10 @@ struct DevicePhotoPipelineTests {
         await pipeline.beginCapture(responsive: false)
         #expect(!pipeline.isReady(responsive: false))
         let second = begin(pipeline, responsive: false, name: "second", into: log)
-        try await settle()
+        try await waiting(pipeline, 1)
         pipeline.endCapture(processing: true)
-        try await settle()
-        #expect(log.withLockedValue { $0 }.isEmpty, "the first photo is still processed")
+        #expect(pipeline.waitingCount == 1, "the first photo is still processed")
+        #expect(log.withLockedValue { $0 }.isEmpty)
         #expect(!pipeline.isReady(responsive: false) && !pipeline.isIdle)
         pipeline.endProcessing(level: .quality, duration: 5_000_000)
         await second.value
@@ -40,13 +50,13 @@ struct DevicePhotoPipelineTests {
         let log = NIOLockedValueBox<[String]>([])
         await pipeline.beginCapture(responsive: true)
         let second = begin(pipeline, responsive: true, name: "second", into: log)
-        try await settle()
+        try await waiting(pipeline, 1)
         let third = begin(pipeline, responsive: true, name: "third", into: log)
-        try await settle()
+        try await waiting(pipeline, 2)
         #expect(log.withLockedValue { $0 }.isEmpty, "one capture stage at a time")
         pipeline.endCapture(processing: true)
         await second.value
-        try await settle()
+        #expect(pipeline.waitingCount == 1, "the third waits for the second's capture stage")
         #expect(log.withLockedValue { $0 } == ["second"], "the second began while the first is processed; the third waits for the second's capture stage")
         pipeline.endCapture(processing: true)
         await third.value

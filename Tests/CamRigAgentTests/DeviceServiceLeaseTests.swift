@@ -1,3 +1,4 @@
+import CamRigClock
 import CamRigDevices
 import CamRigWire
 import Logging
@@ -11,10 +12,14 @@ struct DeviceServiceLeaseTests {
     let coordinator = ServerConnectionStateMachine.Client(role: .coordinator, name: "coordinator")
     let device = "synthetic:SYN0001"
 
+    /// The clock leases run on: moved by hand.
+    let clock = ManualClock()
+
     func service() -> AgentDevices {
         AgentDevices(
             discovery: DeviceDiscovery(providers: [SyntheticDeviceProvider(count: 1)]),
             agentID: "host-1",
+            leaseClock: clock,
             logger: Logger(label: "test")
         )
     }
@@ -230,7 +235,10 @@ struct DeviceServiceLeaseTests {
 
         // A lease past its expiry is ended before the description is made, not shown as held.
         _ = try lock(devices, ms: 1_000)  // the shortest lease there is
-        try await Task.sleep(for: .milliseconds(1_100))
+        #expect((try await describe(devices)).hasLease)
+        clock.advance(by: .milliseconds(999))
+        #expect((try await describe(devices)).hasLease, "a lease holds until its expiry")
+        clock.advance(by: .milliseconds(1))
         #expect(!(try await describe(devices)).hasLease)
     }
 }

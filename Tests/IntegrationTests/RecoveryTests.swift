@@ -242,6 +242,10 @@ struct RecoveryTests {
             let lost = manifest.missing ?? []
             #expect(set.frames.count + lost.count == 2, "delay \(delay) ms: \(recovered.stdout)")
             #expect(lost.allSatisfy { !$0.collectable && $0.reason.contains("holds no result") }, "delay \(delay) ms: \(lost)\n\(recovered.stdout)")
+            // The capture was under way when its coordinator died: recovery says so, by cause and in words.
+            #expect(
+                lost.allSatisfy { $0.cause == .notHeld && $0.reason.hasSuffix("at the capture: the coordinator stopped before gathering it") },
+                "delay \(delay) ms: \(lost)")
             #expect(entry.state == (lost.isEmpty ? "complete" : "incomplete"))
             for frame in set.frames {
                 #expect(FileManager.default.fileExists(atPath: "\(out)/\(entry.directory)/\(frame.file)"))

@@ -35,8 +35,8 @@ final class AgentConnectionHandler: ChannelInboundHandler {
     private var machine: ServerConnectionStateMachine?
     /// The rules for this client's requests, once it is known.
     private var core: AgentRequestCore?
-    /// Fetches and acknowledgements of this connection, in order.
-    private let spoolWork = SerialTasks()
+    /// Finalizing, fetches and acknowledgements of this connection, in order.
+    private let work = ConnectionWork()
     private var handshakeTimer: Scheduled<Void>?
     private var idleTimer: RepeatedTask?
     /// Whether a complete frame arrived since the last idle tick. Partial frames do not count, so a
@@ -227,6 +227,8 @@ final class AgentConnectionHandler: ChannelInboundHandler {
         idleTimer?.cancel()
         machine?.channelClosed()
         router.connectionClosed(connectionID)
+        // Work already asked for is still done (a fetch's sends then fail, and its results stay spooled).
+        work.finish()
         logger.debug("connection closed")
         context.fireChannelInactive()
     }
@@ -299,7 +301,7 @@ final class AgentConnectionHandler: ChannelInboundHandler {
             self.core = core
             let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             let eventLoop = context.eventLoop
-            let connection = AgentRequestRouter.Connection(id: connectionID, eventLoop: eventLoop, spoolWork: spoolWork) { reply, promise in
+            let connection = AgentRequestRouter.Connection(id: connectionID, eventLoop: eventLoop, work: work) { reply, promise in
                 // Replies decided at once keep their order; others come back from the device queue or a stream.
                 if eventLoop.inEventLoop {
                     let (handler, context) = loopBound.value

@@ -1,6 +1,5 @@
 import CamRigWire
 import CamRigWireModel
-import NIOConcurrencyHelpers
 import NIOCore
 
 /// Carries out what `AgentRequestCore` decides, with the services that own the agent's state: the
@@ -46,8 +45,9 @@ struct AgentRequestRouter: Sendable {
     struct Connection: Sendable {
         var id: UInt64
         var eventLoop: any EventLoop
-        /// The connection's spool requests, carried out one after another in the order they came.
-        var spoolWork = SerialTasks()
+        /// The connection's requests that take a while (finalizing, fetching, acknowledging), carried out
+        /// one after another in the order they came.
+        var work: ConnectionWork
         var write: @Sendable (WireFrame, EventLoopPromise<Void>?) -> Void
 
         /// Writes `frame` and returns once it is on the socket (or failed to get there).
@@ -94,12 +94,12 @@ struct AgentRequestRouter: Sendable {
             devices.queue.async { reply(capture.prepare(prepare)) }
         case .finalizePhotos(let ids):
             guard let capture else { return }
-            Task { reply(await capture.finalize(ids)) }
+            connection.work.enqueue { reply(await capture.finalize(ids)) }
         case .scheduleTrigger(let trigger):
             capture?.schedule(trigger, requestID: requestID, connection: connection, reply: reply)
         case .fetchResults(let session, let limit):
             guard let results else { return }
-            connection.spoolWork.enqueue { await results.fetch(session: session, limit: limit, requestID: requestID, connection: connection) }
+            connection.work.enqueue { await results.fetch(session: session, limit: limit, requestID: requestID, connection: connection) }
         case .spoolStatus:
             guard let results else { return }
             var status = WireSpoolStatus()
@@ -109,7 +109,7 @@ struct AgentRequestRouter: Sendable {
             reply(.spoolStatus(status))
         case .acknowledgeResults(let ids):
             guard let results else { return }
-            connection.spoolWork.enqueue { await results.acknowledge(ids, requestID: requestID, connection: connection) }
+            connection.work.enqueue { await results.acknowledge(ids, requestID: requestID, connection: connection) }
         case .phase(let body):
             guard let devices, let phaseLocks else { return }
             devices.queue.async { reply(Self.phase(body, client: client, connection: connection.id, devices: devices, phaseLocks: phaseLocks)) }
@@ -152,17 +152,34 @@ struct AgentRequestRouter: Sendable {
     }
 }
 
-/// Work carried out one item after another, in the order it was enqueued, off the caller's thread.
-final class SerialTasks: Sendable {
-    private let last = NIOLockedValueBox<Task<Void, Never>?>(nil)
+/// A connection's asynchronous work, carried out one item after another in the order it was enqueued,
+/// by one task that lives as long as the connection: work is enqueued from the event loop and never
+/// waited for there.
+final class ConnectionWork: Sendable {
+    typealias Item = @Sendable () async -> Void
+    private let items: AsyncStream<Item>.Continuation
 
-    func enqueue(_ work: @escaping @Sendable () async -> Void) {
-        last.withLockedValue { last in
-            let previous = last
-            last = Task {
-                await previous?.value
-                await work()
-            }
+    init() {
+        let (stream, items) = AsyncStream.makeStream(of: Item.self)
+        self.items = items
+        // The task holds the stream, not this object: it ends once this object is gone (or `finish()`
+        // is called) and what was enqueued is done.
+        Task {
+            for await item in stream { await item() }
         }
+    }
+
+    deinit {
+        items.finish()
+    }
+
+    /// Adds `work` after everything enqueued before it.
+    func enqueue(_ work: @escaping Item) {
+        items.yield(work)
+    }
+
+    /// Takes no more work; what was enqueued is still done.
+    func finish() {
+        items.finish()
     }
 }

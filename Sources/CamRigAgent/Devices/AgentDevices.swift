@@ -11,39 +11,77 @@ import ServiceLifecycle
 /// The device service: the agent's devices over the wire (list, describe, discovery queries, leases and
 /// configuration) and their hot-plug.
 ///
-/// Leases and configuration locks have one home, the service's serial queue: requests, disconnections,
-/// expiry and hot-plug all change them there, one at a time, off the event loops, so a slow driver call
-/// never delays another connection's clock probe. `run()` follows hot-plug and expires leases until
-/// graceful shutdown.
+/// What the service keeps (leases, the configuration locks they hold, descriptions, who is told of a
+/// lease's end) is one `State` under one lock; its mutating methods say what to do once the lock is
+/// released (unlock a device, tell the phase locks, publish an event). Work that calls into drivers
+/// (locking, configuring and unlocking devices, starting and stopping streams) runs on `queue`, one item
+/// at a time, off the event loops, so a slow driver call never delays another connection's clock probe;
+/// the queue keeps no state of its own. Reading requests and renewals are answered where they arrive.
+/// `run()` follows hot-plug and expires leases until graceful shutdown.
+///
+/// Lease times are readings of `leaseClock` (the host clock unless a test gives a `ManualClock`).
 public final class AgentDevices: Service, Sendable {
     public let discovery: DeviceDiscovery
     let agentID: String
+    /// Where driver work runs, one item at a time.
     let queue = DispatchQueue(label: "camrig.agent.devices")
-    private let leases: NIOLockedValueBox<LeaseTable>
-    /// The device configuration lock held for each lease id.
-    private let locks = NIOLockedValueBox<[String: ConfigurationLock]>([:])
-    /// The unchanging part of each device's description, built once per device object (a device plugged
-    /// in again is a new object, described afresh). Each entry holds its device, so its identifier
-    /// cannot be reused by another while it is here.
-    private let descriptions = NIOLockedValueBox<[ObjectIdentifier: (device: CaptureDevice, description: WireDeviceDescription)]>([:])
+
+    /// A lease that ended, and what ending it takes outside the lock.
+    struct LeaseEnd {
+        var lease: LeaseTable.Lease
+        /// The configuration lock to give back to the device, when the lease held one.
+        var configurationLock: ConfigurationLock?
+        /// Told of the end (the phase locks).
+        var notify: (@Sendable (_ deviceID: String, _ deviceVanished: Bool) -> Void)?
+    }
+
+    struct State {
+        var leases: LeaseTable
+        /// The device configuration lock held for each lease id.
+        var configurationLocks: [String: ConfigurationLock] = [:]
+        /// The unchanging part of each device's description, built once per device object (a device plugged
+        /// in again is a new object, described afresh). Each entry holds its device, so its identifier
+        /// cannot be reused by another while it is here.
+        var descriptions: [ObjectIdentifier: (device: CaptureDevice, description: WireDeviceDescription)] = [:]
+        /// Told when a device's lease ends (what was done under it, a phase lock, ends too), and whether it
+        /// ended because the device vanished.
+        var leaseEnded: (@Sendable (_ deviceID: String, _ deviceVanished: Bool) -> Void)?
+
+        /// `leases` ended: their configuration locks are taken out to be given back.
+        mutating func ended(_ leases: [LeaseTable.Lease]) -> [LeaseEnd] {
+            leases.map { LeaseEnd(lease: $0, configurationLock: configurationLocks.removeValue(forKey: $0.id), notify: leaseEnded) }
+        }
+
+        mutating func expire(now: Int64) -> [LeaseEnd] { ended(leases.expire(now: now)) }
+        mutating func releaseAll(connection: UInt64) -> [LeaseEnd] { ended(leases.releaseAll(connection: connection)) }
+    }
+
+    private let state: NIOLockedValueBox<State>
     private let logger: Logger
     /// Where lease and device events go.
     public let events: AgentEvents
     /// The host clock every agent time on the wire is read from.
     public let clock: HostClock
-    /// Told, on the queue, when a device's lease ends (what was done under it, a phase lock, ends too), and
-    /// whether it ended because the device vanished.
-    let leaseEnded = NIOLockedValueBox<(@Sendable (_ deviceID: String, _ deviceVanished: Bool) -> Void)?>(nil)
+    /// The clock leases are granted, renewed and expired on.
+    let leaseClock: any NanosecondClock
 
-    /// - Parameter clock: the host's clock; `.system` except for simulated hosts, where it must be the
-    ///   clock the synthetic cameras stamp frames with.
-    public init(discovery: DeviceDiscovery, agentID: String, clock: HostClock = .system, logger: Logger) {
+    /// - Parameters:
+    ///   - clock: the host's clock; `.system` except for simulated hosts, where it must be the clock the
+    ///     synthetic cameras stamp frames with.
+    ///   - leaseClock: the clock of lease times; `clock` unless given (tests move a `ManualClock`).
+    public init(discovery: DeviceDiscovery, agentID: String, clock: HostClock = .system, leaseClock: (any NanosecondClock)? = nil, logger: Logger) {
         self.discovery = discovery
         self.clock = clock
+        self.leaseClock = leaseClock ?? clock
         self.events = AgentEvents(clock: clock)
         self.agentID = agentID
         self.logger = logger
-        leases = NIOLockedValueBox(LeaseTable(idPrefix: String(UInt32.random(in: 0...UInt32.max), radix: 16)))
+        state = NIOLockedValueBox(State(leases: LeaseTable(idPrefix: String(UInt32.random(in: 0...UInt32.max), radix: 16))))
+    }
+
+    /// Sets who is told, on the queue, when a device's lease ends, and whether the device vanished.
+    func onLeaseEnded(_ handler: @escaping @Sendable (_ deviceID: String, _ deviceVanished: Bool) -> Void) {
+        state.withLockedValue { $0.leaseEnded = handler }
     }
 
     /// Answers a device request from `client` on `connection`, on the device queue; `reply` gets the answer.
@@ -73,10 +111,10 @@ public final class AgentDevices: Service, Sendable {
     ) -> WireEnvelope.OneOf_Body? {
         switch request {
         case .renewLease(let renew):
-            return self.renew(renew, client: client, connection: connection, now: clock.now())
+            return self.renew(renew, client: client, connection: connection, now: leaseClock.now())
         case .listDevices, .discoveryQuery, .describeDevice:
-            let now = clock.now()
-            guard !leases.withLockedValue({ $0.hasExpired(now: now) }) else { return nil }
+            let now = leaseClock.now()
+            guard !state.withLockedValue({ $0.leases.hasExpired(now: now) }) else { return nil }
             return answerReading(request, now: now)
         default:
             return nil
@@ -86,7 +124,7 @@ public final class AgentDevices: Service, Sendable {
     private func renew(
         _ renew: WireRenewLease, client: ServerConnectionStateMachine.Client, connection: UInt64, now: Int64
     ) -> WireEnvelope.OneOf_Body {
-        switch leases.withLockedValue({ $0.renew(leaseID: renew.leaseID, holder: client.name, connection: connection, now: now) }) {
+        switch state.withLockedValue({ $0.leases.renew(leaseID: renew.leaseID, holder: client.name, connection: connection, now: now) }) {
         case .success(let lease):
             var reply = WireLease()
             reply.lease = WireLeaseInfo(lease)
@@ -115,24 +153,23 @@ public final class AgentDevices: Service, Sendable {
     /// The connection closed: its leases end and the devices are free again.
     func connectionClosed(_ connection: UInt64) {
         queue.async {
-            let ended = self.leases.withLockedValue { $0.releaseAll(connection: connection) }
-            for lease in ended {
-                self.unlock(lease)
-                self.logger.info("lease released: client disconnected", metadata: ["device": "\(lease.deviceID)", "holder": "\(lease.holder)"])
+            for end in self.state.withLockedValue({ $0.releaseAll(connection: connection) }) {
+                self.finish(end)
+                self.logger.info("lease released: client disconnected", metadata: ["device": "\(end.lease.deviceID)", "holder": "\(end.lease.holder)"])
             }
         }
     }
 
     /// Ends the leases expired at `now` (agent clock); `run()` calls it every second.
     func expireLeases(now: Int64? = nil) {
-        queue.async { self.endExpired(now: now ?? self.clock.now()) }
+        queue.async { self.endExpired(now: now ?? self.leaseClock.now()) }
     }
 
+    /// Ends the leases expired at `now`; on the queue.
     private func endExpired(now: Int64) {
-        dispatchPrecondition(condition: .onQueue(queue))
-        let expired = leases.withLockedValue { $0.expire(now: now) }
-        for lease in expired {
-            unlock(lease)
+        for end in state.withLockedValue({ $0.expire(now: now) }) {
+            finish(end)
+            let lease = end.lease
             logger.notice("lease expired without renewal", metadata: ["device": "\(lease.deviceID)", "holder": "\(lease.holder)"])
             events.publish(.leaseLost, device: lease.deviceID, message: "lease \(lease.id) of '\(lease.holder)' expired without renewal") {
                 $0.lease = WireLeaseInfo(lease)
@@ -140,11 +177,12 @@ public final class AgentDevices: Service, Sendable {
         }
     }
 
-    private func unlock(_ lease: LeaseTable.Lease) {
-        dispatchPrecondition(condition: .onQueue(queue))
-        leaseEnded.withLockedValue { $0 }?(lease.deviceID, false)
-        if let lock = locks.withLockedValue({ $0.removeValue(forKey: lease.id) }) {
-            discovery.device(uniqueID: lease.deviceID)?.unlockForConfiguration(lock)
+    /// Carries out a lease's end, outside the lock, on the queue: the phase locks are told, the device's
+    /// configuration lock is given back.
+    private func finish(_ end: LeaseEnd) {
+        end.notify?(end.lease.deviceID, false)
+        if let lock = end.configurationLock {
+            discovery.device(uniqueID: end.lease.deviceID)?.unlockForConfiguration(lock)
         }
     }
 
@@ -166,54 +204,64 @@ public final class AgentDevices: Service, Sendable {
     /// Follows hot-plug: rescans every second and publishes devices coming and going, until cancelled.
     func monitor() async {
         let changes = discovery.events()
-        let watcher = Task {
-            for await change in changes {
-                switch change {
-                case .connected(let device):
-                    logger.info("device connected", metadata: ["device": "\(device.uniqueID)"])
-                    events.publish(.deviceConnected, device: device.uniqueID, message: "\(device.identity.localizedName) connected") {
-                        $0.device = WireDeviceDescription(device: device, agentID: self.agentID, lease: nil)
+        await withDiscardingTaskGroup { group in
+            group.addTask { await self.publish(changes) }
+            await discovery.monitor(every: .seconds(1))
+            group.cancelAll()
+        }
+    }
+
+    /// Publishes hot-plug changes; a vanished device's lease ends (on the queue, after the work before it).
+    private func publish(_ changes: AsyncStream<DeviceEvent>) async {
+        for await change in changes {
+            switch change {
+            case .connected(let device):
+                logger.info("device connected", metadata: ["device": "\(device.uniqueID)"])
+                events.publish(.deviceConnected, device: device.uniqueID, message: "\(device.identity.localizedName) connected") {
+                    $0.device = WireDeviceDescription(device: device, agentID: self.agentID, lease: nil)
+                }
+            case .disconnected(let identity):
+                logger.warning("device disconnected", metadata: ["device": "\(identity.uniqueID)"])
+                queue.async {
+                    let ended = self.state.withLockedValue { state -> (LeaseTable.Lease, (@Sendable (String, Bool) -> Void)?)? in
+                        guard let lease = state.leases.drop(deviceID: identity.uniqueID) else { return nil }
+                        // The device is gone: its configuration lock goes with it, given back to nobody.
+                        state.configurationLocks[lease.id] = nil
+                        return (lease, state.leaseEnded)
                     }
-                case .disconnected(let identity):
-                    logger.warning("device disconnected", metadata: ["device": "\(identity.uniqueID)"])
-                    queue.async {
-                        if let lease = self.leases.withLockedValue({ $0.drop(deviceID: identity.uniqueID) }) {
-                            self.leaseEnded.withLockedValue { $0 }?(lease.deviceID, true)
-                            _ = self.locks.withLockedValue { $0.removeValue(forKey: lease.id) }
-                            self.events.publish(.leaseLost, device: identity.uniqueID, message: "\(identity.uniqueID) was disconnected") {
-                                $0.lease = WireLeaseInfo(lease)
-                            }
+                    if let (lease, notify) = ended {
+                        notify?(lease.deviceID, true)
+                        self.events.publish(.leaseLost, device: identity.uniqueID, message: "\(identity.uniqueID) was disconnected") {
+                            $0.lease = WireLeaseInfo(lease)
                         }
-                        self.events.publish(.deviceDisconnected, device: identity.uniqueID, message: "\(identity.localizedName) disconnected")
                     }
+                    self.events.publish(.deviceDisconnected, device: identity.uniqueID, message: "\(identity.localizedName) disconnected")
                 }
             }
         }
-        await discovery.monitor(every: .seconds(1))
-        watcher.cancel()
     }
 
     // MARK: Requests
 
     func answer(_ request: WireEnvelope.OneOf_Body, client: ServerConnectionStateMachine.Client, connection: UInt64) -> WireEnvelope.OneOf_Body {
-        let now = clock.now()
+        let now = leaseClock.now()
         // Leases past their expiry end now, not at the next tick: their devices' locks are free for this request.
         endExpired(now: now)
         if let answer = answerReading(request, now: now) { return answer }
         switch request {
         case .lock(let lock):
             guard let device = discovery.device(uniqueID: lock.deviceID) else { return notFound(lock.deviceID) }
-            let result = leases.withLockedValue {
-                $0.acquire(deviceID: device.uniqueID, holder: client.name, connection: connection, requested: Int64(lock.durationMs) * 1_000_000, now: now)
+            let result = state.withLockedValue {
+                $0.leases.acquire(deviceID: device.uniqueID, holder: client.name, connection: connection, requested: Int64(lock.durationMs) * 1_000_000, now: now)
             }
             switch result {
             case .success(let lease):
-                if locks.withLockedValue({ $0[lease.id] }) == nil {
+                if state.withLockedValue({ $0.configurationLocks[lease.id] }) == nil {
                     do throws(DeviceError) {
                         let configurationLock = try device.lockForConfiguration(holder: client.name)
-                        locks.withLockedValue { $0[lease.id] = configurationLock }
+                        state.withLockedValue { $0.configurationLocks[lease.id] = configurationLock }
                     } catch {
-                        _ = leases.withLockedValue { $0.drop(deviceID: device.uniqueID) }
+                        _ = state.withLockedValue { $0.leases.drop(deviceID: device.uniqueID) }
                         return .error(error.wire(agentID: agentID))
                     }
                 }
@@ -228,9 +276,12 @@ public final class AgentDevices: Service, Sendable {
             return self.renew(renew, client: client, connection: connection, now: now)
 
         case .unlock(let unlock):
-            switch leases.withLockedValue({ $0.release(leaseID: unlock.leaseID, holder: client.name, connection: connection, now: now) }) {
-            case .success(let lease):
-                self.unlock(lease)
+            let released = state.withLockedValue { state in
+                state.leases.release(leaseID: unlock.leaseID, holder: client.name, connection: connection, now: now).map { state.ended([$0])[0] }
+            }
+            switch released {
+            case .success(let end):
+                finish(end)
                 return .ok(WireOk())
             case .failure(let failure):
                 return leaseError(failure, device: "", now: now)
@@ -249,7 +300,7 @@ public final class AgentDevices: Service, Sendable {
     func authorize(deviceID: String, leaseID: String, client: ServerConnectionStateMachine.Client, connection: UInt64, now: Int64) -> Result<(CaptureDevice, ConfigurationLock), WireErrorBody> {
         guard let device = discovery.device(uniqueID: deviceID) else { return .failure(WireErrorBody(notFound(deviceID))) }
         guard !leaseID.isEmpty else {
-            if let held = leases.withLockedValue({ $0.lease(onDevice: device.uniqueID, now: now) }) {
+            if let held = state.withLockedValue({ $0.leases.lease(onDevice: device.uniqueID, now: now) }) {
                 if held.holder == client.name && held.connection == connection {
                     // The holder itself, having left the lease out: it needs only to name it.
                     return .failure(WireErrorBody(failure(.leaseRequired, device: device.uniqueID, "changing \(device.uniqueID) needs its lease: name your lease \(held.id) in lease_id")))
@@ -259,11 +310,11 @@ public final class AgentDevices: Service, Sendable {
             return .failure(WireErrorBody(failure(.leaseRequired, device: device.uniqueID, "changing \(device.uniqueID) needs its lease: send lock first")))
         }
         let lease: LeaseTable.Lease
-        switch leases.withLockedValue({ $0.check(leaseID: leaseID, holder: client.name, connection: connection, now: now) }) {
+        switch state.withLockedValue({ $0.leases.check(leaseID: leaseID, holder: client.name, connection: connection, now: now) }) {
         case .success(let found): lease = found
         case .failure(let failure): return .failure(WireErrorBody(leaseError(failure, device: device.uniqueID, now: now)))
         }
-        guard lease.deviceID == device.uniqueID, let lock = locks.withLockedValue({ $0[lease.id] }) else {
+        guard lease.deviceID == device.uniqueID, let lock = state.withLockedValue({ $0.configurationLocks[lease.id] }) else {
             return .failure(WireErrorBody(failure(.leaseRequired, device: device.uniqueID, "lease \(lease.id) is for \(lease.deviceID), not \(device.uniqueID)")))
         }
         return .success((device, lock))
@@ -304,19 +355,19 @@ public final class AgentDevices: Service, Sendable {
     private func describeDevice(_ device: CaptureDevice, now: Int64) -> WireDeviceDescription {
         let key = ObjectIdentifier(device)
         var description: WireDeviceDescription
-        if let known = descriptions.withLockedValue({ $0[key]?.description }) {
+        if let known = state.withLockedValue({ $0.descriptions[key]?.description }) {
             description = known
         } else {
             description = WireDeviceDescription(describing: device, agentID: agentID)
             let built = description
-            descriptions.withLockedValue { known in
-                // Devices gone from discovery are forgotten here too.
-                let present = Set(discovery.devices.map(ObjectIdentifier.init))
-                known = known.filter { present.contains($0.key) }
-                known[key] = (device, built)
+            // Devices gone from discovery are forgotten here too.
+            let present = Set(discovery.devices.map(ObjectIdentifier.init))
+            state.withLockedValue { state in
+                state.descriptions = state.descriptions.filter { present.contains($0.key) }
+                state.descriptions[key] = (device, built)
             }
         }
-        description.update(device: device, lease: leases.withLockedValue { $0.lease(onDevice: device.uniqueID, now: now) })
+        description.update(device: device, lease: state.withLockedValue { $0.leases.lease(onDevice: device.uniqueID, now: now) })
         return description
     }
 

@@ -110,9 +110,8 @@ public final class AgentPhaseLocks: Sendable {
 final class DevicePhaseLock: FrameSink {
     let device: CaptureDevice
     let connection: UInt64 = 0
-    private let id = NIOLockedValueBox("")
-    var streamID: String { id.withLockedValue { $0 } }
-    func assign(streamID: String) { id.withLockedValue { $0 = streamID } }
+    var streamID: String { state.withLockedValue { $0.streamID } }
+    func assign(streamID: String) { state.withLockedValue { $0.streamID = streamID } }
     private weak let owner: AgentPhaseLocks?
     private let logger: Logger
 
@@ -136,6 +135,8 @@ final class DevicePhaseLock: FrameSink {
         var restarts: UInt32 = 0
         var reason = ""
         var ended = false
+        /// The id of the stream the lock watches.
+        var streamID = ""
     }
 
     private let state: NIOLockedValueBox<State>

@@ -11,8 +11,10 @@ import NIOCore
 ///
 /// A deferred photo is saved here (durably, in the spool directory's `deferred/` folder) before its
 /// proxy is stored in the spool, and deleted once its final is: after a crash or restart every photo
-/// saved here is made, unless its final is in the spool already. File format (`deferred/ID.photo`): a
-/// big-endian u32 length, a `DeferredPhoto` protobuf of that length, then the frames' payloads in order.
+/// saved here is made, unless its final is in the spool already. File format (`deferred/ID.photo`, a
+/// `SpoolRecord`): a big-endian u32 length, a `DeferredPhoto` protobuf of that length, then the frames'
+/// payloads in order. Each frame's header is the `VideoFrame` a stream sends, read back with the one
+/// mapping `CapturedFrame(_:bytes:)`.
 public final class DeferredPhotoStore: Sendable {
     public let directory: URL
     /// Photo ids waiting, oldest first.
@@ -58,11 +60,7 @@ public final class DeferredPhotoStore: Sendable {
         message.embeddedDataRows = UInt32(job.frames.first?.embeddedDataRows ?? 0)
         message.frames = job.frames.map { WireVideoFrame($0, streamID: "", droppedBefore: 0) }
         message.payloadLengths = job.frames.map { UInt32($0.bytes.readableBytes) }
-        let header: [UInt8] = try message.serializedBytes()
-        var data = Data(capacity: 4 + header.count + job.frames.reduce(0) { $0 + $1.bytes.readableBytes })
-        withUnsafeBytes(of: UInt32(header.count).bigEndian) { data.append(contentsOf: $0) }
-        data.append(contentsOf: header)
-        for frame in job.frames { frame.bytes.withUnsafeReadableBytes { data.append(contentsOf: $0) } }
+        let data = SpoolRecord.encode(header: try message.serializedBytes(), payloads: job.frames.map(\.bytes))
         let id = job.template.photoID
         do {
             try DurableFile.write(data, to: url(id), permissions: 0o640, temporaryDirectory: directory.deletingLastPathComponent().appendingPathComponent("tmp"))
@@ -74,29 +72,27 @@ public final class DeferredPhotoStore: Sendable {
 
     /// Reads a saved photo back.
     func load(_ id: String) throws -> Job {
-        let data = try Data(contentsOf: url(id))
-        guard data.count >= 4 else { throw WireProtocolError(.internal, "deferred photo \(id) is truncated") }
-        let length = Int(data.prefix(4).reduce(0) { $0 << 8 | UInt32($1) })
-        guard data.count >= 4 + length else { throw WireProtocolError(.internal, "deferred photo \(id) is truncated") }
-        let message = try WireDeferredPhoto(serializedBytes: Array(data[4..<(4 + length)]))
-        var offset = 4 + length
+        let record: SpoolRecord
+        do {
+            record = try SpoolRecord(decoding: Data(contentsOf: url(id)))
+        } catch let error as SpoolRecord.DecodingError {
+            throw WireProtocolError(.internal, "deferred photo \(id) is \(error)")
+        }
+        let message = try WireDeferredPhoto(serializedBytes: record.header)
+        let payload = record.payload
+        var offset = payload.startIndex
         var frames: [CapturedFrame] = []
         guard message.frames.count == message.payloadLengths.count else {
             throw WireProtocolError(.internal, "deferred photo \(id) lists \(message.frames.count) frames but \(message.payloadLengths.count) payloads")
         }
         for (header, size) in zip(message.frames, message.payloadLengths) {
-            guard offset + Int(size) <= data.count else { throw WireProtocolError(.internal, "deferred photo \(id) is truncated") }
+            guard offset + Int(size) <= payload.endIndex else { throw WireProtocolError(.internal, "deferred photo \(id) is truncated") }
             let pixelFormat = PixelFormat(rawValue: header.pixelFormat)
             // The frame's rows must fit its bytes, as the camera delivered them.
             guard pixelFormat.isCompressed || (header.bytesPerLine > 0 && Int(header.bytesPerLine) * Int(header.dimensions.height) <= Int(size)) else {
                 throw WireProtocolError(.internal, "deferred photo \(id) has a frame whose layout does not fit its \(size) bytes")
             }
-            let format = DeviceFormat(
-                pixelFormat: pixelFormat, dimensions: header.dimensions.dimensions, frameRateRanges: [], bytesPerLine: header.bytesPerLine)
-            var frame = CapturedFrame(
-                deviceID: header.deviceID, sequence: header.sequence, timestamp: header.timestamp.nanoseconds,
-                timestampMarks: .startOfExposure, format: format, bytes: ByteBuffer(bytes: data[offset..<(offset + Int(size))]),
-                metadata: CaptureMetadata(settings: CameraSettings()), exposureStart: header.exposureStart.nanoseconds)
+            var frame = CapturedFrame(header, bytes: ByteBuffer(bytes: payload[offset..<(offset + Int(size))]))
             frame.embeddedDataRows = Int(message.embeddedDataRows)
             frames.append(frame)
             offset += Int(size)

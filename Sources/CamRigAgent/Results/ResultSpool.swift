@@ -12,8 +12,9 @@ import NIOCore
 /// restart everything in `results/` is offered again. When a new result would exceed the size cap the
 /// capture is refused (`SPOOL_FULL`): old results are never dropped to make room.
 ///
-/// File format (`results/ID.result`): a big-endian u32 length, a `PhotoResult` protobuf of that length,
-/// then the image bytes.
+/// File format (`results/ID.result`, a `SpoolRecord`): a big-endian u32 length, a `PhotoResult` protobuf
+/// of that length, then the image bytes. What the spool holds is one `State` under one lock; files are
+/// written and deleted outside it.
 public final class ResultSpool: Sendable {
     public let directory: URL
     public let capacityBytes: UInt64
@@ -23,9 +24,15 @@ public final class ResultSpool: Sendable {
         var size: UInt64
     }
 
-    private let entries = NIOLockedValueBox<[String: Entry]>([:])
-    /// Results acknowledged lately, so that an acknowledgement repeated after a lost reply is not unknown.
-    private let recentlyAcknowledged = NIOLockedValueBox(RecentIDs(capacity: 4096))
+    struct State {
+        var entries: [String: Entry] = [:]
+        /// Results acknowledged lately, so that an acknowledgement repeated after a lost reply is not unknown.
+        var recentlyAcknowledged = RecentIDs(capacity: 4096)
+
+        var usedBytes: UInt64 { entries.values.reduce(0) { $0 + $1.size } }
+    }
+
+    private let state = NIOLockedValueBox(State())
 
     public init(directory: URL, capacityBytes: UInt64) throws {
         self.directory = directory
@@ -40,40 +47,34 @@ public final class ResultSpool: Sendable {
         var found: [String: Entry] = [:]
         for file in try manager.contentsOfDirectory(atPath: directory.appendingPathComponent("results").path) where file.hasSuffix(".result") {
             let url = directory.appendingPathComponent("results").appendingPathComponent(file)
-            guard let data = try? Data(contentsOf: url, options: .mappedIfSafe), data.count >= 4 else { continue }
-            let length = Int(data.prefix(4).reduce(0) { $0 << 8 | UInt32($1) })
-            guard data.count >= 4 + length, let result = try? WirePhotoResult(serializedBytes: Array(data[4..<(4 + length)])) else { continue }
+            guard let data = try? Data(contentsOf: url, options: .mappedIfSafe), let record = try? SpoolRecord(decoding: data),
+                let result = try? WirePhotoResult(serializedBytes: record.header)
+            else { continue }
             found[result.resultID] = Entry(result: result, size: UInt64(data.count))
         }
-        entries.withLockedValue { $0 = found }
+        state.withLockedValue { $0.entries = found }
     }
 
     /// Bytes in use.
-    public var usedBytes: UInt64 { entries.withLockedValue { $0.values.reduce(0) { $0 + $1.size } } }
+    public var usedBytes: UInt64 { state.withLockedValue { $0.usedBytes } }
     /// Results waiting for acknowledgement.
-    public var count: Int { entries.withLockedValue { $0.count } }
+    public var count: Int { state.withLockedValue { $0.entries.count } }
     /// Whether a result with this id waits in the spool, or was acknowledged lately.
     public func contains(_ id: String) -> Bool {
-        entries.withLockedValue { $0[id] != nil } || recentlyAcknowledged.withLockedValue { $0.contains(id) }
+        state.withLockedValue { $0.entries[id] != nil || $0.recentlyAcknowledged.contains(id) }
     }
 
     /// Stores a result durably. Throws `SPOOL_FULL` (keeping everything already stored) when it does not fit.
     public func store(_ result: WirePhotoResult, image: ByteBuffer) throws {
-        let header: [UInt8] = try result.serializedBytes()
-        let size = UInt64(4 + header.count + image.readableBytes)
-        let fits = entries.withLockedValue { entries in
-            entries.values.reduce(0) { $0 + $1.size } + size <= capacityBytes
-        }
+        let data = SpoolRecord.encode(header: try result.serializedBytes(), payloads: [image])
+        let size = UInt64(data.count)
+        let fits = state.withLockedValue { $0.usedBytes + size <= capacityBytes }
         guard fits else {
             throw WireProtocolError(
                 .spoolFull,
                 "result spool \(directory.path) is full (\(usedBytes) of \(capacityBytes) bytes, \(count) results): fetch and acknowledge results, or raise the spool size"
             )
         }
-        var data = Data(capacity: Int(size))
-        withUnsafeBytes(of: UInt32(header.count).bigEndian) { data.append(contentsOf: $0) }
-        data.append(contentsOf: header)
-        image.withUnsafeReadableBytes { data.append(contentsOf: $0) }
         let final = directory.appendingPathComponent("results").appendingPathComponent("\(result.resultID).result")
         do {
             // Made in tmp/ (emptied at start-up) and renamed into results/: a crash leaves a whole result or none.
@@ -84,13 +85,13 @@ public final class ResultSpool: Sendable {
         } catch {
             throw WireProtocolError(.internal, "cannot store result \(result.resultID) in the spool: \(error)")
         }
-        entries.withLockedValue { $0[result.resultID] = Entry(result: result, size: size) }
+        state.withLockedValue { $0.entries[result.resultID] = Entry(result: result, size: size) }
     }
 
     /// Results of `session` (all sessions when empty), oldest first.
     public func pending(session: String) -> [WirePhotoResult] {
-        entries.withLockedValue { entries in
-            entries.values.map(\.result).filter { session.isEmpty || $0.sessionID == session }
+        state.withLockedValue { state in
+            state.entries.values.map(\.result).filter { session.isEmpty || $0.sessionID == session }
                 .sorted { ($0.captureTime.nanoseconds, $0.resultID) < ($1.captureTime.nanoseconds, $1.resultID) }
         }
     }
@@ -98,27 +99,30 @@ public final class ResultSpool: Sendable {
     /// The image bytes of a stored result.
     public func image(of result: WirePhotoResult) throws -> ByteBuffer {
         let url = directory.appendingPathComponent("results").appendingPathComponent("\(result.resultID).result")
-        let data = try Data(contentsOf: url)
-        let length = Int(data.prefix(4).reduce(0) { $0 << 8 | UInt32($1) })
-        return ByteBuffer(bytes: data[(4 + length)...])
+        return ByteBuffer(bytes: try SpoolRecord(decoding: Data(contentsOf: url)).payload)
     }
 
     /// Deletes acknowledged results; returns how many existed and the ids that are unknown: neither
     /// stored nor acknowledged recently (an acknowledgement repeated after a lost reply is not unknown).
     public func acknowledging(_ ids: [String]) -> (removed: Int, unknown: [String]) {
-        var removed = 0
-        var unknown: [String] = []
-        for id in ids {
-            guard entries.withLockedValue({ $0.removeValue(forKey: id) }) != nil else {
-                if !recentlyAcknowledged.withLockedValue({ $0.contains(id) }) { unknown.append(id) }
-                continue
+        let (removed, unknown) = state.withLockedValue { state -> ([String], [String]) in
+            var removed: [String] = []
+            var unknown: [String] = []
+            for id in ids {
+                if state.entries.removeValue(forKey: id) != nil {
+                    state.recentlyAcknowledged.insert(id)
+                    removed.append(id)
+                } else if !state.recentlyAcknowledged.contains(id) {
+                    unknown.append(id)
+                }
             }
+            return (removed, unknown)
+        }
+        for id in removed {
             try? FileManager.default.removeItem(at: directory.appendingPathComponent("results").appendingPathComponent("\(id).result"))
-            recentlyAcknowledged.withLockedValue { $0.insert(id) }
-            removed += 1
         }
         try? DurableFile.flushDirectory(directory.appendingPathComponent("results"))
-        return (removed, unknown)
+        return (removed.count, unknown)
     }
 }
 

@@ -8,21 +8,74 @@ import NIOCore
 /// Live streams: one device stream fans out to every client watching that device.
 ///
 /// Each watcher gets frames through its own `StreamSubscriber`, which applies back-pressure per client.
+/// Which devices stream and who watches them is one `State` under one lock; devices are started and
+/// stopped, and watchers told, outside it.
 public final class AgentStreams: Sendable {
     let devices: AgentDevices
-    private let hubs = NIOLockedValueBox<[String: Hub]>([:])
-    private let nextStreamID = NIOLockedValueBox<UInt64>(1)
     private let logger: Logger
+
+    /// One device's stream and its watchers.
+    struct Hub {
+        /// Tells this stream from a later one of the same device.
+        let id: UInt64
+        var subscribers: [String: any FrameSink] = [:]
+        /// Reads the device's frames and hands them to the subscribers.
+        var task: Task<Void, Never>?
+    }
+
+    struct State {
+        var hubs: [String: Hub] = [:]
+        /// Streams whose last watcher left, by device, until their task has ended (and with it the
+        /// device's stream): the device cannot stream again before.
+        var stopping: [String: (hub: UInt64, task: Task<Void, Never>)] = [:]
+        var nextStreamID: UInt64 = 1
+        var nextHubID: UInt64 = 1
+
+        /// Adds `subscriber` to `deviceID`'s stream; returns the hub's id and whether it is new (the device
+        /// is to be started).
+        mutating func add(_ subscriber: any FrameSink, streamID: String, deviceID: String) -> (hub: UInt64, isNew: Bool) {
+            if hubs[deviceID] != nil {
+                hubs[deviceID]!.subscribers[streamID] = subscriber
+                return (hubs[deviceID]!.id, false)
+            }
+            let id = nextHubID
+            nextHubID += 1
+            hubs[deviceID] = Hub(id: id, subscribers: [streamID: subscriber])
+            return (id, true)
+        }
+
+        /// The subscribers of hub `id` of `deviceID`, while it is current.
+        func subscribers(deviceID: String, hub id: UInt64) -> [any FrameSink] {
+            guard let hub = hubs[deviceID], hub.id == id else { return [] }
+            return Array(hub.subscribers.values)
+        }
+
+        /// Removes stream `streamID`; returns its subscriber, and the task to cancel when it was the device's last.
+        mutating func remove(streamID: String) -> (subscriber: any FrameSink, cancel: Task<Void, Never>?)? {
+            guard let deviceID = hubs.first(where: { $0.value.subscribers[streamID] != nil })?.key,
+                let subscriber = hubs[deviceID]!.subscribers.removeValue(forKey: streamID)
+            else { return nil }
+            guard hubs[deviceID]!.subscribers.isEmpty else { return (subscriber, nil) }
+            let hub = hubs.removeValue(forKey: deviceID)!
+            if let task = hub.task { stopping[deviceID] = (hub.id, task) }
+            return (subscriber, hub.task)
+        }
+
+        /// Hub `id`'s task ended: its device may stream again.
+        mutating func ended(deviceID: String, hub id: UInt64) {
+            if stopping[deviceID]?.hub == id { stopping[deviceID] = nil }
+        }
+
+        func subscribers(where matches: (any FrameSink) -> Bool) -> [any FrameSink] {
+            hubs.values.flatMap { $0.subscribers.values.filter(matches) }
+        }
+    }
+
+    private let state = NIOLockedValueBox(State())
 
     init(devices: AgentDevices, logger: Logger) {
         self.devices = devices
         self.logger = logger
-    }
-
-    /// One device's stream and its watchers.
-    final class Hub: Sendable {
-        let subscribers = NIOLockedValueBox<[String: any FrameSink]>([:])
-        let task = NIOLockedValueBox<Task<Void, Never>?>(nil)
     }
 
     /// Starts delivering `deviceID`'s frames to `subscriber`; returns the stream id and the format, or an error.
@@ -31,51 +84,67 @@ public final class AgentStreams: Sendable {
         case failed(WireError)
     }
 
+    /// `start(deviceID:subscriber:)` once the device's previous stream, stopped when its last watcher
+    /// left, has wound down: a capture right after another would otherwise find the camera still busy.
+    func startAfterPreviousStream(deviceID: String, subscriber: any FrameSink) async -> Start {
+        if let previous = state.withLockedValue({ $0.stopping[deviceID]?.task }) { await previous.value }
+        return start(deviceID: deviceID, subscriber: subscriber)
+    }
+
     func start(deviceID: String, subscriber: any FrameSink) -> Start {
         guard let device = devices.discovery.device(uniqueID: deviceID) else {
             return .failed(WireError(.deviceNotFound, agent: devices.agentID, device: deviceID, "agent \(devices.agentID) has no device '\(deviceID)'"))
         }
-        let streamID = nextStreamID.withLockedValue { id in
-            defer { id += 1 }
-            return "\(devices.agentID)-s\(id)"
+        let agentID = devices.agentID
+        let streamID = state.withLockedValue { state in
+            defer { state.nextStreamID += 1 }
+            return "\(agentID)-s\(state.nextStreamID)"
         }
+        // Assigned before the subscriber can get its first frame.
         subscriber.assign(streamID: streamID)
-        let (hub, isNew) = hubs.withLockedValue { hubs -> (Hub, Bool) in
-            if let hub = hubs[deviceID] { return (hub, false) }
-            let hub = Hub()
-            hubs[deviceID] = hub
-            return (hub, true)
-        }
-        hub.subscribers.withLockedValue { $0[streamID] = subscriber }
+        let (hubID, isNew) = state.withLockedValue { $0.add(subscriber, streamID: streamID, deviceID: deviceID) }
         if isNew {
             let frames: FrameStream
             do {
                 frames = try device.frames(bufferLimit: 8)
             } catch {
-                _ = hubs.withLockedValue { $0.removeValue(forKey: deviceID) }
+                state.withLockedValue { if $0.hubs[deviceID]?.id == hubID { $0.hubs[deviceID] = nil } }
                 return .failed(error.wire(agentID: devices.agentID))
             }
-            let logger = self.logger
-            hub.task.withLockedValue {
-                $0 = Task {
-                    var ending: (WireStreamEndReason, String) = (.stopped, "")
-                    do {
-                        for try await frame in frames {
-                            for subscriber in hub.subscribers.withLockedValue({ Array($0.values) }) { subscriber.deliver(frame) }
-                        }
-                    } catch let error as DeviceError {
-                        ending = (error.code == .disconnected ? .deviceDisconnected : .deviceError, error.description)
-                        logger.warning("stream ended by the device", metadata: ["device": "\(deviceID)", "error": "\(error)"])
-                    } catch {
-                        ending = (.deviceError, "\(error)")
-                    }
-                    if Task.isCancelled { return }
-                    self.hubs.withLockedValue { if $0[deviceID] === hub { $0.removeValue(forKey: deviceID) } }
-                    for subscriber in hub.subscribers.withLockedValue({ Array($0.values) }) { subscriber.end(reason: ending.0, message: ending.1) }
-                }
+            let task = Task { await self.deliver(frames, deviceID: deviceID, hub: hubID) }
+            let stopped = state.withLockedValue { state -> Bool in
+                guard state.hubs[deviceID]?.id == hubID else { return true }
+                state.hubs[deviceID]!.task = task
+                return false
             }
+            // Every watcher left before the task was kept: nobody else stops the device.
+            if stopped { task.cancel() }
         }
         return .started(streamID: streamID, format: device.activeFormat)
+    }
+
+    /// Hands a device's frames to its stream's subscribers until the stream is stopped (the task is
+    /// cancelled) or the device ends it, which ends every subscriber's stream, saying why.
+    private func deliver(_ frames: FrameStream, deviceID: String, hub: UInt64) async {
+        var ending: (WireStreamEndReason, String) = (.stopped, "")
+        do {
+            for try await frame in frames {
+                for subscriber in state.withLockedValue({ $0.subscribers(deviceID: deviceID, hub: hub) }) { subscriber.deliver(frame) }
+            }
+        } catch let error as DeviceError {
+            ending = (error.code == .disconnected ? .deviceDisconnected : .deviceError, error.description)
+            logger.warning("stream ended by the device", metadata: ["device": "\(deviceID)", "error": "\(error)"])
+        } catch {
+            ending = (.deviceError, "\(error)")
+        }
+        let subscribers = state.withLockedValue { state -> [any FrameSink] in
+            state.ended(deviceID: deviceID, hub: hub)
+            // Stopped: whoever stopped it told the watchers.
+            guard !Task.isCancelled, let current = state.hubs[deviceID], current.id == hub else { return [] }
+            state.hubs[deviceID] = nil
+            return Array(current.subscribers.values)
+        }
+        for subscriber in subscribers { subscriber.end(reason: ending.0, message: ending.1) }
     }
 
     /// Opens a client's stream of `deviceID` on `connection`, on request `requestID` (`StreamStarted`,
@@ -114,70 +183,46 @@ public final class AgentStreams: Sendable {
     /// Stops one stream; the device stops when its last watcher leaves. Returns the subscriber, if found.
     @discardableResult
     func stop(streamID: String, reason: WireStreamEndReason, message: String = "") -> (any FrameSink)? {
-        let found: (String, Hub, any FrameSink)? = hubs.withLockedValue { hubs in
-            for (deviceID, hub) in hubs {
-                if let subscriber = hub.subscribers.withLockedValue({ $0[streamID] }) { return (deviceID, hub, subscriber) }
-            }
-            return nil
-        }
-        guard let (deviceID, hub, subscriber) = found else { return nil }
-        let remaining = hub.subscribers.withLockedValue { subscribers in
-            subscribers.removeValue(forKey: streamID)
-            return subscribers.count
-        }
-        if remaining == 0 {
-            hubs.withLockedValue { if $0[deviceID] === hub { $0.removeValue(forKey: deviceID) } }
-            hub.task.withLockedValue { $0?.cancel() }
-        }
+        guard let (subscriber, task) = state.withLockedValue({ $0.remove(streamID: streamID) }) else { return nil }
+        task?.cancel()
         subscriber.end(reason: reason, message: message)
         return subscriber
     }
 
     /// How many watchers `deviceID`'s stream has (0 when it is not streaming).
     func watcherCount(deviceID: String) -> Int {
-        guard let hub = hubs.withLockedValue({ $0[deviceID] }) else { return 0 }
-        return hub.subscribers.withLockedValue { $0.count }
+        state.withLockedValue { $0.hubs[deviceID]?.subscribers.count ?? 0 }
     }
 
     /// How many watch `deviceID`'s frames themselves: watchers a restart of the camera's stream would
     /// disturb. Preview watchers are left out: a restart costs them a preview at most.
     func frameWatcherCount(deviceID: String) -> Int {
-        guard let hub = hubs.withLockedValue({ $0[deviceID] }) else { return 0 }
-        return hub.subscribers.withLockedValue { $0.values.filter { !($0 is PreviewSubscriber) }.count }
+        state.withLockedValue { $0.hubs[deviceID]?.subscribers.values.filter { !($0 is PreviewSubscriber) }.count ?? 0 }
     }
 
     /// The connection that opened a stream, if it exists.
     func owner(of streamID: String) -> UInt64? {
-        hubs.withLockedValue { hubs in
-            for hub in hubs.values {
-                if let subscriber = hub.subscribers.withLockedValue({ $0[streamID] }) { return subscriber.connection }
-            }
-            return nil
-        }
+        state.withLockedValue { state in state.hubs.values.lazy.compactMap { $0.subscribers[streamID]?.connection }.first }
     }
 
     /// Whether a stream of `connection` still answers under `requestID` (its frames carry that id).
     func holds(requestID: UInt64, connection: UInt64) -> Bool {
-        hubs.withLockedValue { hubs in
-            hubs.values.contains { hub in
-                hub.subscribers.withLockedValue { subscribers in
-                    subscribers.values.contains { (($0 as? StreamSubscriber) ?? ($0 as? PreviewSubscriber)?.inner).map { $0.connection == connection && $0.requestID == requestID } ?? false }
-                }
-            }
+        state.withLockedValue { state in
+            !state.subscribers {
+                (($0 as? StreamSubscriber) ?? ($0 as? PreviewSubscriber)?.inner).map { $0.connection == connection && $0.requestID == requestID } ?? false
+            }.isEmpty
         }
     }
 
     /// Ends every stream of a closed connection.
     func connectionClosed(_ connection: UInt64) {
-        let streams = hubs.withLockedValue { hubs in
-            hubs.values.flatMap { hub in hub.subscribers.withLockedValue { $0.values.filter { $0.connection == connection }.map(\.streamID) } }
-        }
+        let streams = state.withLockedValue { $0.subscribers { $0.connection == connection }.map(\.streamID) }
         for streamID in streams { stop(streamID: streamID, reason: .stopped, message: "client disconnected") }
     }
 
     /// Ends every stream (agent shutdown).
     func stopAll(message: String) {
-        let streams = hubs.withLockedValue { hubs in hubs.values.flatMap { hub in hub.subscribers.withLockedValue { Array($0.keys) } } }
+        let streams = state.withLockedValue { $0.subscribers { _ in true }.map(\.streamID) }
         for streamID in streams { stop(streamID: streamID, reason: .shuttingDown, message: message) }
     }
 }
@@ -211,20 +256,20 @@ extension AgentStreams {
             return [newest]
         }
         let sink = FramesSink(selection)
-        let timer = NIOLockedValueBox<Task<Void, Never>?>(nil)
-        defer { timer.withLockedValue { $0?.cancel() } }
-        let frames: [CapturedFrame] = try await withCheckedThrowingContinuation { continuation in
-            sink.continuation.withLockedValue { $0 = continuation }
-            if case .failed(let error) = start(deviceID: deviceID, subscriber: sink) {
-                sink.fail(WireProtocolError(error.code, error.message))
-                return
-            }
-            timer.withLockedValue {
-                $0 = Task {
-                    guard (try? await Task.sleep(for: timeout)) != nil else { return }
-                    sink.fail(WireProtocolError(.internal, "\(deviceID) delivered no frame within \(timeout)"))
-                }
-            }
+        if case .failed(let error) = await startAfterPreviousStream(deviceID: deviceID, subscriber: sink) {
+            throw WireProtocolError(error.code, error.message)
+        }
+        let timer = Task {
+            guard (try? await Task.sleep(for: timeout)) != nil else { return }
+            sink.fail(WireProtocolError(.internal, "\(deviceID) delivered no frame within \(timeout)"))
+        }
+        defer { timer.cancel() }
+        let frames: [CapturedFrame]
+        do {
+            frames = try await withCheckedThrowingContinuation { sink.wait($0) }
+        } catch {
+            stop(streamID: sink.streamID, reason: .stopped)
+            throw error
         }
         stop(streamID: sink.streamID, reason: .stopped)
         return frames
@@ -244,38 +289,67 @@ enum FrameSelection: Sendable {
 
 /// Takes the frames a capture needs from a stream.
 final class FramesSink: FrameSink {
-    private let id = NIOLockedValueBox("")
-    var streamID: String { id.withLockedValue { $0 } }
-    func assign(streamID: String) { id.withLockedValue { $0 = streamID } }
+    private struct State {
+        var streamID = ""
+        /// Frames taken so far (for `.from`), or the latest frame before the instant (for `.nearest`).
+        var taken: [CapturedFrame] = []
+        /// Who waits for the frames.
+        var continuation: CheckedContinuation<[CapturedFrame], any Error>?
+        /// How it ended, once it did (kept for a waiter that comes later).
+        var outcome: Result<[CapturedFrame], any Error>?
+
+        /// Ends with `outcome`, once: returns the waiter to resume, if one waits.
+        mutating func finish(_ outcome: Result<[CapturedFrame], any Error>) -> CheckedContinuation<[CapturedFrame], any Error>? {
+            guard self.outcome == nil else { return nil }
+            self.outcome = outcome
+            defer { continuation = nil }
+            return continuation
+        }
+    }
+
+    private let state = NIOLockedValueBox(State())
+    var streamID: String { state.withLockedValue { $0.streamID } }
+    func assign(streamID: String) { state.withLockedValue { $0.streamID = streamID } }
     let connection: UInt64 = 0
     let selection: FrameSelection
-    let continuation = NIOLockedValueBox<CheckedContinuation<[CapturedFrame], any Error>?>(nil)
-    /// Frames taken so far (for `.from`), or the latest frame before the instant (for `.nearest`).
-    private let taken = NIOLockedValueBox<[CapturedFrame]>([])
 
     init(_ selection: FrameSelection) {
         self.selection = selection
-        if case .nearest(let instant, let newest?, _) = selection, newest.exposureStart < instant { taken.withLockedValue { $0 = [newest] } }
+        if case .nearest(let instant, let newest?, _) = selection, newest.exposureStart < instant { state.withLockedValue { $0.taken = [newest] } }
+    }
+
+    /// Resumes `continuation` with the frames, or the failure, once there are (at once if there are already).
+    func wait(_ continuation: CheckedContinuation<[CapturedFrame], any Error>) {
+        let outcome = state.withLockedValue { state -> Result<[CapturedFrame], any Error>? in
+            if state.outcome == nil { state.continuation = continuation }
+            return state.outcome
+        }
+        if let outcome { continuation.resume(with: outcome) }
     }
 
     func deliver(_ frame: CapturedFrame) {
-        let complete: [CapturedFrame]? = taken.withLockedValue { taken in
-            switch selection {
-            case .from(let notBefore, let count):
-                guard frame.exposureStart >= notBefore else { return nil }
-                taken.append(frame)
-                return taken.count >= count ? taken : nil
-            case .nearest(let instant, _, _):
-                guard frame.exposureStart >= instant else {
-                    taken = [frame]
-                    return nil
-                }
-                if let before = taken.first, instant - before.exposureStart <= frame.exposureStart - instant { return [before] }
-                return [frame]
-            }
+        let (complete, waiter) = state.withLockedValue { state -> ([CapturedFrame]?, CheckedContinuation<[CapturedFrame], any Error>?) in
+            guard state.outcome == nil, let complete = Self.take(frame, into: &state.taken, selection: selection) else { return (nil, nil) }
+            return (complete, state.finish(.success(complete)))
         }
-        guard let complete else { return }
-        continuation.withLockedValue { $0.take() }?.resume(returning: complete)
+        if let complete { waiter?.resume(returning: complete) }
+    }
+
+    /// Adds `frame` to those taken; returns the frames once the selection is complete.
+    private static func take(_ frame: CapturedFrame, into taken: inout [CapturedFrame], selection: FrameSelection) -> [CapturedFrame]? {
+        switch selection {
+        case .from(let notBefore, let count):
+            guard frame.exposureStart >= notBefore else { return nil }
+            taken.append(frame)
+            return taken.count >= count ? taken : nil
+        case .nearest(let instant, _, _):
+            guard frame.exposureStart >= instant else {
+                taken = [frame]
+                return nil
+            }
+            if let before = taken.first, instant - before.exposureStart <= frame.exposureStart - instant { return [before] }
+            return [frame]
+        }
     }
 
     func end(reason: WireStreamEndReason, message: String) {
@@ -283,18 +357,22 @@ final class FramesSink: FrameSink {
     }
 
     func fail(_ error: WireProtocolError) {
-        continuation.withLockedValue { $0.take() }?.resume(throwing: error)
+        state.withLockedValue { $0.finish(.failure(error)) }?.resume(throwing: error)
     }
 }
 
 /// Keeps a prepared camera streaming and its newest frame at hand, for photos.
 final class NewestFrameSink: FrameSink {
-    private let id = NIOLockedValueBox("")
-    var streamID: String { id.withLockedValue { $0 } }
-    func assign(streamID: String) { id.withLockedValue { $0 = streamID } }
+    private struct State {
+        var streamID = ""
+        /// The stream's most recent frames, oldest first (a short ring: zero shutter lag for every level).
+        var recent: [CapturedFrame] = []
+    }
+
+    private let state = NIOLockedValueBox(State())
+    var streamID: String { state.withLockedValue { $0.streamID } }
+    func assign(streamID: String) { state.withLockedValue { $0.streamID = streamID } }
     let connection: UInt64 = 0
-    /// The stream's most recent frames, oldest first (a short ring: zero shutter lag for every level).
-    private let recentFrames = NIOLockedValueBox<[CapturedFrame]>([])
     /// How many frames the ring holds.
     let capacity: Int
     private let onEnd: @Sendable (NewestFrameSink) -> Void
@@ -305,24 +383,24 @@ final class NewestFrameSink: FrameSink {
         self.onEnd = onEnd
     }
 
-    var newest: CapturedFrame? { recentFrames.withLockedValue { $0.last } }
+    var newest: CapturedFrame? { state.withLockedValue { $0.recent.last } }
 
     /// Up to `count` frames exposed before `frame` (same format), newest first.
     func recent(before frame: CapturedFrame, count: Int) -> [CapturedFrame] {
-        recentFrames.withLockedValue { frames in
-            Array(frames.filter { $0.exposureStart < frame.exposureStart && $0.format == frame.format }.suffix(count).reversed())
+        state.withLockedValue { state in
+            Array(state.recent.filter { $0.exposureStart < frame.exposureStart && $0.format == frame.format }.suffix(count).reversed())
         }
     }
 
     func deliver(_ frame: CapturedFrame) {
-        recentFrames.withLockedValue { frames in
-            if frames.count >= capacity { frames.removeFirst(frames.count - capacity + 1) }
-            frames.append(frame)
+        state.withLockedValue { state in
+            if state.recent.count >= capacity { state.recent.removeFirst(state.recent.count - capacity + 1) }
+            state.recent.append(frame)
         }
     }
 
     func end(reason: WireStreamEndReason, message: String) {
-        recentFrames.withLockedValue { $0 = [] }
+        state.withLockedValue { $0.recent = [] }
         if reason != .stopped { onEnd(self) }
     }
 }
@@ -341,9 +419,17 @@ final class StreamSubscriber: FrameSink {
     let notBefore: Int64
     let eventLoop: any EventLoop
     private let write: @Sendable (WireFrame, EventLoopPromise<Void>?) -> Void
-    private let id = NIOLockedValueBox("")
-    var streamID: String { id.withLockedValue { $0 } }
-    func assign(streamID: String) { id.withLockedValue { $0 = streamID } }
+
+    /// What is set from other threads: the stream id `AgentStreams` assigns, and who is told when the
+    /// subscriber ends its own stream.
+    private struct Registration {
+        var streamID = ""
+        var abandon: (@Sendable (String) -> Void)?
+    }
+
+    private let registration = NIOLockedValueBox(Registration())
+    var streamID: String { registration.withLockedValue { $0.streamID } }
+    func assign(streamID: String) { registration.withLockedValue { $0.streamID = streamID } }
 
     /// What the subscriber keeps on its event loop.
     private struct State {
@@ -429,10 +515,9 @@ final class StreamSubscriber: FrameSink {
 
     /// Called once when the subscriber ends its own stream, so the device stops if nobody else watches.
     var abandon: (@Sendable (String) -> Void)? {
-        get { abandonBox.withLockedValue { $0 } }
-        set { abandonBox.withLockedValue { $0 = newValue } }
+        get { registration.withLockedValue { $0.abandon } }
+        set { registration.withLockedValue { $0.abandon = newValue } }
     }
-    private let abandonBox = NIOLockedValueBox<(@Sendable (String) -> Void)?>(nil)
 
     /// Sends `StreamEnded` once.
     func end(reason: WireStreamEndReason, message: String) {

@@ -125,8 +125,14 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
         }
         var missing = (manifest.missing ?? []).filter { frames[$0.camera] == nil }
         if resumed {
-            for index in missing.indices where missing[index].reason == "the capture was under way" {
-                missing[index].reason = "the coordinator stopped before gathering it"
+            for index in missing.indices {
+                switch missing[index].cause {
+                case .captureUnderWay:
+                    missing[index].cause = .coordinatorStopped
+                    missing[index].reason = "the coordinator stopped before gathering it"
+                case .coordinatorStopped, .captureFailed, .notHeld, nil:
+                    break
+                }
             }
         }
 
@@ -178,6 +184,7 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
                     } else if fetched.complete, !fetched.failedToStore.contains(camera), !Self.recent(manifest) {
                         // The agent offered every result of the session it holds, and not this one.
                         missing[index].collectable = false
+                        missing[index].cause = .notHeld
                         missing[index].reason =
                             "agent \(agentID) holds no result of trigger \(missing[index].triggerId) for \(missing[index].device); at the capture: \(missing[index].reason)"
                     }

@@ -84,10 +84,10 @@ struct CaptureRig: Sendable {
     }
 
     /// Camera `camera`'s result of `triggerID`, as the manifest lists it while it is missing.
-    func missing(camera: Int, triggerID: String, reason: String, collectable: Bool) -> CaptureManifest.Missing {
+    func missing(camera: Int, triggerID: String, cause: CaptureManifest.Missing.Cause, reason: String, collectable: Bool) -> CaptureManifest.Missing {
         CaptureManifest.Missing(
             camera: camera, agent: inputs[camera].agentID, device: inputs[camera].deviceID, sessionId: sessionID,
-            triggerId: triggerID, reason: reason, collectable: collectable)
+            triggerId: triggerID, reason: reason, collectable: collectable, cause: cause)
     }
 
     /// Now as the manifest's `created`: ISO 8601, UTC.

@@ -61,7 +61,7 @@ extension RigSession {
         started.state = .inProgress
         started.triggerId = triggerID
         started.missing = rig.inputs.indices.map { camera in
-            rig.missing(camera: camera, triggerID: triggerID, reason: "the capture was under way", collectable: true)
+            rig.missing(camera: camera, triggerID: triggerID, cause: .captureUnderWay, reason: "the capture was under way", collectable: true)
         }
         do {
             try await sink.started(started, in: capture)
@@ -129,7 +129,7 @@ extension RigSession {
         manifest.onGrid = rig.grid != nil
         let missing = rig.inputs.indices.filter { frames[$0] == nil }.map { camera in
             rig.missing(
-                camera: camera, triggerID: triggerID, reason: cameraFailures[camera] ?? "no photo in the agent's results",
+                camera: camera, triggerID: triggerID, cause: .captureFailed, reason: cameraFailures[camera] ?? "no photo in the agent's results",
                 collectable: true)
         }
         manifest.missing = missing

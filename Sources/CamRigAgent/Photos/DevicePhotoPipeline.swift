@@ -139,6 +139,9 @@ final class DevicePhotoPipeline: Sendable {
         state.withLockedValue { $0.lastReference = max($0.lastReference, exposureStart) }
     }
 
+    /// How many captures wait for their turn.
+    var waitingCount: Int { state.withLockedValue { $0.waiters.count } }
+
     /// Whether nothing is captured or processed now.
     var isIdle: Bool { state.withLockedValue { !$0.capturing && $0.processing == 0 && $0.waiters.isEmpty } }
 }
