@@ -395,8 +395,8 @@ public actor RigService {
         }
         var dimensions: Dimensions?
         if let size = request.size {
-            let parts = size.lowercased().split(separator: "x", omittingEmptySubsequences: false).map { UInt32($0) }
-            guard parts.count == 2, let width = parts[0], let height = parts[1], width > 0, height > 0 else {
+            let parts = size.lowercased().split(separator: "x", omittingEmptySubsequences: false)
+            guard parts.count == 2, let width = DeviceSettingsParser.positive(parts[0]), let height = DeviceSettingsParser.positive(parts[1]) else {
                 throw ServiceError(.badRequest, "size '\(size)' is not WxH, e.g. 640x480")
             }
             dimensions = Dimensions(width: width, height: height)

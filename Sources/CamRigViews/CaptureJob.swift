@@ -60,6 +60,16 @@ public struct PhotoRequest: Codable, Sendable {
         self.output = output
         self.bracket = bracket
     }
+
+    enum CodingKeys: String, CodingKey { case quality, output, bracket }
+
+    /// JSON numbers are read as doubles and narrowed: a bias too small for a `Float` is 0 EV, not an error.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        quality = try container.decodeIfPresent(String.self, forKey: .quality)
+        output = try container.decodeIfPresent(String.self, forKey: .output)
+        bracket = try container.decodeIfPresent([Double].self, forKey: .bracket)?.map { Float($0) }
+    }
 }
 
 /// `POST /api/v1/captures/recording`.

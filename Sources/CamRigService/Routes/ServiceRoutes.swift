@@ -83,17 +83,21 @@ final class RouteTable: Sendable {
         self.routes.withLockedValue { $0 = split }
     }
 
-    /// The methods `path` is served with (none: an unknown path).
+    /// The methods `path` is served with (none: an unknown path). As the router does, a segment written
+    /// out wins over a parameter at its place: /captures/recording is not /captures/{capture}.
     func methods(of path: String) -> [HTTPRequest.Method] {
         let segments = path.split(separator: "/")
-        return routes.withLockedValue { routes in
+        let isParameter = { (pattern: Substring) in (pattern.hasPrefix("{") && pattern.hasSuffix("}")) || pattern.hasPrefix(":") }
+        var candidates = routes.withLockedValue { routes in
             routes.filter { route in
                 route.segments.count == segments.count
-                    && zip(route.segments, segments).allSatisfy { pattern, segment in
-                        (pattern.hasPrefix("{") && pattern.hasSuffix("}")) || pattern.hasPrefix(":") || pattern == segment
-                    }
-            }.map(\.method)
+                    && zip(route.segments, segments).allSatisfy { pattern, segment in isParameter(pattern) || pattern == segment }
+            }
         }
+        for (index, segment) in segments.enumerated() where candidates.contains(where: { $0.segments[index] == segment }) {
+            candidates.removeAll { isParameter($0.segments[index]) }
+        }
+        return candidates.map(\.method)
     }
 }
 
