@@ -25,11 +25,16 @@
 //   CamRigLocalRig     agents on this machine: child processes that die with their parent, agent processes,
 //                      a throwaway PKI, a one-call loopback rig, and a multi-host network (namespaces, and a
 //                      relay for delay, jitter and loss)
+//   CamRigText         plain-text tables, for the command line and the views
+//   CamRigViews        what the service's API and the command line show: the JSON views of agents, cameras,
+//                      captures, jobs and events, shared by both (no HTTP server in it)
+//   CamRigServiceClient  the command line's HTTPS client of a running service (AsyncHTTPClient)
 //   CamRigService      the coordinator as a long-running service: the rig kept connected and measured,
 //                      an HTTP API and WebSocket events (Hummingbird), live previews, the web console,
-//                      operator/viewer access, Prometheus metrics
+//                      operator/viewer access, metrics (swift-metrics, exported by Prometheus)
 //   CamRigCLI          what the command-line tools share: tables and JSON output
 //   camrig, camrig-agent   the command-line executables
+//   camrig-service     the HTTP server of `camrig serve`, which runs it (camrig itself links no HTTP server)
 //   camrig-bench       benchmarks against baselines measured in the same run (sync, throughput, latency, scale)
 //   CamRigTestSupport  helpers for the tests only: raw TLS peers, embedded agent connections, log capture
 import PackageDescription
@@ -41,6 +46,7 @@ let package = Package(
         .executable(name: "camrig", targets: ["camrig"]),
         .executable(name: "camrig-agent", targets: ["camrig-agent"]),
         .executable(name: "camrig-bench", targets: ["camrig-bench"]),
+        .executable(name: "camrig-service", targets: ["camrig-service"]),
         .library(name: "CamRigWire", targets: ["CamRigWire"]),
         .library(name: "CamRigCoordinator", targets: ["CamRigCoordinator"]),
         .library(name: "CamRigLocalRig", targets: ["CamRigLocalRig"]),
@@ -177,32 +183,50 @@ let package = Package(
                 .product(name: "X509", package: "swift-certificates"),
             ]
         ),
+        .target(name: "CamRigText"),
+        .target(
+            name: "CamRigViews",
+            dependencies: [
+                "CamRigText", "CamRigWire", "CamRigSecurity", "CamRigCoordinator", "CamRigCapture",
+                "CamRigDeviceModel", "CamRigWireModel",
+            ]
+        ),
+        .target(
+            name: "CamRigServiceClient",
+            dependencies: [
+                "CamRigViews", "CamRigSecurity",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ]
+        ),
         .target(
             name: "CamRigService",
             dependencies: [
-                "CamRigCLI", "CamRigClock", "CamRigWire", "CamRigSecurity", "CamRigCoordinator", "CamRigDevices", "CamRigCapture",
+                "CamRigViews", "CamRigClock", "CamRigWire", "CamRigSecurity", "CamRigCoordinator", "CamRigDevices", "CamRigCapture",
                 "CamRigStorage", "CamRigWireModel",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ],
             resources: [.copy("Console")]
         ),
         .target(
             name: "CamRigCLI",
             dependencies: [
+                "CamRigText",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -211,12 +235,21 @@ let package = Package(
             name: "camrig",
             dependencies: [
                 "CamRigCLI", "CamRigClock", "CamRigCoordinator", "CamRigSecurity", "CamRigWire", "CamRigDevices",
-                "CamRigCapture", "CamRigStorage", "CamRigWireModel", "CamRigLocalRig", "CamRigService",
+                "CamRigCapture", "CamRigStorage", "CamRigWireModel", "CamRigLocalRig", "CamRigViews", "CamRigServiceClient",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Yams", package: "Yams"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
+            name: "camrig-service",
+            dependencies: [
+                "CamRigService", "CamRigCLI", "CamRigCoordinator", "CamRigLocalRig", "CamRigSecurity", "CamRigWire",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         .executableTarget(
@@ -235,7 +268,7 @@ let package = Package(
             name: "camrig-bench",
             dependencies: [
                 "CamRigCLI", "CamRigClock", "CamRigCoordinator", "CamRigLocalRig", "CamRigWire",
-                "CamRigDevices", "CamRigCapture", "CamRigStorage", "CamRigWireModel",
+                "CamRigDevices", "CamRigCapture", "CamRigStorage", "CamRigWireModel", "CamRigViews",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -294,11 +327,20 @@ let package = Package(
             dependencies: ["CamRigStorage", "CamRigCapture", "CamRigFiles", "CamRigDevices", "CZlib"]
         ),
         .testTarget(
+            name: "CamRigServiceTests",
+            dependencies: [
+                "CamRigService", "CamRigViews", "CamRigCoordinator", "CamRigSecurity", "CamRigLocalRig", .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Yams", package: "Yams"),
+            ]
+        ),
+        .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "camrig", "camrig-agent", "camrig-bench", "CamRigTestSupport", "CamRigLocalRig", "CamRigCoordinator", "CamRigWire",
+                "camrig", "camrig-agent", "camrig-service", "camrig-bench", "CamRigTestSupport", "CamRigLocalRig", "CamRigCoordinator", "CamRigWire",
                 "CamRigClock", "CamRigDevices", "CamRigSecurity", "CamRigCapture", "CamRigStorage", "CamRigClockSocket",
-                "CamRigService",
+                "CamRigService", "CamRigViews", "CamRigServiceClient",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Yams", package: "Yams"),
             ]

@@ -22,7 +22,7 @@ CAMRIG_PACKAGES=(
 # Python packages the tests use beyond Debian's, as PACKAGE:MODULE: Selenium drives Debian's
 # chromium-driver in the console's browser test; openapi-spec-validator checks the service's OpenAPI
 # document; prometheus-client parses /metrics; PyYAML reads the OpenAPI document.
-CAMRIG_PYTHON_PACKAGES=(selenium:selenium openapi-spec-validator:openapi_spec_validator prometheus-client:prometheus_client pyyaml:yaml)
+CAMRIG_PYTHON_PACKAGES=(selenium:selenium openapi-spec-validator:openapi_spec_validator prometheus-client:prometheus_client pyyaml:yaml schemathesis:schemathesis)
 
 install_python_packages() {
     local missing=()

@@ -112,6 +112,7 @@ public struct TLSDirectory: Sendable {
     public func initialize(
         caName: String? = nil,
         coordinatorName: String = "coordinator",
+        coordinatorHostnames: [String] = TLSDirectory.localHostnames(),
         validFor days: Int = 3650
     ) throws -> (authority: CertificateAuthority, coordinator: CertificateAuthority.IssuedCertificate) {
         if FileManager.default.fileExists(atPath: file(Self.caCertificateFile)) {
@@ -126,8 +127,18 @@ public struct TLSDirectory: Sendable {
         let authority = try CertificateAuthority.create(name: name, validFor: days)
         try write(pem: try authority.certificate.serializeAsPEM().pemString, to: file(Self.caCertificateFile), secret: false)
         try write(pem: authority.privateKey.pemRepresentation, to: file(Self.caKeyFile), secret: true)
-        let coordinator = try issue(name: coordinatorName, role: .coordinator, authority: authority)
+        let coordinator = try issue(name: coordinatorName, role: .coordinator, hostnames: coordinatorHostnames, authority: authority)
         return (authority, coordinator)
+    }
+
+    /// The names this machine is reached by locally, which a coordinator certificate carries so that
+    /// HTTPS clients checking host names (curl, browsers) accept `camrig serve`'s address: localhost,
+    /// 127.0.0.1, ::1 and the host's name.
+    public static func localHostnames() -> [String] {
+        var names = ["localhost", "127.0.0.1", "::1"]
+        let host = ProcessInfo.processInfo.hostName
+        if !host.isEmpty, !names.contains(host) { names.append(host) }
+        return names
     }
 
     /// Issues a certificate with this directory's CA and writes it as `NAME.pem` and `NAME-key.pem`.

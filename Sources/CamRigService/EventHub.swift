@@ -1,32 +1,15 @@
+import CamRigViews
 import Foundation
 import NIOConcurrencyHelpers
-
-/// Something that happened on the rig, as the console and scripts see it (`/api/v1/events`).
-public struct ServiceEvent: Codable, Sendable, Equatable {
-    /// Increases by one with each event of this service.
-    public var sequence: UInt64
-    /// ISO 8601, when the service saw it.
-    public var time: String
-    /// `agent.up`, `agent.down`, `device.added`, `device.removed`, `device.connected`, `device.disconnected`,
-    /// `device.lease`, `device.settings`, `phase.state`, `session.committed`, `session.failed`,
-    /// `capture.started`, `capture.progress`, `capture.finished`, `capture.failed`.
-    public var kind: String
-    public var agent: String?
-    public var device: String?
-    /// One line for a person.
-    public var message: String
-    /// Details by name (capture id, progress, lock state…).
-    public var data: [String: String]
-}
 
 /// Fans events out to every watcher; a watcher that falls behind loses the oldest of its backlog, never
 /// the service's progress.
 public final class EventHub: Sendable {
     private struct State {
         var sequence: UInt64 = 0
-        var watchers: [UInt64: AsyncStream<ServiceEvent>.Continuation] = [:]
+        var watchers: [UInt64: AsyncStream<ServiceEventRecord>.Continuation] = [:]
         var nextWatcher: UInt64 = 1
-        var recent: [ServiceEvent] = []
+        var recent: [ServiceEventRecord] = []
     }
     private let state = NIOLockedValueBox(State())
     /// Events kept for `recent` (a console that just opened shows them).
@@ -35,8 +18,8 @@ public final class EventHub: Sendable {
     public init() {}
 
     /// A stream of every event from now on; it ends when `unsubscribe` is called with the id.
-    public func subscribe(backlog: Int = 256) -> (id: UInt64, events: AsyncStream<ServiceEvent>) {
-        let (stream, continuation) = AsyncStream.makeStream(of: ServiceEvent.self, bufferingPolicy: .bufferingNewest(backlog))
+    public func subscribe(backlog: Int = 256) -> (id: UInt64, events: AsyncStream<ServiceEventRecord>) {
+        let (stream, continuation) = AsyncStream.makeStream(of: ServiceEventRecord.self, bufferingPolicy: .bufferingNewest(backlog))
         let id = state.withLockedValue { state in
             defer { state.nextWatcher += 1 }
             state.watchers[state.nextWatcher] = continuation
@@ -54,23 +37,21 @@ public final class EventHub: Sendable {
     public var watcherCount: Int { state.withLockedValue { $0.watchers.count } }
 
     /// The latest events, oldest first.
-    public func recent(limit: Int = 100) -> [ServiceEvent] {
+    public func recent(limit: Int = 100) -> [ServiceEventRecord] {
         state.withLockedValue { Array($0.recent.suffix(limit)) }
     }
 
     @discardableResult
-    public func publish(_ kind: String, agent: String? = nil, device: String? = nil, _ message: String, data: [String: String] = [:]) -> ServiceEvent {
-        let (event, watchers) = state.withLockedValue { state -> (ServiceEvent, [AsyncStream<ServiceEvent>.Continuation]) in
+    public func publish(_ event: ServiceEvent) -> ServiceEventRecord {
+        let (record, watchers) = state.withLockedValue { state -> (ServiceEventRecord, [AsyncStream<ServiceEventRecord>.Continuation]) in
             state.sequence += 1
-            let event = ServiceEvent(
-                sequence: state.sequence, time: ISO8601DateFormatter().string(from: Date()), kind: kind, agent: agent, device: device,
-                message: message, data: data)
-            state.recent.append(event)
+            let record = ServiceEventRecord(sequence: state.sequence, time: ISO8601DateFormatter().string(from: Date()), event: event)
+            state.recent.append(record)
             if state.recent.count > Self.recentLimit { state.recent.removeFirst(state.recent.count - Self.recentLimit) }
-            return (event, Array(state.watchers.values))
+            return (record, Array(state.watchers.values))
         }
-        for watcher in watchers { watcher.yield(event) }
-        return event
+        for watcher in watchers { watcher.yield(record) }
+        return record
     }
 
     /// Ends every watcher's stream (service shutdown).

@@ -4,6 +4,7 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import ServiceLifecycle
 
 /// Live previews of the rig's cameras, fetched from their agents only while someone watches.
 ///
@@ -11,6 +12,11 @@ import NIOCore
 /// `StartStream.preview`); the last one to leave closes it. Watchers share one stream per camera and
 /// each sees the newest preview (one waiting at most: a slow watcher skips previews rather than
 /// holding anything up).
+///
+/// One `PreviewStateMachine` under one lock decides; this class runs what it decides outside the lock
+/// (yields, StartStream/StopStream, resuming whoever waits). Nothing polls: a feed waits for previews
+/// to resume, `pause()` for the streams to close, and the keep-alive (a service of the group) for the
+/// moment a feed has been quiet for 2 s.
 public final class PreviewHub: Sendable {
     /// One preview picture.
     public struct Preview: Sendable {
@@ -30,28 +36,13 @@ public final class PreviewHub: Sendable {
         public var maxWidth: UInt32 = 320
         public var framesPerSecond: Double = 5
         public var quality: UInt32 = 70
+        /// A feed whose watchers got nothing for this long is sent its newest preview again.
+        public var keepAliveInterval: Duration = .seconds(2)
         public init() {}
     }
 
-    private final class Feed: Sendable {
-        struct State {
-            var watchers: [UInt64: AsyncStream<Preview>.Continuation] = [:]
-            var latest: Preview?
-            var received: UInt64 = 0
-            var error: String?
-            /// The stream open now, to stop it when previews pause.
-            var open: (client: AgentClient, streamID: String)?
-            /// A StartStream sent and not yet answered.
-            var opening = false
-        }
-        let state = NIOLockedValueBox(State())
-        let task = NIOLockedValueBox<Task<Void, Never>?>(nil)
-    }
-
-    private let feeds = NIOLockedValueBox<[String: Feed]>([:])
-    /// While above 0, no preview stream is open (`paused`).
-    private let pauses = NIOLockedValueBox(0)
-    private let nextWatcher = NIOLockedValueBox<UInt64>(1)
+    typealias StateMachine = PreviewStateMachine<AsyncStream<Preview>.Continuation, AgentClient, CheckedContinuation<Void, Never>, Preview>
+    private let state = NIOLockedValueBox(StateMachine())
     private let options: Options
     private let logger: Logger
 
@@ -60,136 +51,106 @@ public final class PreviewHub: Sendable {
         self.logger = logger
     }
 
-    /// Sends each feed's newest preview again to its watchers when nothing newer came for 2 s (its agent
-    /// down, the camera unplugged, previews paused), so that a watcher that left is noticed by its next
-    /// write failing. Runs until cancelled.
-    public func keepAlive() async {
-        while !Task.isCancelled {
-            try? await Task.sleep(for: .seconds(2))
-            let all = feeds.withLockedValue { Array($0.values) }
-            for feed in all {
-                let (latest, watchers) = feed.state.withLockedValue { state in (state.latest, Array(state.watchers.values)) }
-                guard let latest, Date().timeIntervalSince(latest.received) >= 2 else { continue }
-                for watcher in watchers { watcher.yield(latest) }
-            }
-        }
-    }
+    // MARK: Watching
 
     /// Starts watching `device` (opening its preview stream if nobody watched it); the stream yields
     /// each preview as it arrives, the newest first if one is already there.
     public func watch(_ device: RigDevice) -> (id: UInt64, previews: AsyncStream<Preview>) {
-        let id = nextWatcher.withLockedValue { value in
-            defer { value += 1 }
-            return value
-        }
         let (stream, continuation) = AsyncStream.makeStream(of: Preview.self, bufferingPolicy: .bufferingNewest(1))
-        // The watcher joins under the hub's lock, so a last watcher leaving at the same moment cannot
-        // close the feed this one just joined.
-        let (feed, isNew) = feeds.withLockedValue { feeds -> (Feed, Bool) in
-            let existing = feeds[device.name]
-            let feed = existing ?? Feed()
-            feeds[device.name] = feed
-            feed.state.withLockedValue { state in
-                state.watchers[id] = continuation
-                if let latest = state.latest { continuation.yield(latest) }
-            }
-            return (feed, existing == nil)
-        }
-        continuation.onTermination = { [weak self] _ in self?.stopWatching(device.name, id: id) }
-        if isNew {
-            let options = self.options
-            let logger = self.logger
-            let pauses = self.pauses
-            feed.task.withLockedValue {
-                $0 = Task { await Self.run(feed, device: device, options: options, paused: { pauses.withLockedValue { $0 > 0 } }, logger: logger) }
-            }
+        let name = device.name
+        let (id, action) = state.withLockedValue { $0.watch(name, watcher: continuation) }
+        continuation.onTermination = { [weak self] _ in self?.stopWatching(name, id: id) }
+        switch action {
+        case .startFeed(let generation):
+            let task = Task { [self] in await self.feed(device, generation: generation) }
+            state.withLockedValue { $0.feedStarted(name, generation: generation, task: task) }?.cancel()
+        case .yield(let preview):
+            continuation.yield(preview)
+        case .none:
+            break
         }
         return (id, stream)
     }
 
     /// Stops one watcher; the camera's preview stream closes when it was the last.
     public func stopWatching(_ name: String, id: UInt64) {
-        let (continuation, emptied) = feeds.withLockedValue { feeds -> (AsyncStream<Preview>.Continuation?, Feed?) in
-            guard let feed = feeds[name] else { return (nil, nil) }
-            let (continuation, remaining) = feed.state.withLockedValue { state in
-                (state.watchers.removeValue(forKey: id), state.watchers.count)
-            }
-            guard remaining == 0 else { return (continuation, nil) }
-            feeds.removeValue(forKey: name)
-            return (continuation, feed)
+        let action = state.withLockedValue { $0.stopWatching(name, id: id) }
+        action.finish?.finish()
+        action.cancel?.cancel()
+        action.resumeLoop?.resume()
+        for waiter in action.resume { waiter.resume() }
+        if let (client, streamID) = action.stopStream {
+            // Closed by the last watcher leaving: tell the agent, so the camera stops if nobody else watches.
+            Task { await Self.stop(streamID, on: client) }
         }
-        continuation?.finish()
-        emptied?.task.withLockedValue { $0?.cancel() }
     }
 
     /// How many watch `name` now (0: its agent sends no previews).
-    public func watcherCount(_ name: String) -> Int {
-        feeds.withLockedValue { $0[name] }?.state.withLockedValue { $0.watchers.count } ?? 0
-    }
+    public func watcherCount(_ name: String) -> Int { state.withLockedValue { $0.watcherCount(name) } }
 
     /// Previews received for `name` since its stream opened.
-    public func receivedCount(_ name: String) -> UInt64 {
-        feeds.withLockedValue { $0[name] }?.state.withLockedValue { $0.received } ?? 0
-    }
+    public func receivedCount(_ name: String) -> UInt64 { state.withLockedValue { $0.receivedCount(name) } }
 
     /// One preview of `device`: the newest if someone watches it, else the first of a stream opened for it.
     public func snapshot(_ device: RigDevice, timeout: Duration = .seconds(5)) async throws -> Preview {
         let (id, previews) = watch(device)
         defer { stopWatching(device.name, id: id) }
-        return try await withThrowingTaskGroup(of: Preview?.self) { group in
+        let preview = await withTaskGroup(of: Preview?.self) { group in
             group.addTask {
                 for await preview in previews { return preview }
                 return nil
             }
             group.addTask {
-                try await Task.sleep(for: timeout)
+                try? await Task.sleep(for: timeout)
                 return nil
             }
             defer { group.cancelAll() }
-            if let preview = try await group.next() ?? nil { return preview }
-            let error = feeds.withLockedValue { $0[device.name] }?.state.withLockedValue { $0.error }
-            throw PreviewError(
-                device: device.name,
-                message: "no preview from \(device.name) within \(timeout)" + (error.map { ": \($0)" } ?? ""))
+            return await group.next() ?? nil
         }
+        if let preview { return preview }
+        let error = state.withLockedValue { $0.error(device.name) }
+        throw PreviewError(device: device.name, message: "no preview from \(device.name) within \(timeout)" + (error.map { ": \($0)" } ?? ""))
     }
+
+    // MARK: Pausing
 
     /// Closes every preview stream on the agents until `resume()` (watchers keep watching and see the
     /// next preview after): a camera's format cannot change while it streams. Returns once they are
     /// closed (at most 2 s).
     public func pause() async {
-        pauses.withLockedValue { $0 += 1 }
-        let all = feeds.withLockedValue { Array($0.values) }
-        for feed in all {
-            guard let (client, streamID) = feed.state.withLockedValue({ $0.open }) else { continue }
-            await Self.stop(streamID, on: client)
-        }
-        let deadline = ContinuousClock.now + .seconds(2)
-        while ContinuousClock.now < deadline, all.contains(where: { feed in feed.state.withLockedValue { $0.open != nil || $0.opening } }) {
-            try? await Task.sleep(for: .milliseconds(20))
+        let open = state.withLockedValue { $0.pause() }
+        for (client, streamID) in open { await Self.stop(streamID, on: client) }
+        let id = state.withLockedValue { $0.makeID() }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { [state] in
+                await withTaskCancellationHandler {
+                    await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+                        if !state.withLockedValue({ $0.waitForQuiet(id: id, waiter: waiter) }) { waiter.resume() }
+                    }
+                } onCancel: {
+                    state.withLockedValue { $0.cancelQuietWait(id: id) }?.resume()
+                }
+            }
+            group.addTask { try? await Task.sleep(for: .seconds(2)) }
+            await group.next()
+            group.cancelAll()
         }
     }
 
     /// Lets preview streams open again after `pause()`.
     public func resume() {
-        pauses.withLockedValue { $0 = max(0, $0 - 1) }
+        for loop in state.withLockedValue({ $0.resume() }) { loop.resume() }
     }
 
     /// Ends every preview stream (service shutdown).
     public func stopAll() {
-        let all = feeds.withLockedValue { feeds in
-            defer { feeds.removeAll() }
-            return Array(feeds.values)
-        }
-        for feed in all {
-            feed.task.withLockedValue { $0?.cancel() }
-            let watchers = feed.state.withLockedValue { state in
-                defer { state.watchers.removeAll() }
-                return Array(state.watchers.values)
-            }
-            for watcher in watchers { watcher.finish() }
-        }
+        let action = state.withLockedValue { $0.stopAll() }
+        for task in action.cancel { task.cancel() }
+        for watcher in action.finish { watcher.finish() }
+        for waiter in action.resume { waiter.resume() }
     }
+
+    // MARK: A feed
 
     /// Asks the agent to end a preview stream (it answers Ok, then ends the stream with StreamEnded).
     private static func stop(_ streamID: String, on client: AgentClient) async {
@@ -198,80 +159,100 @@ public final class PreviewHub: Sendable {
         _ = try? await client.request(.stopStream(stop))
     }
 
-    /// Keeps `device`'s preview stream open while the feed lives, reopening it after a second when it
-    /// ends (agent restarted, camera unplugged and back).
-    private static func run(_ feed: Feed, device: RigDevice, options: Options, paused: @Sendable () -> Bool, logger: Logger) async {
+    /// Waits until the feed may open its stream: false when the feed is gone.
+    private func mayOpen(_ name: String, generation: UInt64) async -> Bool {
         while !Task.isCancelled {
-            // Marked opening before the pause is looked at: a pause() from now on waits for this stream.
-            feed.state.withLockedValue { $0.opening = true }
-            while paused() && !Task.isCancelled {
-                feed.state.withLockedValue { $0.opening = false }
-                try? await Task.sleep(for: .milliseconds(50))
-                feed.state.withLockedValue { $0.opening = true }
+            switch state.withLockedValue({ $0.openStream(name, generation: generation) }) {
+            case .open: return true
+            case .end: return false
+            case .wait:
+                await withTaskCancellationHandler {
+                    await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+                        if !state.withLockedValue({ $0.park(name, generation: generation, waiter: waiter) }) { waiter.resume() }
+                    }
+                } onCancel: { [state] in
+                    state.withLockedValue { $0.cancelWait(name, generation: generation) }?.resume()
+                }
             }
-            var streamID: String?
-            var client: AgentClient?
+        }
+        return false
+    }
+
+    /// Keeps `device`'s preview stream open while the feed lives, reopening it a second after it ends
+    /// (agent restarted, camera unplugged and back).
+    private func feed(_ device: RigDevice, generation: UInt64) async {
+        let name = device.name
+        while await mayOpen(name, generation: generation) {
+            var failure: String?
             do {
-                let agentClient = try device.agent.client()
-                client = agentClient
+                let client = try device.agent.client()
                 var start = WireStartStream()
                 start.deviceID = device.deviceID
                 start.preview.maxWidth = options.maxWidth
                 start.preview.maxFramesPerSecond = options.framesPerSecond
                 start.preview.jpegQuality = options.quality
-                streaming: for try await frame in agentClient.stream(.startStream(start), buffering: .init(lowWatermark: 1, highWatermark: 2)) {
+                streaming: for try await frame in client.stream(.startStream(start), buffering: .init(lowWatermark: 1, highWatermark: 2)) {
                     switch frame.envelope.body {
                     case .streamStarted(let started):
-                        streamID = started.streamID
-                        feed.state.withLockedValue {
-                            $0.error = nil
-                            $0.open = (agentClient, started.streamID)
-                            $0.opening = false
-                        }
-                        if paused() {
-                            // Previews paused while this stream was being opened: close it at once.
-                            await Self.stop(started.streamID, on: agentClient)
+                        // Previews paused while this stream was being opened: closed at once.
+                        if let (client, streamID) = state.withLockedValue({ $0.streamStarted(name, generation: generation, client: client, streamID: started.streamID) }) {
+                            await Self.stop(streamID, on: client)
                         }
                     case .videoFrame(let video):
                         guard let payload = frame.payload else { continue }
                         let preview = Preview(
-                            jpeg: payload, sequence: video.sequence, timestamp: video.timestamp.nanoseconds,
-                            width: Int(video.dimensions.width), height: Int(video.dimensions.height), droppedBefore: video.droppedBefore,
-                            received: Date())
-                        let watchers = feed.state.withLockedValue { state in
-                            state.latest = preview
-                            state.received += 1
-                            return Array(state.watchers.values)
-                        }
-                        for watcher in watchers { watcher.yield(preview) }
+                            jpeg: payload, sequence: video.sequence, timestamp: video.timestamp.nanoseconds, width: Int(video.dimensions.width),
+                            height: Int(video.dimensions.height), droppedBefore: video.droppedBefore, received: Date())
+                        let action = state.withLockedValue { $0.received(name, generation: generation, preview, at: .now) }
+                        for watcher in action.watchers { watcher.yield(preview) }
+                        action.keepAlive?.resume()
                     case .streamEnded(let ended):
-                        feed.state.withLockedValue {
-                            $0.error = ended.message.isEmpty ? "the preview stream ended" : ended.message
-                            $0.open = nil
-                        }
-                        streamID = nil
+                        failure = ended.message.isEmpty ? "the preview stream ended" : ended.message
                         break streaming
                     case .error(let error):
-                        feed.state.withLockedValue { $0.error = error.message }
+                        failure = error.message
                         break streaming
                     default:
                         continue
                     }
                 }
             } catch {
-                feed.state.withLockedValue { $0.error = "\(error)" }
-                logger.debug("preview stream failed", metadata: ["camera": "\(device.name)", "error": "\(error)"])
+                logger.debug("preview stream failed", metadata: ["camera": "\(name)", "error": "\(error)"])
+                if !(error is CancellationError) { failure = "\(error)" }
             }
-            feed.state.withLockedValue {
-                $0.open = nil
-                $0.opening = false
-            }
-            if let streamID, let client {
-                // Closed by the last watcher leaving: tell the agent, so the camera stops if nobody else watches.
-                Task.detached { await Self.stop(streamID, on: client) }
-            }
+            for waiter in state.withLockedValue({ $0.streamClosed(name, generation: generation, error: failure) }) { waiter.resume() }
             if Task.isCancelled { return }
-            if !paused() { try? await Task.sleep(for: .seconds(1)) }
+            // A stream that ended on its own is tried again after a second (not when paused: it waits).
+            if !state.withLockedValue({ $0.isPaused }) { try? await Task.sleep(for: .seconds(1)) }
+        }
+    }
+}
+
+extension PreviewHub: Service {
+    /// The keep-alive, until graceful shutdown: a feed whose watchers got nothing for
+    /// `keepAliveInterval` (its agent down, the camera unplugged, previews paused) is sent its newest
+    /// preview again, so that a watcher that left is noticed by its next write failing.
+    public func run() async throws {
+        let (state, interval) = (self.state, options.keepAliveInterval)
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                switch state.withLockedValue({ $0.keepAlive(now: .now, interval: interval) }) {
+                case .end:
+                    return
+                case .resend(let feeds):
+                    for (watchers, preview) in feeds { for watcher in watchers { watcher.yield(preview) } }
+                case .sleep(let deadline):
+                    try? await Task.sleep(until: deadline, clock: .continuous)
+                case .wait:
+                    await withTaskCancellationHandler {
+                        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+                            if !state.withLockedValue({ $0.parkKeepAlive(waiter) }) { waiter.resume() }
+                        }
+                    } onCancel: {
+                        state.withLockedValue { $0.cancelKeepAliveWait() }?.resume()
+                    }
+                }
+            }
         }
     }
 }

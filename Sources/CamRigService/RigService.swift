@@ -1,20 +1,24 @@
 import CamRigCapture
 import CamRigClock
 import CamRigCoordinator
+import CamRigSecurity
 import CamRigDevices
 import CamRigStorage
+import CamRigViews
 import CamRigWire
 import CamRigWireModel
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
+import ServiceLifecycle
 
 /// The coordinator kept running: the rig's agents stay connected and their clocks measured, every camera
 /// stays in one committed, phase-locked session, and captures, settings and previews are served from it.
 ///
-/// A supervision loop (`run`) looks at the rig once a second: it notices agents coming and going, cameras
-/// plugged and unplugged, and rebuilds the session when its cameras changed or an agent restarted (an
-/// agent that restarts forgets the session's leases). Everything it notices is published as an event.
+/// `RigSupervisor` decides (when to rebuild the session, relock, what to publish, what may run now);
+/// this actor looks at the rig once a second (`run`), hands the supervisor what it saw, and carries
+/// out its actions on the session. Captures run as jobs of `jobs`, a service of the same group;
+/// their records are kept in a `JobTable`.
 public actor RigService {
     public struct Configuration: Sendable {
         public var capturesDirectory: URL
@@ -33,32 +37,16 @@ public actor RigService {
         }
     }
 
-    /// One sample of an agent's clock as the sync-health history keeps it.
-    public struct ClockSample: Codable, Sendable {
-        public var time: Double
-        public var offsetUs: Double?
-        public var errorBoundUs: Double?
-        public var roundTripUs: Double?
-        public var driftPpm: Double?
-    }
-
-    /// A capture the service runs: progress while it runs, the summary when done.
-    public struct CaptureJob: Codable, Sendable {
-        public var id: String
-        /// `photo` or `recording`.
-        public var kind: String
-        /// `running`, `finished` or `failed`.
-        public var state: String
-        public var started: String
-        public var finished: String?
-        /// 0…1.
-        public var progress: Double
-        public var message: String
-        public var captureId: String?
-        public var summary: CaptureOutput?
-        public var contactSheet: String?
-        public var error: String?
-        public var requestedBy: String
+    /// What the routes and metrics read of the service, taken at one moment.
+    public struct State: Sendable {
+        public var session: RigSession?
+        public var sessionError: String?
+        public var sessionCommitted: Date?
+        public var devices: [RigDevice]
+        public var phases: [String: CameraPhase]
+        public var spools: [String: WireSpoolStatus]
+        public var droppedFrames: [String: Int]
+        public var runningJob: String?
     }
 
     public nonisolated let pool: AgentPool
@@ -66,46 +54,50 @@ public actor RigService {
     public nonisolated let previews: PreviewHub
     public nonisolated let store: CaptureStore
     public nonisolated let configuration: Configuration
+    public nonisolated let metrics: ServiceMetrics
+    /// Where capture jobs run: a service of the group (`services`).
+    public nonisolated let jobs: JobRunner
     private let logger: Logger
 
+    private var supervisor: RigSupervisor
+    private var jobTable = JobTable()
     public private(set) var session: RigSession?
-    /// The agents the session was built over, with when each connected: a change means a rebuild.
-    private var sessionAgents: [String: Date] = [:]
-    private var sessionInputs: Set<String> = []
-    public private(set) var sessionError: String?
     public private(set) var sessionCommitted: Date?
-    private var nextRebuild = ContinuousClock.now
     public private(set) var devices: [RigDevice] = []
     public private(set) var phases: [String: CameraPhase] = [:]
-    public private(set) var history: [String: [ClockSample]] = [:]
-    private var agentStatus: [String: String] = [:]
-    private var deviceSeen: [String: (connected: Bool, lease: String?, phase: String)] = [:]
-    public private(set) var jobs: [CaptureJob] = []
-    /// What the service is doing that excludes the others (a capture, a settings change, a session
-    /// rebuild); nil when idle. Set before the first suspension of the operation, so that an actor
-    /// re-entered meanwhile sees it.
-    private var busy: String?
-    /// The phase lock was released for a change and could not be taken again: tried again by `supervise`.
-    private var relockDue: ContinuousClock.Instant?
+    public private(set) var history: [String: [ClockHistorySample]] = [:]
     /// Each agent's result spool as it last reported it.
     public private(set) var spools: [String: WireSpoolStatus] = [:]
     private var lastSpoolPoll = ContinuousClock.now - .seconds(60)
     private var spoolsAsked: Set<String> = []
     /// Frames each camera dropped in the captures this service made.
     public private(set) var droppedFrames: [String: Int] = [:]
-    /// Counts for the metrics.
-    public private(set) var capturesFinished: [String: Int] = [:]
-    public private(set) var capturesFailed: [String: Int] = [:]
-    public private(set) var captureSeconds: [String: Double] = [:]
-    public let started = Date()
+    public nonisolated let started = Date()
 
-    public init(pool: AgentPool, configuration: Configuration, logger: Logger) throws {
+    public init(pool: AgentPool, configuration: Configuration, metrics: ServiceMetrics = ServiceMetrics(), logger: Logger) throws {
         self.pool = pool
         self.configuration = configuration
+        self.metrics = metrics
         self.logger = logger
         self.events = EventHub()
         self.previews = PreviewHub(logger: logger)
+        self.jobs = JobRunner()
         self.store = try CaptureStore(root: configuration.capturesDirectory)
+        supervisor = RigSupervisor(configuration: .init(rebuildBackoff: configuration.rebuildBackoff))
+    }
+
+    /// The service's parts for a `ServiceGroup`, in start order (shutdown runs the other way: previews and
+    /// jobs end, awaited, before the supervision releases the session).
+    public nonisolated var services: [any Service] { [RigServiceRunner(self), jobs, previews] }
+
+    public var sessionError: String? { supervisor.sessionError }
+    public var jobList: [CaptureJob] { jobTable.jobs }
+    public func job(_ id: String) -> CaptureJob? { jobTable.job(id) }
+
+    public func state() -> State {
+        State(
+            session: session, sessionError: supervisor.sessionError, sessionCommitted: sessionCommitted, devices: devices, phases: phases,
+            spools: spools, droppedFrames: droppedFrames, runningJob: jobTable.running?.id)
     }
 
     // MARK: Supervision
@@ -113,14 +105,11 @@ public actor RigService {
     /// Looks after the rig until cancelled, then releases the session.
     public func run() async {
         pool.start()
-        events.publish("service.started", "coordinator service started with \(pool.agents.count) agent(s)")
-        let previews = self.previews
-        let keepAlive = Task { await previews.keepAlive() }
+        events.publish(.serviceStarted(agents: pool.agents.count))
         while !Task.isCancelled {
             await supervise()
             try? await Task.sleep(for: configuration.supervisionInterval)
         }
-        keepAlive.cancel()
         await shutdown()
     }
 
@@ -129,7 +118,8 @@ public actor RigService {
         previews.stopAll()
         if let session { await session.stop() }
         session = nil
-        events.publish("service.stopped", "coordinator service stopped")
+        supervisor.sessionStopped()
+        events.publish(.serviceStopped)
         events.finishAll()
         await pool.stop()
     }
@@ -137,24 +127,16 @@ public actor RigService {
     /// One look at the rig.
     func supervise() async {
         let now = Date().timeIntervalSince1970
-        var connectedSince: [String: Date] = [:]
+        var agents: [RigSupervisor.AgentObservation] = []
         for agent in pool.agents {
             let snapshot = agent.snapshot
-            let key = snapshot.endpoint.description
-            let status = snapshot.status.name
-            if agentStatus[key] != status {
-                let previous = agentStatus[key]
-                agentStatus[key] = status
-                if status == "connected" {
-                    events.publish("agent.up", agent: snapshot.name, "agent \(snapshot.name) connected (\(snapshot.endpoint))")
-                } else if previous == "connected" || (previous == nil && status == "down") {
-                    var reason = ""
-                    if case .down(let why, _) = snapshot.status { reason = ": \(why)" }
-                    events.publish("agent.down", agent: snapshot.name, "agent \(snapshot.name) is \(status)\(reason)")
-                }
-            }
-            if snapshot.status == .connected, let since = snapshot.connectedSince { connectedSince[snapshot.name] = since }
-            var sample = ClockSample(time: now)
+            var reason: String?
+            if case .down(let why, _) = snapshot.status { reason = why }
+            agents.append(
+                .init(
+                    name: snapshot.name, endpoint: snapshot.endpoint.description, status: snapshot.status.name, reason: reason,
+                    connectedSince: snapshot.connectedSince))
+            var sample = ClockHistorySample(time: now)
             if let clock = snapshot.clock {
                 sample.offsetUs = clock.offsetNanoseconds / 1000
                 sample.errorBoundUs = clock.errorBoundNanoseconds / 1000
@@ -163,7 +145,7 @@ public actor RigService {
             // The latest probe's round trip, else the estimate's lowest.
             sample.roundTripUs = (snapshot.recentRoundTrips.last ?? snapshot.clock?.minimumRoundTrip).map { Double($0) / 1000 }
             history[snapshot.name, default: []].append(sample)
-            if history[snapshot.name]!.count > configuration.historyLength { history[snapshot.name]!.removeFirst() }
+            if let count = history[snapshot.name]?.count, count > configuration.historyLength { history[snapshot.name]?.removeFirst() }
         }
         await refreshDevices()
         // An agent just connected is asked at once, the others every 5 s.
@@ -172,21 +154,39 @@ public actor RigService {
             lastSpoolPoll = ContinuousClock.now
             await pollSpools()
         }
-        await maintainSession(connectedSince: connectedSince)
-        if let due = relockDue, ContinuousClock.now >= due, busy == nil, let session {
-            busy = "a phase lock"
-            await relock(session)
-            busy = nil
+        await refreshPhases()
+        let observed = devices.map { device in
+            RigSupervisor.DeviceObservation(
+                name: device.name, agent: device.agentID, localizedName: device.description.localizedName, connected: device.description.connected,
+                lease: device.description.hasLease ? device.description.lease.holder : nil, phase: phases[device.name]?.stateName ?? "unlocked")
         }
-        if let session {
-            let phases = await session.phaseStatus()
-            var byName: [String: CameraPhase] = [:]
-            for phase in phases { byName[phase.camera] = phase }
-            self.phases = byName
-        } else {
+        let actions = supervisor.observe(.init(agents: agents, devices: observed, now: .now))
+        await perform(actions)
+    }
+
+    private func perform(_ actions: [RigSupervisor.Action]) async {
+        for action in actions {
+            switch action {
+            case .emit(let event):
+                events.publish(event)
+            case .rebuildSession(let cameras):
+                let outcome = await rebuildSession(over: cameras)
+                await perform(outcome)
+            case .relock:
+                if let session { await relock(session) }
+                supervisor.end(.relocking)
+            }
+        }
+    }
+
+    private func refreshPhases() async {
+        guard let session else {
             phases = [:]
+            return
         }
-        publishDeviceChanges()
+        var byName: [String: CameraPhase] = [:]
+        for phase in await session.phaseStatus() { byName[phase.camera] = phase }
+        phases = byName
     }
 
     /// Asks every connected agent how full its result spool is.
@@ -214,59 +214,23 @@ public actor RigService {
         devices = await RigDiscovery.devices(in: pool).devices
     }
 
-    private func publishDeviceChanges() {
-        var seen: [String: (connected: Bool, lease: String?, phase: String)] = [:]
-        for device in devices {
-            let lease = device.description.hasLease ? device.description.lease.holder : nil
-            let phase = phases[device.name]?.stateName ?? "unlocked"
-            let now = (connected: device.description.connected, lease: lease, phase: phase)
-            seen[device.name] = now
-            guard let before = deviceSeen[device.name] else {
-                events.publish("device.added", agent: device.agentID, device: device.name, "camera \(device.name) (\(device.description.localizedName)) is on the rig")
-                continue
-            }
-            if before.connected != now.connected {
-                events.publish(
-                    now.connected ? "device.connected" : "device.disconnected", agent: device.agentID, device: device.name,
-                    now.connected ? "camera \(device.name) was plugged in" : "camera \(device.name) was unplugged")
-            }
-            if before.lease != now.lease {
-                events.publish(
-                    "device.lease", agent: device.agentID, device: device.name,
-                    now.lease.map { "camera \(device.name) is locked for configuration by \($0)" } ?? "camera \(device.name) is unlocked",
-                    data: ["holder": now.lease ?? ""])
-            }
-            if before.phase != now.phase {
-                events.publish(
-                    "phase.state", agent: device.agentID, device: device.name, "camera \(device.name) phase lock: \(now.phase)",
-                    data: ["state": now.phase])
-            }
-        }
-        for name in deviceSeen.keys where seen[name] == nil {
-            events.publish("device.removed", device: name, "camera \(name) is no longer on the rig (its agent is down or it was removed)")
-        }
-        deviceSeen = seen
-    }
-
-    /// Builds the session anew when the cameras it should hold changed or an agent reconnected.
-    private func maintainSession(connectedSince: [String: Date]) async {
-        let wanted = Set(devices.filter { $0.description.connected }.map(\.name))
-        let agentsChanged = sessionAgents.contains { name, since in connectedSince[name] != since }
-        let needed = session == nil ? !wanted.isEmpty : (wanted != sessionInputs || agentsChanged)
-        guard needed, busy == nil, ContinuousClock.now >= nextRebuild else { return }
-        busy = "a rebuild of the session"
-        defer { busy = nil }
-        relockDue = nil
+    /// Builds the session anew over `cameras`; returns what the supervisor makes of the outcome.
+    private func rebuildSession(over cameras: Set<String>) async -> [RigSupervisor.Action] {
         if let old = session {
             // Nothing may start on a session being stopped.
             session = nil
             await old.stop()
         }
+        var connectedSince: [String: Date] = [:]
+        for agent in pool.agents {
+            let snapshot = agent.snapshot
+            if snapshot.status == .connected, let since = snapshot.connectedSince { connectedSince[snapshot.name] = since }
+        }
         do {
             let session = RigSession(pool: pool, logger: logger)
             var added: [String] = []
             var skipped: [String] = []
-            for device in devices where wanted.contains(device.name) {
+            for device in devices where cameras.contains(device.name) {
                 let availability = await session.canAddInput(device)
                 if let reason = availability.reason {
                     skipped.append("\(device.name): \(reason)")
@@ -291,21 +255,14 @@ public actor RigService {
                 }
             }
             self.session = session
-            sessionInputs = Set(added)
-            sessionAgents = connectedSince.filter { name, _ in added.contains { $0.hasPrefix(name + "/") } }
-            sessionError = skipped.isEmpty ? nil : "left out: " + skipped.joined(separator: "; ")
             sessionCommitted = Date()
-            events.publish(
-                "session.committed", "session \(session.id) committed over \(added.count) camera(s)" + (skipped.isEmpty ? "" : "; left out: \(skipped.joined(separator: "; "))"),
-                data: ["session": session.id, "cameras": "\(added.count)"])
+            let agents = connectedSince.filter { name, _ in added.contains { $0.hasPrefix(name + "/") } }
             await refreshDevices()
+            return supervisor.sessionCommitted(id: session.id, added: added, skipped: skipped, agents: agents)
         } catch {
-            sessionError = Self.message(error)
-            sessionInputs = []
-            sessionAgents = [:]
-            nextRebuild = ContinuousClock.now + configuration.rebuildBackoff
-            events.publish("session.failed", "the session could not be committed: \(sessionError ?? "")")
-            logger.warning("session could not be committed", metadata: ["error": "\(sessionError ?? "")"])
+            let reason = Self.message(error)
+            logger.warning("session could not be committed", metadata: ["error": "\(reason)"])
+            return supervisor.sessionFailed(reason: reason, now: .now)
         }
     }
 
@@ -318,21 +275,17 @@ public actor RigService {
         return device
     }
 
-    public func job(_ id: String) -> CaptureJob? { jobs.first { $0.id == id } }
-
     // MARK: Settings
 
     /// Applies `key=value` settings (as `camrig device set` takes them) to a camera of the session, under
     /// the session's lease on it; returns the camera's state after.
     public func apply(settings: [String], to name: String, by access: Access) async throws -> RigDevice {
         let device = try device(named: name)
-        guard let session, sessionInputs.contains(device.name) else {
+        guard let session, await session.inputs.contains(where: { $0.name == device.name }) else {
             throw ServiceError(
                 .conflict, agent: device.agentID, device: device.name,
-                "camera \(device.name) is not in the service's session" + (sessionError.map { " (\($0))" } ?? "") + "; it joins when it is connected and not locked by another client")
-        }
-        if let busy {
-            throw ServiceError(.conflict, agent: device.agentID, device: device.name, "\(busy) is under way; change settings when it has finished")
+                "camera \(device.name) is not in the service's session" + (supervisor.sessionError.map { " (\($0))" } ?? "")
+                    + "; it joins when it is connected and not locked by another client")
         }
         let change: WireConfigure
         do {
@@ -340,8 +293,11 @@ public actor RigService {
         } catch {
             throw ServiceError(.badRequest, agent: device.agentID, device: device.name, "\(error)")
         }
-        busy = "a settings change on \(device.name)"
-        defer { busy = nil }
+        let activity = RigActivity.changingSettings(device: device.name)
+        if let refusal = supervisor.begin(activity) {
+            throw ServiceError(.conflict, agent: device.agentID, device: device.name, "\(refusal); change settings when it has finished")
+        }
+        defer { supervisor.end(activity) }
         do {
             try await reconfigure(session, quiesce: change.hasFormatID || change.hasMinFrameDuration) {
                 await session.beginConfiguration()
@@ -352,9 +308,7 @@ public actor RigService {
             throw ServiceError(.conflict, agent: device.agentID, device: device.name, Self.message(error))
         }
         await refreshDevices()
-        events.publish(
-            "device.settings", agent: device.agentID, device: device.name, "\(access.name) set \(settings.joined(separator: " ")) on \(device.name)",
-            data: ["settings": settings.joined(separator: " "), "by": access.name])
+        events.publish(.deviceSettings(agent: device.agentID, device: device.name, settings: settings.joined(separator: " "), by: access.name))
         return try self.device(named: name)
     }
 
@@ -373,51 +327,41 @@ public actor RigService {
         if let failure { throw failure }
     }
 
-    /// Puts the cameras back on the frame grid; when that fails, says so (event, session error) and
-    /// tries again from `supervise` every 10 s: captures meanwhile are taken unlocked and their manifests say so.
+    /// Puts the cameras back on the frame grid; the supervisor says what a failure means (an event, the
+    /// session's error, another try in 10 s).
     private func relock(_ session: RigSession) async {
+        let outcome: [RigSupervisor.Action]
         do {
             _ = try await session.lockPhase(tolerance: configuration.lockTolerance)
-            if relockDue != nil { events.publish("phase.relocked", "the cameras are phase-locked again") }
-            relockDue = nil
-            if sessionError?.hasPrefix("phase lock lost") == true { sessionError = nil }
+            outcome = supervisor.relocked()
         } catch {
-            if relockDue == nil {
-                events.publish("phase.failed", "the cameras could not be phase-locked again after a change: \(Self.message(error)); retrying every 10 s")
-            }
-            sessionError = "phase lock lost after a change: \(Self.message(error))"
-            relockDue = ContinuousClock.now + .seconds(10)
+            outcome = supervisor.relockFailed(reason: Self.message(error), now: .now)
         }
+        for case .emit(let event) in outcome { events.publish(event) }
     }
 
     // MARK: Captures
 
-    public struct PhotoRequest: Codable, Sendable {
-        public var quality: String?
-        /// `frame`, `jpeg` or `dng`.
-        public var output: String?
-        public var bracket: [Float]?
-        public init(quality: String? = nil, output: String? = nil, bracket: [Float]? = nil) {
-            self.quality = quality
-            self.output = output
-            self.bracket = bracket
-        }
-    }
-
-    public struct RecordRequest: Codable, Sendable {
-        public var duration: Double
-        public var fps: Double?
-        /// WxH
-        public var size: String?
-        public init(duration: Double, fps: Double? = nil, size: String? = nil) {
-            self.duration = duration
-            self.fps = fps
-            self.size = size
-        }
-    }
-
     /// Starts a synchronized photo of every camera of the session; its progress is the returned job.
     public func startPhoto(_ request: PhotoRequest, by access: Access) throws -> CaptureJob {
+        let settings = try Self.photoSettings(request)
+        let session = try sessionForCapture()
+        let job = try begin(.photo, access: access)
+        let store = self.store
+        let previews = self.previews
+        submit(job) { service in
+            // Previews pause for the photo: a camera that can be triggered exposes at the instant only
+            // when it is not already streaming for someone's preview.
+            await previews.pause()
+            defer { previews.resume() }
+            await service.progress(job.id, 0.1, "firing every camera at one instant")
+            return try await session.capturePhoto(into: store, settings: settings)
+        }
+        return job
+    }
+
+    /// The photo settings `request` asks for, or why they cannot be had.
+    static func photoSettings(_ request: PhotoRequest) throws -> WirePhotoSettings {
         var settings = WirePhotoSettings()
         switch request.quality ?? "balanced" {
         case "speed": settings.qualityPrioritization = .speed
@@ -438,29 +382,11 @@ public actor RigService {
             settings.bracketExposureBiases = bracket
         }
         settings.uniqueID = UInt64.random(in: 1...UInt64.max)
-        let session = try sessionForCapture()
-        let job = begin(kind: "photo", access: access)
-        let store = self.store
-        let previews = self.previews
-        Task {
-            let start = ContinuousClock.now
-            // Previews pause for the photo: a camera that can be triggered exposes at the instant only
-            // when it is not already streaming for someone's preview.
-            await previews.pause()
-            defer { previews.resume() }
-            do {
-                self.progress(job.id, 0.1, "firing every camera at one instant")
-                let report = try await session.capturePhoto(into: store, settings: settings)
-                self.finish(job.id, report: report, elapsed: ContinuousClock.now - start)
-            } catch {
-                self.fail(job.id, error: error, elapsed: ContinuousClock.now - start)
-            }
-        }
-        return job
+        return settings
     }
 
-    /// Starts a synchronized recording of every camera of the session (at `fps` and `size` when given).
-    public func startRecording(_ request: RecordRequest, by access: Access) throws -> CaptureJob {
+    /// What a recording request asks for, or why it cannot be had.
+    static func recording(_ request: RecordRequest) throws -> (rate: FrameDuration?, dimensions: Dimensions?) {
         guard request.duration > 0, request.duration <= 600 else { throw ServiceError(.badRequest, "duration must be within (0, 600] seconds") }
         var rate: FrameDuration?
         if let fps = request.fps {
@@ -469,108 +395,123 @@ public actor RigService {
         }
         var dimensions: Dimensions?
         if let size = request.size {
-            let parts = size.lowercased().split(separator: "x").compactMap { UInt32($0) }
-            guard parts.count == 2, parts[0] > 0, parts[1] > 0 else { throw ServiceError(.badRequest, "size '\(size)' is not WxH, e.g. 640x480") }
-            dimensions = Dimensions(width: parts[0], height: parts[1])
+            let parts = size.lowercased().split(separator: "x", omittingEmptySubsequences: false)
+            guard parts.count == 2, let width = DeviceSettingsParser.positive(parts[0]), let height = DeviceSettingsParser.positive(parts[1]) else {
+                throw ServiceError(.badRequest, "size '\(size)' is not WxH, e.g. 640x480")
+            }
+            dimensions = Dimensions(width: width, height: height)
         }
+        return (rate, dimensions)
+    }
+
+    /// Starts a synchronized recording of every camera of the session (at `fps` and `size` when given).
+    public func startRecording(_ request: RecordRequest, by access: Access) async throws -> CaptureJob {
+        let (rate, dimensions) = try Self.recording(request)
         let session = try sessionForCapture()
-        let job = begin(kind: "recording", access: access)
+        if let dimensions {
+            // A size a camera has no format of would fail the recording once started: refused now.
+            let lacking = await session.inputs.filter { input in !input.formats.contains { $0.dimensions == dimensions } }
+            if let first = lacking.first {
+                let sizes = Set(first.formats.map { "\($0.dimensions.width)x\($0.dimensions.height)" }).sorted()
+                throw ServiceError(
+                    .conflict, agent: first.agentID, device: first.name,
+                    "size \(dimensions.width)x\(dimensions.height) is not a format of " + lacking.map(\.name).joined(separator: ", ")
+                        + " (\(first.name) has \(sizes.joined(separator: ", ")))")
+            }
+        }
+        let job = try begin(.recording, access: access)
         let store = self.store
         let duration = Duration.milliseconds(Int64(request.duration * 1000))
-        let (lockPhase, tolerance) = (configuration.phaseLock, configuration.lockTolerance)
+        let lockPhase = configuration.phaseLock
         let previews = self.previews
-        Task {
-            let start = ContinuousClock.now
-            do {
-                if rate != nil || dimensions != nil {
-                    self.progress(job.id, 0.02, "configuring every camera")
-                    try await self.reconfigure(session, quiesce: true) {
-                        await session.beginConfiguration()
-                        // A size asked for picks each camera's format; a rate alone keeps their formats.
-                        await session.setPreset(dimensions == nil ? .inputPriority : .high)
-                        await session.setFrameRate(.init(dimensions: dimensions, frameDuration: rate))
-                        try await session.commitConfiguration()
-                    }
-                    if lockPhase { _ = await session.waitForPhaseLock(timeout: .seconds(5)) }
+        submit(job) { service in
+            if rate != nil || dimensions != nil {
+                await service.progress(job.id, 0.02, "configuring every camera")
+                try await service.reconfigure(session, quiesce: true) {
+                    await session.beginConfiguration()
+                    // A size asked for picks each camera's format; a rate alone keeps their formats.
+                    await session.setPreset(dimensions == nil ? .inputPriority : .high)
+                    await session.setFrameRate(.init(dimensions: dimensions, frameDuration: rate))
+                    try await session.commitConfiguration()
                 }
-                let id = job.id
-                // Previews pause until the recording's streams run (its first progress): cameras then
-                // start on the trigger's instant, and previews join those streams.
-                await previews.pause()
-                let resumed = NIOLockedValueBox(false)
-                let resume: @Sendable () -> Void = { if resumed.withLockedValue({ value in defer { value = true }; return !value }) { previews.resume() } }
-                defer { resume() }
-                let report = try await session.record(duration: duration, into: store) { progress in
-                    if progress.elapsed > .zero { resume() }
-                    let (seconds, total) = (progress.elapsed.seconds, progress.duration.seconds)
-                    let fraction = total > 0 ? min(1, seconds / total) : 0
-                    Task { await self.progress(id, 0.05 + 0.9 * fraction, String(format: "recording %.1f of %.1f s, %d sets", seconds, total, progress.sets)) }
-                }
-                self.finish(job.id, report: report, elapsed: ContinuousClock.now - start)
-            } catch {
-                self.fail(job.id, error: error, elapsed: ContinuousClock.now - start)
+                if lockPhase { _ = await session.waitForPhaseLock(timeout: .seconds(5)) }
             }
+            // Previews pause until the recording's streams run (its first progress): cameras then
+            // start on the trigger's instant, and previews join those streams.
+            await previews.pause()
+            let resumed = NIOLockedValueBox(false)
+            let resume: @Sendable () -> Void = { if resumed.withLockedValue({ value in defer { value = true }; return !value }) { previews.resume() } }
+            defer { resume() }
+            // Progress reaches the job table in the order the recording reports it: one consumer, the
+            // newest report waiting at most.
+            let (reports, reporter) = AsyncStream.makeStream(of: (Double, String).self, bufferingPolicy: .bufferingNewest(1))
+            async let reported: Void = {
+                for await (fraction, message) in reports { await service.progress(job.id, fraction, message) }
+            }()
+            defer { reporter.finish() }
+            let report = try await session.record(duration: duration, into: store) { progress in
+                if progress.elapsed > .zero { resume() }
+                let (seconds, total) = (progress.elapsed.seconds, progress.duration.seconds)
+                let fraction = total > 0 ? min(1, seconds / total) : 0
+                reporter.yield((0.05 + 0.9 * fraction, String(format: "recording %.1f of %.1f s, %d sets", seconds, total, progress.sets)))
+            }
+            reporter.finish()
+            await reported
+            return report
         }
         return job
     }
 
     private func sessionForCapture() throws -> RigSession {
-        if let busy { throw ServiceError(.conflict, "\(busy) is under way; start the capture when it has finished") }
+        if let activity = supervisor.activity { throw ServiceError(.conflict, "\(activity) is under way; start the capture when it has finished") }
         guard let session else {
-            throw ServiceError(.unavailable, "no session: " + (sessionError ?? "no camera is connected yet"))
+            throw ServiceError(.unavailable, "no session: " + (supervisor.sessionError ?? "no camera is connected yet"))
         }
         return session
     }
 
-    private func begin(kind: String, access: Access) -> CaptureJob {
-        let job = CaptureJob(
-            id: "job-" + String(UInt64.random(in: 0...UInt64.max), radix: 36), kind: kind, state: "running",
-            started: ISO8601DateFormatter().string(from: Date()), progress: 0, message: "starting", requestedBy: access.name)
-        jobs.append(job)
-        if jobs.count > 100 { jobs.removeFirst(jobs.count - 100) }
-        busy = "a \(kind) (\(job.id))"
-        events.publish("capture.started", "\(access.name) started a \(kind)", data: ["job": job.id, "kind": kind])
+    private func begin(_ kind: JobKind, access: Access) throws -> CaptureJob {
+        let id = "job-" + String(UInt64.random(in: 0...UInt64.max), radix: 36)
+        if let refusal = supervisor.begin(.capturing(job: id, kind: kind)) {
+            throw ServiceError(.conflict, "\(refusal); start the capture when it has finished")
+        }
+        let (job, event) = jobTable.start(id: id, kind: kind, by: access.name, at: Date())
+        events.publish(event)
         return job
     }
 
+    /// Runs `capture` as a job of `jobs`, and records its end.
+    private func submit(_ job: CaptureJob, _ capture: @escaping @Sendable (RigService) async throws -> CaptureReport) {
+        let submitted = jobs.submit { [self] in
+            let start = ContinuousClock.now
+            do {
+                let report = try await capture(self)
+                await self.finish(job.id, report: report, elapsed: ContinuousClock.now - start)
+            } catch {
+                await self.fail(job.id, error: error, elapsed: ContinuousClock.now - start)
+            }
+        }
+        if !submitted { fail(job.id, error: ServiceError(.unavailable, "the service is stopping"), elapsed: .zero) }
+    }
+
     private func progress(_ id: String, _ fraction: Double, _ message: String) {
-        guard let index = jobs.firstIndex(where: { $0.id == id }), jobs[index].state == "running" else { return }
-        jobs[index].progress = max(jobs[index].progress, fraction)
-        jobs[index].message = message
-        events.publish("capture.progress", message, data: ["job": id, "progress": String(format: "%.3f", jobs[index].progress)])
+        if let event = jobTable.progress(id, fraction: fraction, message: message) { events.publish(event) }
     }
 
     private func finish(_ id: String, report: CaptureReport, elapsed: Duration) {
-        guard let index = jobs.firstIndex(where: { $0.id == id }) else { return }
+        guard let job = jobTable.job(id) else { return }
         let summary = CaptureOutput(report.manifest, directory: report.directory.path)
-        jobs[index].state = "finished"
-        jobs[index].progress = 1
-        jobs[index].finished = ISO8601DateFormatter().string(from: Date())
-        jobs[index].captureId = report.manifest.id
-        jobs[index].summary = summary
-        jobs[index].contactSheet = report.manifest.contactSheet
-        jobs[index].message = String(format: "%d set(s), skew max %.1f µs", summary.sets, summary.maxSkewUs)
-        busy = nil
-        let kind = jobs[index].kind
+        supervisor.end(.capturing(job: id, kind: job.kind))
         for camera in summary.cameras { droppedFrames[camera.camera, default: 0] += camera.droppedFrames }
-        capturesFinished[kind, default: 0] += 1
-        captureSeconds[kind, default: 0] += elapsed.seconds
-        events.publish(
-            "capture.finished", "\(kind) \(report.manifest.id) finished: \(jobs[index].message)",
-            data: ["job": id, "capture": report.manifest.id, "kind": kind, "contact_sheet": report.manifest.contactSheet ?? ""])
+        metrics.captureEnded(job.kind, finished: true, seconds: elapsed.seconds)
+        if let event = jobTable.finish(id, summary: summary, contactSheet: report.manifest.contactSheet, at: Date()) { events.publish(event) }
     }
 
     private func fail(_ id: String, error: any Error, elapsed: Duration) {
-        guard let index = jobs.firstIndex(where: { $0.id == id }) else { return }
-        jobs[index].state = "failed"
-        jobs[index].finished = ISO8601DateFormatter().string(from: Date())
-        jobs[index].error = Self.message(error)
-        jobs[index].message = "failed"
-        busy = nil
-        let kind = jobs[index].kind
-        capturesFailed[kind, default: 0] += 1
-        captureSeconds[kind, default: 0] += elapsed.seconds
-        events.publish("capture.failed", "\(kind) failed: \(Self.message(error))", data: ["job": id, "kind": kind])
+        guard let job = jobTable.job(id) else { return }
+        supervisor.end(.capturing(job: id, kind: job.kind))
+        metrics.captureEnded(job.kind, finished: false, seconds: elapsed.seconds)
+        if let event = jobTable.fail(id, reason: Self.message(error), at: Date()) { events.publish(event) }
     }
 
     /// An error as one line for a person.
@@ -579,5 +520,25 @@ public actor RigService {
         case let error as CustomStringConvertible: error.description
         default: "\(error)"
         }
+    }
+}
+
+/// Runs `RigService`'s supervision under swift-service-lifecycle: it stops, releasing its cameras, on
+/// graceful shutdown.
+public struct RigServiceRunner: Service {
+    let service: RigService
+
+    public init(_ service: RigService) { self.service = service }
+
+    public func run() async throws {
+        await cancelWhenGracefulShutdown { await service.run() }
+    }
+}
+
+extension CaptureStore {
+    /// Free bytes where the captures are stored, read off the request's thread.
+    func availableCapacity() async -> Int? {
+        let root = self.root
+        return try? await BlockingWork.run { try root.resourceValues(forKeys: [.volumeAvailableCapacityKey]).volumeAvailableCapacity }
     }
 }

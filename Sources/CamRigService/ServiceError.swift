@@ -1,4 +1,6 @@
+import CamRigViews
 import Foundation
+import HTTPTypes
 import Hummingbird
 
 /// An error the service answers with: an HTTP status and an RFC 9457 problem document naming the agent
@@ -12,6 +14,9 @@ public struct ServiceError: Error, Sendable, CustomStringConvertible {
         case conflict
         case unavailable
         case tooLarge = "too-large"
+        case methodNotAllowed = "method-not-allowed"
+        case unsupportedMediaType = "unsupported-media-type"
+        case upgradeRequired = "upgrade-required"
 
         var status: HTTPResponse.Status {
             switch self {
@@ -22,6 +27,9 @@ public struct ServiceError: Error, Sendable, CustomStringConvertible {
             case .conflict: .conflict
             case .unavailable: .serviceUnavailable
             case .tooLarge: .contentTooLarge
+            case .methodNotAllowed: .methodNotAllowed
+            case .unsupportedMediaType: .unsupportedMediaType
+            case .upgradeRequired: .upgradeRequired
             }
         }
 
@@ -34,6 +42,9 @@ public struct ServiceError: Error, Sendable, CustomStringConvertible {
             case .conflict: "The rig is not in a state to do this now"
             case .unavailable: "The rig cannot do this yet"
             case .tooLarge: "Too large"
+            case .methodNotAllowed: "This route does not take that method"
+            case .unsupportedMediaType: "The request body is not of a type this route takes"
+            case .upgradeRequired: "This route is a WebSocket"
             }
         }
     }
@@ -42,6 +53,8 @@ public struct ServiceError: Error, Sendable, CustomStringConvertible {
     public var agent: String?
     public var device: String?
     public var detail: String
+    /// Extra response headers (`Allow` with a 405, `Upgrade` with a 426).
+    public var headers: [(HTTPField.Name, String)] = []
 
     public init(_ kind: Kind, agent: String? = nil, device: String? = nil, _ detail: String) {
         self.kind = kind
@@ -51,17 +64,6 @@ public struct ServiceError: Error, Sendable, CustomStringConvertible {
     }
 
     public var description: String { detail }
-
-    /// The problem document (`application/problem+json`).
-    public struct Problem: Codable, Sendable {
-        public var type: String
-        public var title: String
-        public var status: Int
-        public var detail: String
-        public var agent: String?
-        public var device: String?
-        public var instance: String?
-    }
 
     func problem(instance: String?) -> Problem {
         Problem(
@@ -79,6 +81,7 @@ extension ServiceError: HTTPResponseError {
         let body = try encoder.encode(problem(instance: request.uri.path))
         var headers: HTTPFields = [.contentType: "application/problem+json"]
         if kind == .unauthorized { headers[.wwwAuthenticate] = "Bearer realm=\"camrig\"" }
+        for (name, value) in self.headers { headers[name] = value }
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(data: body)))
     }
 }

@@ -7,6 +7,7 @@ import HummingbirdWebSocket
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOHTTP1
 import NIOSSL
 import ServiceLifecycle
 import X509
@@ -25,6 +26,12 @@ public enum ServiceServer {
             "/usr/local/share/camrig/console", "/usr/share/camrig/console",
         ]
         return candidates.first { FileManager.default.fileExists(atPath: $0 + "/index.html") } ?? candidates[0]
+    }
+
+    /// The host a service listening on `host` names in the address it prints: 127.0.0.1 for every address
+    /// (0.0.0.0, ::), else the one listened on. The coordinator's certificate names it (`camrig certs init`).
+    public static func shownHost(_ host: String) -> String {
+        host == "0.0.0.0" || host == "::" ? "127.0.0.1" : host
     }
 
     /// The server's TLS: the coordinator's certificate from `directory`, client certificates asked for
@@ -54,15 +61,16 @@ public enum ServiceServer {
         revokedTokens: TokenDenyList? = nil,
         allowedOrigins: Set<String> = [],
         consoleDirectory: String,
-        metrics: ServiceMetrics = ServiceMetrics(),
         connectionTimeout: TimeAmount = .seconds(30),
         logger: Logger,
         onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws -> some ApplicationProtocol {
+        let isRevoked: @Sendable (Certificate) -> Bool = { certificate in verifier?.isRevoked(certificate) ?? false }
+        let revokedToken: @Sendable (String) -> Date? = { id in revokedTokens?.revokedAt(id) }
         let router = ServiceRoutes.router(
-            service: service, metrics: metrics, trustRoot: trustRoot, consoleDirectory: consoleDirectory,
-            isRevoked: { certificate in verifier?.isRevoked(certificate) ?? false }, allowedOrigins: allowedOrigins,
-            revokedToken: { id in revokedTokens?.revokedAt(id) })
+            service: service, trustRoot: trustRoot, consoleDirectory: consoleDirectory, isRevoked: isRevoked, allowedOrigins: allowedOrigins,
+            revokedToken: revokedToken)
+        let gate = AccessGate(trustRoot: trustRoot, isRevoked: isRevoked, allowedOrigins: allowedOrigins, revokedToken: revokedToken)
         // A connection that sends no request within 30 s of opening (a stalled handshake included:
         // nothing decrypted arrives) is closed, so is one idle for 30 s between requests, and at most
         // 1024 are open at once: peers without a certificate cannot take the descriptors the agents'
@@ -73,7 +81,7 @@ public enum ServiceServer {
             FirstRequestTimeoutChannel(
                 base: try TLSChannel(
                     HTTP1WebSocketUpgradeChannel(responder: responder, webSocketResponder: webSocketResponder, configuration: http), configuration: tls),
-                after: connectionTimeout)
+                after: connectionTimeout, gate: gate)
         }
         return Application(
             router: router,
@@ -86,16 +94,6 @@ public enum ServiceServer {
     }
 }
 
-/// Runs `RigService` under swift-service-lifecycle: it stops, releasing its cameras, on graceful shutdown.
-public struct RigServiceRunner: Service {
-    let service: RigService
-
-    public init(_ service: RigService) { self.service = service }
-
-    public func run() async throws {
-        await cancelWhenGracefulShutdown { await service.run() }
-    }
-}
 
 /// The client-certificate verifier, with the revocation list re-read whenever `crl.pem` changes: a
 /// certificate revoked while the service runs is refused from its next connection on. A list the CA
@@ -139,10 +137,13 @@ public final class ReloadingVerifier: Sendable {
 /// A server channel that closes a connection which has not sent anything decrypted within `after` of
 /// opening (a silent peer, a stalled TLS handshake): Hummingbird's idle timeout starts with the first
 /// request only.
+///
+/// It also puts an `UpgradeGate` in front of the WebSocket upgrade.
 struct FirstRequestTimeoutChannel<Base: ServerChildChannel>: ServerChildChannel {
     typealias Value = Base.Value
     let base: Base
     let after: TimeAmount
+    let gate: AccessGate
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         base.setup(channel: channel, logger: logger).flatMapThrowing { value in
@@ -152,6 +153,9 @@ struct FirstRequestTimeoutChannel<Base: ServerChildChannel>: ServerChildChannel 
                 try pipeline.addHandler(timeout, position: .after(tls))
             } else {
                 try pipeline.addHandler(timeout, position: .first)
+            }
+            if let decoder = try? pipeline.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self) {
+                try pipeline.addHandler(UpgradeGate(gate: gate), position: .after(decoder))
             }
             return value
         }
@@ -192,5 +196,40 @@ final class FirstRequestTimeout: ChannelInboundHandler, RemovableChannelHandler 
 
     func handlerRemoved(context: ChannelHandlerContext) {
         timer?.cancel()
+    }
+}
+
+/// Lets a WebSocket upgrade through only when the caller may open it. Refused, the request goes on as
+/// a plain request with its upgrade headers taken off, so that the router answers it with the problem
+/// (401, 403) any other request would get; an upgrade refused later can only be an empty 400.
+final class UpgradeGate: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
+    let gate: AccessGate
+
+    init(gate: AccessGate) { self.gate = gate }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard case .head(var head) = unwrapInboundIn(data), head.headers.first(name: "upgrade")?.lowercased() == "websocket", refuses(head, context)
+        else { return context.fireChannelRead(data) }
+        head.headers.remove(name: "upgrade")
+        let connection = head.headers[canonicalForm: "connection"].filter { $0.lowercased() != "upgrade" }.joined(separator: ", ")
+        head.headers.remove(name: "connection")
+        if !connection.isEmpty { head.headers.add(name: "connection", value: connection) }
+        context.fireChannelRead(wrapInboundOut(.head(head)))
+    }
+
+    private func refuses(_ head: HTTPRequestHead, _ context: ChannelHandlerContext) -> Bool {
+        let headers = head.headers
+        if gate.crossSite(method: head.method.rawValue, upgrade: "websocket", origin: headers.first(name: "origin"), host: headers.first(name: "host")) != nil {
+            return true
+        }
+        let peer = (try? context.pipeline.syncOperations.handler(type: NIOSSLServerHandler.self))?.peerCertificate.flatMap(Certificate.init)
+        let cookie = headers.first(name: "cookie").flatMap { AccessGate.cookie(AccessGate.cookieName, in: $0) }
+        do {
+            return try gate.access(certificate: peer, authorization: headers.first(name: "authorization"), cookie: cookie) == nil
+        } catch {
+            return true
+        }
     }
 }

@@ -6,8 +6,8 @@ import Dispatch
 /// run lease renewal and stream consumers; an fsync or a large PNG held on one of them stalls the
 /// others. Dispatch adds threads while its workers block, and the image encoder already spreads one
 /// image over the cores from there.
-enum BlockingWork {
-    static func run<Value: Sendable>(_ work: @escaping @Sendable () throws -> Value) async throws -> Value {
+public enum BlockingWork {
+    public static func run<Value: Sendable>(_ work: @escaping @Sendable () throws -> Value) async throws -> Value {
         try await withCheckedThrowingContinuation { continuation in
             DispatchQueue.global(qos: .userInitiated).async {
                 continuation.resume(with: Result { try work() })

@@ -1,3 +1,4 @@
+import CamRigViews
 import CamRigClock
 import ArgumentParser
 import CamRigCLI

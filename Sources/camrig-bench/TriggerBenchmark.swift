@@ -1,3 +1,4 @@
+import CamRigViews
 import ArgumentParser
 import CamRigCLI
 import CamRigClock

@@ -2,7 +2,7 @@ import CamRigCLI
 import CamRigCoordinator
 import CamRigLocalRig
 import CamRigSecurity
-import CamRigService
+import CamRigViews
 import CamRigStorage
 
 /// Turns a library error into the message and exit code the user sees: `Error: message`, status 1.

@@ -66,15 +66,32 @@ struct PackageLayerTests {
 
     @Test("the coordinator links the device model, and no device backend, JPEG or image-kernel code")
     func coordinatorLinksNoBackend() {
-        var closure: Set<String> = []
-        var queue = ["CamRigCoordinator"]
-        while let next = queue.popLast() {
-            for dependency in Self.targets[next]?.local ?? [] where closure.insert(dependency).inserted { queue.append(dependency) }
-        }
+        let closure = Self.closure(of: "CamRigCoordinator").targets
         #expect(closure.contains("CamRigDeviceModel"))
         for forbidden in ["CamRigDevices", "CLibV4L2", "CTurboJPEG", "CImageKernels", "CZlib", "CamRigStorage"] {
             #expect(!closure.contains(forbidden), "CamRigCoordinator links \(forbidden) through \(closure.sorted())")
         }
+    }
+
+    /// The targets `name` links, directly or through others, and the products of other packages they bring.
+    static func closure(of name: String) -> (targets: Set<String>, products: Set<String>) {
+        var targets: Set<String> = [name]
+        var queue = [name]
+        while let next = queue.popLast() {
+            for dependency in Self.targets[next]?.local ?? [] where targets.insert(dependency).inserted { queue.append(dependency) }
+        }
+        return (targets, Set(targets.flatMap { Self.targets[$0]?.products ?? [] }))
+    }
+
+    @Test("the command line links no HTTP server or metrics exporter, and the service does not depend on the command line")
+    func commandLineLinksNoServer() {
+        let camrig = Self.closure(of: "camrig")
+        #expect(camrig.targets.contains("CamRigViews") && camrig.targets.contains("CamRigServiceClient"))
+        for server in ["Hummingbird", "HummingbirdCore", "HummingbirdTLS", "HummingbirdWebSocket", "Prometheus"] {
+            #expect(!camrig.products.contains(server), "camrig links \(server)")
+        }
+        #expect(!camrig.targets.contains("CamRigService"), "camrig links the service")
+        #expect(!Self.closure(of: "CamRigService").targets.contains("CamRigCLI"), "the service depends on the command line's target")
     }
 
     @Test("every declared dependency of a target is imported by it, and no target needs unsafe flags")

@@ -1,11 +1,14 @@
 import CamRigCoordinator
-import CamRigSecurity
-import CamRigWire
 import CamRigLocalRig
+@testable import CamRigSecurity
 @testable import CamRigService
+import CamRigServiceClient
 import CamRigTestSupport
+import CamRigViews
+import CamRigWire
 import Foundation
 import Logging
+import ServiceLifecycle
 import Testing
 import Yams
 
@@ -21,8 +24,7 @@ struct ServiceTests {
         defer { try? FileManager.default.removeItem(atPath: pki.path) }
         let (service, captures) = try Self.serviceWithoutAgents()
         defer { try? FileManager.default.removeItem(at: captures) }
-        let router = ServiceRoutes.router(
-            service: service, metrics: ServiceMetrics(), trustRoot: try pki.directory.trustRoot(), consoleDirectory: Self.console.path)
+        let router = ServiceRoutes.router(service: service, trustRoot: try pki.directory.trustRoot(), consoleDirectory: Self.console.path)
         let served = Set(router.routes.map { "\($0.method.rawValue) \($0.path)" })
 
         let document = try #require(
@@ -146,7 +148,8 @@ struct ServiceTests {
         configuration.rebuildBackoff = .milliseconds(500)
         let service = try RigService(pool: pool, configuration: configuration, logger: logger)
         let (_, events) = service.events.subscribe(backlog: 1000)
-        let running = Task { await service.run() }
+        let group = ServiceGroup(services: service.services, logger: logger)
+        let running = Task { try await group.run() }
         let access = Access(name: "test", role: .operator, method: "token")
 
         #expect(await Self.eventually(.seconds(30)) { await service.session?.inputs.count == 2 }, "no session over both cameras")
@@ -157,7 +160,7 @@ struct ServiceTests {
         let watchers = cameras.map { service.previews.watch($0) }
         #expect(await Self.eventually(.seconds(10)) { cameras.allSatisfy { service.previews.receivedCount($0.name) > 0 } }, "no previews")
         let job = try await service.startRecording(.init(duration: 2, fps: 30), by: access)
-        #expect(await Self.eventually(.seconds(60)) { await service.job(job.id)?.state != "running" })
+        #expect(await Self.eventually(.seconds(60)) { await service.job(job.id)?.state != .running })
         let finished = await service.job(job.id)
         let recording = try #require(finished?.summary, "recording failed: \(finished?.error ?? "")")
         #expect(recording.droppedFrames == 0, "previews cost the recording \(recording.droppedFrames) frame(s)")
@@ -169,7 +172,7 @@ struct ServiceTests {
             "previews did not come back after the recording")
         // A photo while the cameras are previewed is still taken at one instant.
         let watchedPhoto = try await service.startPhoto(.init(quality: "balanced"), by: access)
-        #expect(await Self.eventually(.seconds(30)) { await service.job(watchedPhoto.id)?.state != "running" })
+        #expect(await Self.eventually(.seconds(30)) { await service.job(watchedPhoto.id)?.state != .running })
         let watchedSummary = try #require(await service.job(watchedPhoto.id)?.summary)
         #expect(watchedSummary.maxSkewUs <= 100, "previews cost the photo its sync: skew \(watchedSummary.maxSkewUs) µs")
         for (camera, watcher) in zip(cameras, watchers) { service.previews.stopWatching(camera.name, id: watcher.id) }
@@ -187,14 +190,14 @@ struct ServiceTests {
         }
         #expect(rebuilt, "the session was not rebuilt over both cameras after agent-2 restarted")
         let photo = try await service.startPhoto(.init(quality: "speed"), by: access)
-        #expect(await Self.eventually(.seconds(30)) { await service.job(photo.id)?.state != "running" })
+        #expect(await Self.eventually(.seconds(30)) { await service.job(photo.id)?.state != .running })
         let photoJob = await service.job(photo.id)
         #expect(photoJob?.summary?.cameras.count == 2, "photo after the restart: \(photoJob?.error ?? "")")
 
-        running.cancel()
-        await running.value
+        await group.triggerGracefulShutdown()
+        try await running.value
         var kinds: [String] = []
-        for await event in events { kinds.append(event.kind + (event.agent.map { ":" + $0 } ?? "")) }
+        for await event in events { kinds.append(event.kind.rawValue + (event.agent.map { ":" + $0 } ?? "")) }
         #expect(kinds.contains("agent.down:agent-2") && kinds.contains("capture.finished"))
         #expect(kinds.filter { $0 == "session.committed" }.count >= 2)
         #expect(kinds.last == "service.stopped")

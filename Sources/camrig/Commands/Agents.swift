@@ -1,4 +1,5 @@
-import CamRigService
+import CamRigServiceClient
+import CamRigViews
 import ArgumentParser
 import CamRigCLI
 import Foundation

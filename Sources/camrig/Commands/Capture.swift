@@ -1,4 +1,5 @@
-import CamRigService
+import CamRigServiceClient
+import CamRigViews
 import ArgumentParser
 import Foundation
 import CamRigCLI
@@ -129,13 +130,13 @@ extension Capture {
         guard session.device.isEmpty, session.size == nil, session.pixelFormat == nil else {
             throw CommandFailure("the service captures every camera of its session as configured: --device, --size and --pixel-format are not taken through it (change formats with `camrig device set`)")
         }
-        let request = RigService.PhotoRequest(
+        let request = PhotoRequest(
             quality: quality.rawValue, output: raw ? "dng" : jpeg ? "jpeg" : "frame", bracket: bracket == nil ? nil : try bracketBiases())
         var summaries: [CaptureOutput] = []
         let start = ContinuousClock.now
         for index in 0..<burst {
             try await ContinuousClock().sleep(until: start + .seconds(interval * Double(index)))
-            let job: RigService.CaptureJob = try await client.post("/api/v1/captures/photo", request)
+            let job: CaptureJob = try await client.post("/api/v1/captures/photo", request)
             summaries.append(try await ThroughService.finish(job, on: client, quiet: quiet))
         }
         return summaries

@@ -15,6 +15,13 @@ extension Certs {
         @Option(name: .long, help: "Name of the coordinator certificate.")
         var coordinatorName = "coordinator"
 
+        @Option(
+            name: .long,
+            help: ArgumentHelp(
+                "A host name or address the coordinator's certificate names besides localhost, 127.0.0.1, ::1 and this host's name: the one `camrig serve` is reached by (repeatable).",
+                valueName: "host"))
+        var hostname: [String] = []
+
         @Option(name: .long, help: "Common name of the CA (default: 'CamRig CA' and a random suffix).")
         var caName: String?
 
@@ -24,7 +31,8 @@ extension Certs {
         func run() async throws {
             let directory = TLSDirectory(path: dir)
             do {
-                let (authority, coordinator) = try directory.initialize(caName: caName, coordinatorName: coordinatorName)
+                let (authority, coordinator) = try directory.initialize(
+                    caName: caName, coordinatorName: coordinatorName, coordinatorHostnames: TLSDirectory.localHostnames() + hostname)
                 let summary = CertificateSummary(name: coordinatorName, identity: coordinator.identity, directory: directory)
                 if json {
                     try printJSON(InitOutput(ca: "\(authority.certificate.subject)", directory: dir, certificates: [summary]))

@@ -1,7 +1,7 @@
 import ArgumentParser
 import CamRigCLI
 import CamRigSecurity
-import CamRigService
+import CamRigViews
 import Foundation
 
 extension Certs {

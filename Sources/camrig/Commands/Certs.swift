@@ -1,6 +1,6 @@
 import ArgumentParser
 import CamRigSecurity
-import CamRigService
+import CamRigViews
 
 /// `camrig certs …`: the rig's certificate authority.
 struct Certs: AsyncParsableCommand {

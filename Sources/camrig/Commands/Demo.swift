@@ -1,4 +1,4 @@
-import CamRigService
+import CamRigViews
 import ArgumentParser
 import CamRigCLI
 import CamRigCapture

@@ -1,4 +1,5 @@
-import CamRigService
+import CamRigServiceClient
+import CamRigViews
 import ArgumentParser
 import CamRigCLI
 import CamRigCoordinator
@@ -41,7 +42,7 @@ extension Device {
                 }
                 if let detail = try await rig.throughService(logger: logger, { client in
                     // The camera as the service names it (a bare device id is found among the rig's cameras).
-                    let cameras: [ServiceRoutes.CameraView] = try await client.get("/api/v1/devices")
+                    let cameras: [CameraView] = try await client.get("/api/v1/devices")
                     let exact = cameras.filter { $0.device.name == device }
                     let matches = exact.isEmpty ? cameras.filter { $0.device.device == device } : exact
                     guard matches.count == 1, let camera = matches.first else {
@@ -51,7 +52,7 @@ extension Device {
                                 : "'\(device)' is a camera of several agents (\(matches.map(\.device.name).joined(separator: ", "))): name it AGENT/DEVICE")
                     }
                     let path = ServiceClient.cameraPath(agent: camera.device.agent, device: camera.device.device)
-                    return try await client.put("\(path)/settings", ServiceRoutes.SettingsRequest(settings: pairs), as: ServiceRoutes.CameraDetail.self)
+                    return try await client.put("\(path)/settings", SettingsRequest(settings: pairs), as: CameraDetail.self)
                 }) {
                     if output.json {
                         try printJSON(["device": device, "format": detail.camera.device.activeFormat, "fps": detail.camera.device.activeFps.map { String(format: "%.3f", $0) } ?? "-"], snakeCase: true)

@@ -1,4 +1,5 @@
-import CamRigService
+import CamRigServiceClient
+import CamRigViews
 import ArgumentParser
 import CamRigCLI
 import CamRigCoordinator
@@ -61,7 +62,7 @@ struct Devices: AsyncParsableCommand {
         let query = try discoveryQuery()
         do {
             let rows: [DeviceOutput]
-            if query == nil, let served = try await rig.throughService(logger: logger, { try await $0.get("/api/v1/devices", as: [ServiceRoutes.CameraView].self) }) {
+            if query == nil, let served = try await rig.throughService(logger: logger, { try await $0.get("/api/v1/devices", as: [CameraView].self) }) {
                 rows = served.map(\.device)
             } else {
                 let (devices, failures) = try await rig.withPool(logger: logger, clockSamples: 0) { pool in await RigDiscovery.devices(in: pool, query: query) }

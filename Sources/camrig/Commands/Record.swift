@@ -1,4 +1,5 @@
-import CamRigService
+import CamRigServiceClient
+import CamRigViews
 import CamRigClock
 import ArgumentParser
 import CamRigCLI
@@ -43,8 +44,8 @@ struct Record: AsyncParsableCommand {
                     guard rate.denominator == 1 || rate.numerator == 1 else { throw CommandFailure("through the service, give --fps as a whole number of frames per second") }
                     frameRate = rate.frameRate.rounded()
                 }
-                let job: RigService.CaptureJob = try await client.post(
-                    "/api/v1/captures/recording", RigService.RecordRequest(duration: duration, fps: frameRate, size: session.size))
+                let job: CaptureJob = try await client.post(
+                    "/api/v1/captures/recording", RecordRequest(duration: duration, fps: frameRate, size: session.size))
                 return try await ThroughService.finish(job, on: client, quiet: quiet)
             }) {
                 if output.json { try printJSON(summary, snakeCase: true) } else { print(summary.text) }

@@ -1,12 +1,9 @@
 import ArgumentParser
 import CamRigCLI
 import CamRigCoordinator
-import CamRigLocalRig
 import CamRigSecurity
-import CamRigService
 import Foundation
 import Logging
-import ServiceLifecycle
 
 /// `camrig serve`: the coordinator as a long-running service with an HTTP API and a web console.
 struct Serve: AsyncParsableCommand {
@@ -18,7 +15,8 @@ struct Serve: AsyncParsableCommand {
             goes. The console and API are served over TLS with the coordinator's certificate: operators \
             present a coordinator certificate or an operator token, viewers a viewer certificate or token \
             (`camrig certs token`). With --loopback N, a rig of N synthetic agents is started on this machine \
-            and a sign-in link is printed.
+            and a sign-in link is printed. The server itself is the camrig-service program installed beside \
+            camrig, which this command runs with the rig resolved.
             """
     )
 
@@ -59,67 +57,48 @@ struct Serve: AsyncParsableCommand {
 
     func run() async throws {
         let logger = output.makeLogger(label: "camrig.serve")
+        var arguments = ["--listen", listen, "--cameras", "\(cameras)", "--log-level", output.logLevel.rawValue]
+        if let loopback { arguments += ["--loopback", "\(loopback)"] }
+        if let console { arguments += ["--console", console] }
+        if noPhaseLock { arguments.append("--no-phase-lock") }
+        for origin in allowOrigin { arguments += ["--allow-origin", origin] }
+        if let out = captures.out { arguments += ["--out", out] }
+        if output.json { arguments.append("--json") }
         do {
-            let (host, port) = try listenAddress()
-            if let loopback {
-                let local = try await LoopbackRig(agents: LocalAgentSpec.simulated(count: loopback, cameras: cameras), caName: "CamRig console CA")
-                try await local.run {
-                    let pool = AgentPool(endpoints: local.endpoints, security: try local.clientSecurity(), logger: logger)
-                    try await serve(pool: pool, directory: local.pki.directory, identity: "coordinator", host: host, port: port, announceToken: true, logger: logger)
-                }
-            } else {
+            if loopback == nil {
                 let (endpoints, security) = try rig.resolve(logger: logger)
                 guard case .tls(let mutual) = security, let directory = try rig.tlsDirectoryPath() else {
                     throw CommandFailure("camrig serve needs TLS: give --tls-dir DIR (or tls_dir in the rig file) holding ca.pem and a coordinator certificate")
                 }
-                let pool = AgentPool(endpoints: endpoints, security: security, logger: logger)
-                try await serve(
-                    pool: pool, directory: TLSDirectory(path: directory), identity: mutual.identity.name, host: host, port: port, announceToken: false,
-                    logger: logger)
+                arguments += ["--tls-dir", directory, "--identity", mutual.identity.name]
+                for endpoint in endpoints { arguments += ["--agent", endpoint.description] }
             }
+            try Self.exec(try Self.serviceProgram(), arguments)
         } catch {
             throw userFacing(error)
         }
     }
 
-    private func serve(pool: AgentPool, directory: TLSDirectory, identity: String, host: String, port: Int, announceToken: Bool, logger: Logger) async throws {
-        let root = URL(fileURLWithPath: captures.out ?? ProcessInfo.processInfo.environment["CAMRIG_CAPTURES"] ?? "captures")
-        var configuration = RigService.Configuration(capturesDirectory: root)
-        configuration.phaseLock = !noPhaseLock
-        let service = try RigService(pool: pool, configuration: configuration, logger: logger)
-        let trustRoot = try directory.trustRoot()
-        let consoleDirectory = ServiceServer.consoleDirectory(console)
-        guard FileManager.default.fileExists(atPath: consoleDirectory + "/index.html") else {
-            throw CommandFailure("the console's files are not in \(consoleDirectory): give --console DIR (Sources/CamRigService/Console in the source tree)")
+    /// The `camrig-service` program: `$CAMRIG_SERVICE_PROGRAM`, else next to this executable, else on `PATH`.
+    static func serviceProgram() throws -> String {
+        if let path = ProcessInfo.processInfo.environment["CAMRIG_SERVICE_PROGRAM"] { return path }
+        let own = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
+        let sibling = own.appendingPathComponent("camrig-service").path
+        if FileManager.default.isExecutableFile(atPath: sibling) { return sibling }
+        for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":") {
+            let candidate = URL(fileURLWithPath: String(directory)).appendingPathComponent("camrig-service").path
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
         }
-        let token: String? = announceToken
-            ? try AccessTokens.issue(name: "operator", role: .operator, expires: Date().addingTimeInterval(86_400), authority: try directory.loadAuthority())
-            : nil
-        let json = output.json
-        let verifier = try ReloadingVerifier(directory: directory)
-        let app = try ServiceServer.application(
-            service: service, host: host, port: port,
-            tls: try ServiceServer.tlsConfiguration(directory: directory, identityName: identity, verifier: verifier),
-            trustRoot: trustRoot, verifier: verifier, revokedTokens: TokenDenyList(directory: directory), allowedOrigins: Set(allowOrigin), consoleDirectory: consoleDirectory, logger: logger
-        ) { bound in
-            let shown = host == "0.0.0.0" || host == "::" ? "127.0.0.1" : host
-            var line = "serving https://\(shown):\(bound)/"
-            if let token { line += "\nsign in: https://\(shown):\(bound)/login?token=\(token)\ntls-dir: \(directory.path)" }
-            if json {
-                var fields = ["url": "https://\(shown):\(bound)/", "port": "\(bound)"]
-                if let token { fields["token"] = token; fields["tls_dir"] = directory.path }
-                if let data = try? JSONSerialization.data(withJSONObject: fields, options: [.sortedKeys]) {
-                    FileHandle.standardOutput.write(data + Data("\n".utf8))
-                }
-            } else {
-                FileHandle.standardOutput.write(Data((line + "\n").utf8))
-            }
-        }
-        let group = ServiceGroup(
-            configuration: .init(
-                services: [.init(service: RigServiceRunner(service)), .init(service: app)],
-                gracefulShutdownSignals: [.sigterm, .sigint],
-                logger: logger))
-        try await group.run()
+        throw CommandFailure(
+            "cannot find camrig-service (the service's HTTP server) next to camrig or on PATH: install it beside camrig, build it (`swift build`), or set CAMRIG_SERVICE_PROGRAM")
+    }
+
+    /// Replaces this process with `program`: the service keeps this process's id, standard streams and
+    /// signals (systemd's SIGTERM reaches the service itself).
+    static func exec(_ program: String, _ arguments: [String]) throws -> Never {
+        let argv = ([program] + arguments).map { strdup($0) } + [nil]
+        execv(program, argv)
+        let reason = String(cString: strerror(errno))
+        throw CommandFailure("cannot run \(program): \(reason)")
     }
 }

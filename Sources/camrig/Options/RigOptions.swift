@@ -1,6 +1,7 @@
 import CamRigCLI
 import CamRigSecurity
-import CamRigService
+import CamRigServiceClient
+import CamRigViews
 import ArgumentParser
 import CamRigCoordinator
 import CamRigWire

@@ -1,4 +1,4 @@
-import CamRigService
+import CamRigViews
 import CamRigCLI
 import CamRigCapture
 import CamRigCoordinator

@@ -1,3 +1,4 @@
+import CamRigViews
 import CamRigCLI
 
 /// Round trips in microseconds, summarized.

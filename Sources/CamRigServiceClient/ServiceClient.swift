@@ -1,7 +1,9 @@
 import AsyncHTTPClient
 import CamRigSecurity
+import CamRigViews
 import Foundation
 import NIOCore
+import NIOFoundationCompat
 import NIOHTTP1
 import NIOSSL
 
@@ -77,7 +79,7 @@ public final class ServiceClient: Sendable {
         let decoder = JSONDecoder()
         decoder.keyDecodingStrategy = .convertFromSnakeCase
         guard (200..<300).contains(response.status.code) else {
-            let problem = try? decoder.decode(ServiceError.Problem.self, from: Data(buffer: bytes))
+            let problem = try? decoder.decode(Problem.self, from: Data(buffer: bytes))
             throw Failure(
                 status: Int(response.status.code), detail: problem?.detail ?? "the service at \(url) answered \(response.status)",
                 agent: problem?.agent, device: problem?.device)

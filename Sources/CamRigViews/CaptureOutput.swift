@@ -1,4 +1,4 @@
-import CamRigCLI
+import CamRigText
 import CamRigCapture
 import Foundation
 

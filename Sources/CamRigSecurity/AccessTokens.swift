@@ -1,4 +1,3 @@
-import CamRigSecurity
 import Crypto
 import Foundation
 import NIOConcurrencyHelpers

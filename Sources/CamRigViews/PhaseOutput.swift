@@ -1,4 +1,4 @@
-import CamRigCLI
+import CamRigText
 import CamRigCoordinator
 import CamRigWire
 
@@ -33,7 +33,7 @@ public struct PhaseOutput: Codable, Sendable {
     }
 
     public static func table(_ phases: [PhaseOutput]) -> String {
-        CamRigCLI.table(
+        CamRigText.table(
             ["CAMERA", "LOCK", "METHOD", "PHASE ERR µs", "BOUND µs", "PERIOD µs", "RATE ppm", "RESTARTS", "REASON"],
             phases.map {
                 [

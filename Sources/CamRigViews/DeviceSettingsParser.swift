@@ -13,7 +13,7 @@ public enum DeviceSettingsParser {
             guard parts.count == 2, !parts[1].isEmpty else { throw DeviceSettingsError("'\(setting)' is not key=value") }
             let (key, value) = (parts[0], parts[1])
             func number() throws -> Double {
-                guard let number = Double(value) else { throw DeviceSettingsError("\(key)=\(value): not a number") }
+                guard Self.isDecimal(value), let number = Double(value) else { throw DeviceSettingsError("\(key)=\(value): not a number (e.g. 200, -0.5)") }
                 return number
             }
             func mode<T>(_ modes: [String: T]) throws -> T {
@@ -46,13 +46,20 @@ public enum DeviceSettingsParser {
                 case "deferred": change.photoOutput.deferredDelivery = try mode(["on": true, "off": false])
                 case "max-quality": change.photoOutput.maxQualityPrioritization = try mode(["speed": .speed, "balanced": .balanced, "quality": .quality])
                 default:
-                    let size = value.lowercased().split(separator: "x").compactMap { UInt32($0) }
-                    guard size.count == 2 else { throw DeviceSettingsError("max-photo-size=\(value): give WxH, e.g. 1920x1080 (0x0: no limit)") }
-                    change.photoOutput.maxPhotoDimensions.width = size[0]
-                    change.photoOutput.maxPhotoDimensions.height = size[1]
+                    let size = value.lowercased().split(separator: "x", omittingEmptySubsequences: false)
+                    guard size.count == 2, let width = Self.count(size[0]), let height = Self.count(size[1]) else {
+                        throw DeviceSettingsError("max-photo-size=\(value): give WxH, e.g. 1920x1080 (0x0: no limit)")
+                    }
+                    change.photoOutput.maxPhotoDimensions.width = width
+                    change.photoOutput.maxPhotoDimensions.height = height
                 }
             default:
-                guard key.hasPrefix("0x"), let id = UInt32(key.dropFirst(2), radix: 16), let raw = Int64(value) else {
+                // 0xID (1 to 8 hex digits) = an integer of at most 18 digits, as openapi.yaml says.
+                let hex = key.dropFirst(2)
+                let digits = value.first == "-" || value.first == "+" ? value.dropFirst() : Substring(value)
+                guard key.hasPrefix("0x"), (1...8).contains(hex.count), hex.allSatisfy(\.isHexDigit), let id = UInt32(hex, radix: 16),
+                    (1...18).contains(digits.count), digits.allSatisfy(\.isASCIIDigit), let raw = Int64(value)
+                else {
                     throw DeviceSettingsError("unknown setting '\(key)'; see `camrig device set --help`")
                 }
                 var control = WireControlValue()
@@ -66,19 +73,39 @@ public enum DeviceSettingsParser {
 
     /// "30" → 1/30 s; "30000/1001" → 1001/30000 s.
     public static func duration(ofRate text: String) -> FrameDuration? {
-        let parts = text.split(separator: "/")
-        if parts.count == 2, let numerator = UInt32(parts[0]), let denominator = UInt32(parts[1]) {
+        let parts = text.split(separator: "/", omittingEmptySubsequences: false)
+        if parts.count == 2, let numerator = positive(parts[0]), let denominator = positive(parts[1]) {
             return FrameDuration(numerator: denominator, denominator: numerator)
         }
-        guard let rate = UInt32(text) else { return nil }
+        guard let rate = positive(Substring(text)) else { return nil }
         return FrameDuration(framesPerSecond: rate)
     }
 
     /// "1/250" → 1/250 s.
     public static func durationText(_ text: String) -> FrameDuration? {
-        let parts = text.split(separator: "/")
-        guard parts.count == 2, let numerator = UInt32(parts[0]), let denominator = UInt32(parts[1]) else { return nil }
+        let parts = text.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 2, let numerator = positive(parts[0]), let denominator = positive(parts[1]) else { return nil }
         return FrameDuration(numerator: numerator, denominator: denominator)
+    }
+
+    /// A whole number above 0 written with 1 to 9 digits and no leading zero (`^[1-9][0-9]{0,8}$`).
+    public static func positive(_ text: Substring) -> UInt32? {
+        guard let first = text.first, first != "0" else { return nil }
+        return count(text)
+    }
+
+    /// A whole number written with 1 to 9 digits (`^[0-9]{1,9}$`).
+    public static func count(_ text: Substring) -> UInt32? {
+        guard (1...9).contains(text.count), text.allSatisfy(\.isASCIIDigit) else { return nil }
+        return UInt32(text)
+    }
+
+    /// A decimal number as openapi.yaml's settings take it (`^-?[0-9]+(\.[0-9]+)?$`): no exponent, no
+    /// `nan` or `inf`, no hexadecimal.
+    static func isDecimal(_ text: String) -> Bool {
+        let unsigned = text.hasPrefix("-") ? text.dropFirst() : Substring(text)
+        let parts = unsigned.split(separator: ".", omittingEmptySubsequences: false)
+        return (1...2).contains(parts.count) && parts.allSatisfy { !$0.isEmpty && $0.allSatisfy(\.isASCIIDigit) }
     }
 }
 
@@ -86,4 +113,9 @@ public enum DeviceSettingsParser {
 public struct DeviceSettingsError: Error, Sendable, CustomStringConvertible {
     public var description: String
     public init(_ description: String) { self.description = description }
+}
+
+extension Character {
+    /// 0 through 9 (not other scripts' digits).
+    var isASCIIDigit: Bool { isASCII && isWholeNumber }
 }

@@ -1,4 +1,0 @@
-import Hummingbird
-import HummingbirdTLS
-import HummingbirdWebSocket
-import Prometheus

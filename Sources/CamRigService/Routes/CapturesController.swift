@@ -1,0 +1,91 @@
+import CamRigStorage
+import CamRigViews
+import Foundation
+import Hummingbird
+import NIOCore
+
+/// Captures: started as jobs, followed, and read back from the catalog and the capture folders. The
+/// catalog and the files are read on `BlockingWork`'s threads, never on the request's.
+struct CapturesController {
+    let service: RigService
+
+    var routes: RouteCollection<AuthenticatedContext> {
+        let routes = RouteCollection(context: AuthenticatedContext.self)
+        let service = self.service
+        let store = service.store
+        routes.post("captures/photo") { request, context in
+            let body = try await ServiceRoutes.decode(PhotoRequest.self, request, context, emptyAs: PhotoRequest())
+            let job = try await service.startPhoto(body, by: context.access)
+            return try ServiceRoutes.json(job, status: .accepted, location: "/api/v1/jobs/\(job.id)")
+        }
+        routes.post("captures/recording") { request, context in
+            let body = try await ServiceRoutes.decode(RecordRequest.self, request, context)
+            let job = try await service.startRecording(body, by: context.access)
+            return try ServiceRoutes.json(job, status: .accepted, location: "/api/v1/jobs/\(job.id)")
+        }
+        routes.get("jobs") { _, _ in try ServiceRoutes.json(await service.jobList.reversed()) }
+        routes.get("jobs/:job") { _, context in
+            let id = try context.parameters.require("job")
+            guard let job = await service.job(id) else { throw ServiceError(.notFound, "no capture job '\(id)' (jobs are kept while the service runs)") }
+            return try ServiceRoutes.json(job)
+        }
+        routes.get("captures") { _, _ in try ServiceRoutes.json(try await BlockingWork.run { try store.catalog.list() }) }
+        routes.get("captures/:capture") { _, context in
+            let entry = try await Self.entry(store, try context.parameters.require("capture"))
+            let manifest = try await BlockingWork.run { try store.manifest(of: entry) }
+            return try ServiceRoutes.json(CaptureOutput(manifest, directory: store.root.appendingPathComponent(entry.directory).path))
+        }
+        routes.get("captures/:capture/manifest") { _, context in
+            let entry = try await Self.entry(store, try context.parameters.require("capture"))
+            let url = try await Self.file("manifest.json", of: entry, in: store)
+            guard let data = try await BlockingWork.run({ FileManager.default.contents(atPath: url.path) }) else {
+                throw ServiceError(.notFound, "capture \(entry.id) has no manifest.json")
+            }
+            return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(data: data)))
+        }
+        routes.get("captures/:capture/files/:file") { _, context in
+            let entry = try await Self.entry(store, try context.parameters.require("capture"))
+            // A path inside the capture, percent-encoded as one segment (frames/cam0/000001.png as
+            // frames%2Fcam0%2F000001.png); no part may be empty or begin with a dot.
+            let encoded = try context.parameters.require("file")
+            let url = try await Self.file(encoded.removingPercentEncoding ?? encoded, of: entry, in: store)
+            let type = MediaType.getMediaType(forExtension: url.pathExtension)?.description ?? "application/octet-stream"
+            // Streamed from disk in chunks: a recording's files may be large.
+            return Response(status: .ok, headers: [.contentType: type], body: try await FileIO().loadFile(path: url.path, context: context))
+        }
+        return routes
+    }
+
+    /// The catalog's entry for `id`.
+    static func entry(_ store: CaptureStore, _ id: String) async throws -> CaptureCatalog.Entry {
+        guard let entry = try await BlockingWork.run({ try store.catalog.entry(id) }) else {
+            throw ServiceError(.notFound, "no capture '\(id)' in the catalog (GET /api/v1/captures lists them)")
+        }
+        return entry
+    }
+
+    /// The regular file `relative` of a capture, its symbolic links resolved: one that leads out of the
+    /// captures directory is refused as if it were not there.
+    static func file(_ relative: String, of entry: CaptureCatalog.Entry, in store: CaptureStore) async throws -> URL {
+        let directory = store.root.appendingPathComponent(entry.directory)
+        let url: URL
+        do {
+            url = try CaptureStore.file(relative, in: directory)
+        } catch {
+            throw ServiceError(.badRequest, "'\(relative)' is not a file of capture \(entry.id): give a path inside it, e.g. contact-sheet.png")
+        }
+        let root = store.root
+        let resolved = try await BlockingWork.run { () -> URL? in
+            let resolved = url.resolvingSymlinksInPath()
+            let inside = root.resolvingSymlinksInPath().path + "/"
+            var isDirectory: ObjCBool = false
+            guard resolved.path.hasPrefix(inside), FileManager.default.fileExists(atPath: resolved.path, isDirectory: &isDirectory), !isDirectory.boolValue
+            else { return nil }
+            return resolved
+        }
+        guard let resolved else {
+            throw ServiceError(.notFound, "capture \(entry.id) has no file \(relative) (its manifest lists its files)")
+        }
+        return resolved
+    }
+}

@@ -1,0 +1,146 @@
+import ArgumentParser
+import CamRigCLI
+import CamRigCoordinator
+import CamRigLocalRig
+import CamRigSecurity
+import CamRigService
+import CamRigWire
+import Foundation
+import Logging
+import ServiceLifecycle
+
+/// `camrig-service`: the HTTP server of `camrig serve`, which resolves the rig (rig file, TLS directory,
+/// identity) and runs this program with the result, so that `camrig` itself links no HTTP server. Run
+/// through `camrig serve`; its options are `camrig serve`'s, resolved.
+@main
+struct ServiceCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "camrig-service",
+        abstract: "The HTTP server of `camrig serve` (run `camrig serve`, which starts this program).",
+        version: "camrig-service \(CamRigVersion.string)"
+    )
+
+    @Option(name: .long, help: ArgumentHelp("Address to serve on, HOST:PORT.", valueName: "host:port"))
+    var listen = "127.0.0.1:8443"
+
+    @Option(name: .long, help: ArgumentHelp("Start this many loopback agents with synthetic cameras.", valueName: "n"))
+    var loopback: Int?
+
+    @Option(name: .long, help: ArgumentHelp("Synthetic cameras per loopback agent.", valueName: "n"))
+    var cameras = 1
+
+    @Option(name: .long, help: ArgumentHelp("The console's files.", valueName: "dir"))
+    var console: String?
+
+    @Flag(name: .long, help: "Do not phase-lock free-running cameras.")
+    var noPhaseLock = false
+
+    @Option(name: .long, help: ArgumentHelp("An origin besides the service's own that browsers may change the rig from.", valueName: "url"))
+    var allowOrigin: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("Captures directory.", valueName: "dir"))
+    var out: String?
+
+    @Option(name: .long, help: ArgumentHelp("An agent, HOST:PORT (repeatable).", valueName: "host:port"))
+    var agent: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("TLS directory: ca.pem and the coordinator's certificate.", valueName: "dir"))
+    var tlsDir: String?
+
+    @Option(name: .long, help: ArgumentHelp("The coordinator certificate's name in the TLS directory.", valueName: "name"))
+    var identity: String?
+
+    @Flag(name: .long, help: "Announce the address as one JSON object.")
+    var json = false
+
+    @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical.")
+    var logLevel: Logger.Level = .warning
+
+    func validate() throws {
+        guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]), (0...65535).contains(port) else {
+            throw ValidationError("--listen '\(listen)' is not HOST:PORT, e.g. 0.0.0.0:8443")
+        }
+        if loopback == nil, agent.isEmpty || tlsDir == nil { throw ValidationError("give --loopback N, or --agent and --tls-dir") }
+    }
+
+    func run() async throws {
+        let level = logLevel
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "camrig.serve")
+        let colon = listen.lastIndex(of: ":")!
+        let host = String(listen[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        let port = Int(listen[listen.index(after: colon)...])!
+        do {
+            if let loopback {
+                let local = try await LoopbackRig(agents: LocalAgentSpec.simulated(count: loopback, cameras: cameras), caName: "CamRig console CA")
+                try await local.run {
+                    let pool = AgentPool(endpoints: local.endpoints, security: try local.clientSecurity(), logger: logger)
+                    try await serve(pool: pool, directory: local.pki.directory, identity: "coordinator", host: host, port: port, announceToken: true, logger: logger)
+                }
+            } else if let tlsDir {
+                let endpoints = try agent.map { text in
+                    guard let endpoint = AgentEndpoint(text) else { throw ValidationError("'\(text)' is not HOST[:PORT]") }
+                    return endpoint
+                }
+                let directory = TLSDirectory(path: tlsDir)
+                let security = ClientSecurity.tls(try MutualTLS.client(directory: directory, identityName: identity))
+                let pool = AgentPool(endpoints: endpoints, security: security, logger: logger)
+                try await serve(pool: pool, directory: directory, identity: identity, host: host, port: port, announceToken: false, logger: logger)
+            }
+        } catch let error as SecurityError {
+            throw CommandFailure(error.message)
+        } catch let error as LocalAgentError {
+            throw CommandFailure(error.description)
+        }
+    }
+
+    private func serve(pool: AgentPool, directory: TLSDirectory, identity: String?, host: String, port: Int, announceToken: Bool, logger: Logger) async throws {
+        let root = URL(fileURLWithPath: out ?? ProcessInfo.processInfo.environment["CAMRIG_CAPTURES"] ?? "captures")
+        var configuration = RigService.Configuration(capturesDirectory: root)
+        configuration.phaseLock = !noPhaseLock
+        let service = try RigService(pool: pool, configuration: configuration, logger: logger)
+        let trustRoot = try directory.trustRoot()
+        let consoleDirectory = ServiceServer.consoleDirectory(console)
+        guard FileManager.default.fileExists(atPath: consoleDirectory + "/index.html") else {
+            throw CommandFailure("the console's files are not in \(consoleDirectory): give --console DIR (Sources/CamRigService/Console in the source tree)")
+        }
+        let token: String? =
+            announceToken
+            ? try AccessTokens.issue(name: "operator", role: .operator, expires: Date().addingTimeInterval(86_400), authority: try directory.loadAuthority())
+            : nil
+        let json = self.json
+        let verifier = try ReloadingVerifier(directory: directory)
+        let app = try ServiceServer.application(
+            service: service, host: host, port: port,
+            tls: try ServiceServer.tlsConfiguration(directory: directory, identityName: identity, verifier: verifier),
+            trustRoot: trustRoot, verifier: verifier, revokedTokens: TokenDenyList(directory: directory), allowedOrigins: Set(allowOrigin),
+            consoleDirectory: consoleDirectory, logger: logger
+        ) { bound in
+            let shown = ServiceServer.shownHost(host)
+            var line = "serving https://\(shown):\(bound)/"
+            if let token { line += "\nsign in: https://\(shown):\(bound)/login?token=\(token)\ntls-dir: \(directory.path)" }
+            if json {
+                var fields = ["url": "https://\(shown):\(bound)/", "port": "\(bound)"]
+                if let token {
+                    fields["token"] = token
+                    fields["tls_dir"] = directory.path
+                }
+                if let data = try? JSONSerialization.data(withJSONObject: fields, options: [.sortedKeys]) {
+                    FileHandle.standardOutput.write(data + Data("\n".utf8))
+                }
+            } else {
+                FileHandle.standardOutput.write(Data((line + "\n").utf8))
+            }
+        }
+        let group = ServiceGroup(
+            configuration: .init(
+                services: service.services.map { .init(service: $0) } + [.init(service: app)],
+                gracefulShutdownSignals: [.sigterm, .sigint],
+                logger: logger))
+        try await group.run()
+    }
+}
