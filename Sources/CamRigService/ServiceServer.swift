@@ -210,8 +210,11 @@ final class UpgradeGate: ChannelInboundHandler, RemovableChannelHandler {
     init(gate: AccessGate) { self.gate = gate }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard case .head(var head) = unwrapInboundIn(data), head.headers.first(name: "upgrade")?.lowercased() == "websocket", refuses(head, context)
-        else { return context.fireChannelRead(data) }
+        // Only a connection's first request may be an upgrade (NIO's upgrade handler looks at no other):
+        // the gate leaves once it has seen it, before any WebSocket bytes could reach it.
+        guard case .head(var head) = unwrapInboundIn(data) else { return context.fireChannelRead(data) }
+        defer { context.pipeline.syncOperations.removeHandler(context: context, promise: nil) }
+        guard head.headers.first(name: "upgrade")?.lowercased() == "websocket", refuses(head, context) else { return context.fireChannelRead(data) }
         head.headers.remove(name: "upgrade")
         let connection = head.headers[canonicalForm: "connection"].filter { $0.lowercased() != "upgrade" }.joined(separator: ", ")
         head.headers.remove(name: "connection")

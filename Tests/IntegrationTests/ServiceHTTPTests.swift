@@ -119,6 +119,18 @@ struct ServiceHTTPTests {
         await served.stop()
     }
 
+    @Test("`camrig certs init` gives the coordinator a certificate naming localhost, 127.0.0.1, ::1, this host and the names asked for")
+    func coordinatorCertificateNames() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-certs-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let created = try Executables.run("camrig", ["certs", "init", "--dir", directory.path, "--hostname", "rig.example", "--hostname", "10.0.0.5"])
+        #expect(created.status == 0, "\(created.stderr)")
+        let text = try Executables.runTool("/usr/bin/openssl", ["x509", "-noout", "-ext", "subjectAltName", "-in", directory.appendingPathComponent("coordinator.pem").path])
+        for name in ["DNS:localhost", "IP Address:127.0.0.1", "IP Address:0:0:0:0:0:0:0:1", "DNS:rig.example", "IP Address:10.0.0.5", "DNS:\(ProcessInfo.processInfo.hostName)"] {
+            #expect(text.stdout.contains(name), "\(name) missing from \(text.stdout)")
+        }
+    }
+
     @Test("the API passes a property-based run of its own OpenAPI document (schemathesis, all checks)")
     func schemathesis() async throws {
         let served = try await Served(agents: 1)

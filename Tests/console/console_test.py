@@ -98,7 +98,7 @@ status, _, body = request("/api/v1/whoami", token=viewer_token)
 check(status == 200 and json.loads(body)["role"] == "viewer" and json.loads(body)["name"] == "wall-screen",
       "`camrig certs token --role viewer` issues a token the service accepts as viewer")
 
-check(raw_request("/api/v1/captures/photo", "POST", b"{}", {"Authorization": "Bearer " + TOKEN, "Content-Type": "text/plain"})[0] == 403,
+check(raw_request("/api/v1/captures/photo", "POST", b"{}", {"Authorization": "Bearer " + TOKEN, "Content-Type": "text/plain"})[0] == 415,
       "a POST that is not JSON (what a form on another site could send) is refused")
 status, body = raw_request("/api/v1/captures/photo", "POST", b"{}",
                            {"Authorization": "Bearer " + TOKEN, "Content-Type": "application/json", "Origin": "https://evil.example"})
