@@ -1,3 +1,4 @@
+import CamRigFiles
 import Crypto
 import Foundation
 import NIOConcurrencyHelpers
@@ -185,7 +186,8 @@ public final class TokenDenyList: Sendable {
         var entries = (read(path) ?? []).filter { $0.expires > now && $0.id != claims.id }
         let entry = Entry(id: claims.id, name: claims.name, expires: claims.expires, revokedAt: now)
         entries.append(entry)
-        try coder.encoder.encode(entries).write(to: URL(fileURLWithPath: path), options: .atomic)
+        // Durable before it is reported: a revocation must not be undone by a power cut.
+        try DurableFile.write(Array(try coder.encoder.encode(entries)), to: URL(fileURLWithPath: path), permissions: 0o644)
         return entry
     }
 }

@@ -7,46 +7,23 @@ import Testing
 /// promises, symbolic links in a capture, and a property-based run of the API's own OpenAPI document.
 @Suite("Coordinator service over HTTPS", .timeLimit(.minutes(8)))
 struct ServiceHTTPTests {
-    /// A running `camrig serve --loopback N`, stopped when the test ends.
-    final class Served {
-        let process = Process()
-        let url: String
-        let token: String
-        let tlsDir: String
-        let captures: URL
+    /// A running `camrig serve --loopback N` and curl against it.
+    final class Served: Sendable {
+        let rig: ServedRig
+        var url: String { rig.url }
+        var token: String { rig.token }
+        var tlsDir: String { rig.tlsDir }
+        var captures: URL { rig.captures }
+        var base: String { rig.base }
+        var ca: String { rig.ca }
 
-        init(agents: Int) async throws {
-            captures = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-http-\(UUID().uuidString)")
-            process.executableURL = Executables.url("camrig")
-            process.arguments = ["serve", "--loopback", "\(agents)", "--listen", "127.0.0.1:0", "--json", "--out", captures.path]
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            let announcement = try await Task.detached { () -> Data in
-                var line = Data()
-                while let byte = try output.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line.append(byte) }
-                return line
-            }.value
-            let fields = try #require(try JSONSerialization.jsonObject(with: announcement) as? [String: String], "camrig serve did not announce itself")
-            (url, token, tlsDir) = (try #require(fields["url"]), try #require(fields["token"]), try #require(fields["tls_dir"]))
-        }
+        init(agents: Int) async throws { rig = try await ServedRig(agents: agents) }
 
-        /// SIGTERM, as systemd stops it: the service releases its cameras and stops its loopback agents.
+        /// SIGTERM, as systemd stops it.
         func stop() async {
-            kill(process.processIdentifier, SIGTERM)
-            let deadline = ContinuousClock.now + .seconds(20)
-            while process.isRunning && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(100)) }
-            #expect(!process.isRunning, "camrig serve did not stop within 20 s of SIGTERM")
+            let exit = await rig.stop()
+            #expect(exit != nil, "camrig serve did not stop within 20 s of SIGTERM")
         }
-
-        deinit {
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-            try? FileManager.default.removeItem(at: captures)
-        }
-
-        var base: String { url.hasSuffix("/") ? String(url.dropLast()) : url }
-        var ca: String { tlsDir + "/ca.pem" }
 
         /// curl with the rig's CA as its only trust (host names checked), the status and the headers and body.
         func curl(_ path: String, _ arguments: [String] = [], token: Bool = true) throws -> (status: Int, output: String) {

@@ -45,28 +45,8 @@ struct ServiceTests {
 
     @Test("the API, metrics and console over a loopback rig, in headless Chromium")
     func consoleInBrowser() async throws {
-        let captures = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-serve-\(UUID().uuidString)")
-        defer { try? FileManager.default.removeItem(at: captures) }
-        let serve = Process()
-        serve.executableURL = Executables.url("camrig")
-        serve.arguments = ["serve", "--loopback", "2", "--listen", "127.0.0.1:0", "--json", "--out", captures.path]
-        let output = Pipe()
-        let errors = Pipe()
-        serve.standardOutput = output
-        serve.standardError = errors
-        try serve.run()
-        defer { if serve.isRunning { kill(serve.processIdentifier, SIGKILL) } }
-
-        // The first line says where it serves, with a sign-in token (loopback mode prints one).
-        let announcement = try await Task.detached { () -> Data in
-            var line = Data()
-            while let byte = try output.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line.append(byte) }
-            return line
-        }.value
-        let fields = try #require(
-            try JSONSerialization.jsonObject(with: announcement) as? [String: String],
-            "camrig serve did not announce itself: \(String(decoding: errors.fileHandleForReading.availableData, as: UTF8.self))")
-        let (url, token, tlsDir) = (try #require(fields["url"]), try #require(fields["token"]), try #require(fields["tls_dir"]))
+        let served = try await ServedRig(agents: 2)
+        let (url, token, tlsDir, captures) = (served.url, served.token, served.tlsDir, served.captures)
 
         let screenshots = Self.root.appendingPathComponent(".build/console-screenshots")
         let script = Self.root.appendingPathComponent("Tests/console/console_test.py").path
@@ -100,11 +80,8 @@ struct ServiceTests {
         #expect(direct.stderr.contains("does not answer") && direct.stderr.contains("working with the agents directly"))
 
         // SIGTERM: the service releases its cameras and its loopback rig, and exits cleanly.
-        kill(serve.processIdentifier, SIGTERM)
-        let deadline = Date().addingTimeInterval(20)
-        while serve.isRunning && Date() < deadline { try await Task.sleep(for: .milliseconds(100)) }
-        #expect(!serve.isRunning, "camrig serve did not stop within 20 s of SIGTERM")
-        if !serve.isRunning { #expect(serve.terminationStatus == 0) }
+        let exit = await served.stop()
+        #expect(exit == .exited(0), "camrig serve did not stop cleanly within 20 s of SIGTERM: \(exit.map(String.init(describing:)) ?? "still running")\n\(served.log().suffix(2000))")
     }
 
     /// A service over no agents, capturing into a new temporary directory (remove it after).
