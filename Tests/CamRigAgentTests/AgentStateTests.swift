@@ -1,8 +1,10 @@
 import CamRigClock
 import CamRigDevices
 import CamRigWire
+import Foundation
 import Logging
 import NIOConcurrencyHelpers
+import NIOPosix
 import Testing
 
 @testable import CamRigAgent
@@ -134,5 +136,40 @@ struct AgentStateTests {
             }
         }
         #expect(done.withLockedValue { $0 } == Array(0..<50))
+    }
+}
+
+/// `AgentCapture` over a synthetic camera, without a connection: photos taken and stored, and a
+/// shutdown that waits for them.
+@Suite("Agent capture without a connection", .timeLimit(.minutes(1)))
+struct AgentCaptureTests {
+    @Test("drain waits for a photo already taken to be stored, and returns at once when none is in flight")
+    func drainWaitsForStoring() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-drain-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let logger = Logger(label: "test")
+        let devices = AgentDevices(discovery: DeviceDiscovery(providers: [SyntheticDeviceProvider(count: 1)]), agentID: "host-1", logger: logger)
+        let streams = AgentStreams(devices: devices, logger: logger)
+        let spool = try ResultSpool(directory: directory, capacityBytes: 64 << 20)
+        let capture = AgentCapture(
+            streams: streams, phaseLocks: AgentPhaseLocks(streams: streams, logger: logger), spool: spool, spoolThread: NIOThreadPool.singleton,
+            agentID: "host-1", logger: logger)
+        await capture.drain(timeout: .seconds(30))
+
+        let answers = NIOLockedValueBox<[WireEnvelope.OneOf_Body]>([])
+        var photo = WireCapturePhoto()
+        photo.deviceID = "synthetic:SYN0001"
+        photo.sessionID = "drain"
+        photo.settings.qualityPrioritization = .quality
+        capture.capturePhoto(photo, requestID: 1) { answer in answers.withLockedValue { $0.append(answer) } }
+        await capture.drain(timeout: .seconds(30))
+        let answered = answers.withLockedValue { $0 }
+        guard answered.count == 1, case .triggerFired(let fired) = answered[0] else {
+            Issue.record("drain returned before the photo was answered: \(answered)")
+            return
+        }
+        #expect(fired.resultIds.count == 1)
+        #expect(spool.pending(session: "drain").map(\.resultID) == fired.resultIds, "stored before it was answered")
+        capture.shutdown()
     }
 }
