@@ -16,30 +16,38 @@ import Testing
 struct PhotoProcessingTests {
     /// A small YUYV frame whose bytes are its sequence number.
     static func frame(sequence: UInt64, exposureStart: Int64) -> CapturedFrame {
-        let format = DeviceFormat(pixelFormat: .yuyv, dimensions: Dimensions(width: 16, height: 8), frameRateRanges: [], bytesPerLine: 32)
+        let format = DeviceFormat(
+            pixelFormat: .yuyv, dimensions: Dimensions(width: 16, height: 8), frameRateRanges: [], bytesPerLine: 32)
         var settings = CameraSettings()
         settings.iso = 400
         settings.exposureDuration = FrameDuration(numerator: 1, denominator: 250)!
         var frame = CapturedFrame(
-            deviceID: "synthetic:SYN0001", sequence: sequence, timestamp: exposureStart + 5_000_000, timestampMarks: .endOfFrame, format: format,
+            deviceID: "synthetic:SYN0001", sequence: sequence, timestamp: exposureStart + 5_000_000,
+            timestampMarks: .endOfFrame, format: format,
             bytes: ByteBuffer(bytes: [UInt8](repeating: UInt8(truncatingIfNeeded: sequence), count: 16 * 8 * 2)),
-            metadata: CaptureMetadata(settings: settings, zoomFactor: 2), exposureStart: exposureStart, exposureStartUncertainty: 1_500)
+            metadata: CaptureMetadata(settings: settings, zoomFactor: 2), exposureStart: exposureStart,
+            exposureStartUncertainty: 1_500)
         frame.measuredFramePeriod = 33_333_333
         return frame
     }
 
     static func input(deferred: Bool = false, bracket: [Float] = [], frames count: Int = 1) -> PhotoProcessor.Input {
-        let frames = (0..<count).map { frame(sequence: UInt64($0 + 1), exposureStart: 1_000_000_000 + Int64($0) * 33_000_000) }
+        let frames = (0..<count).map {
+            frame(sequence: UInt64($0 + 1), exposureStart: 1_000_000_000 + Int64($0) * 33_000_000)
+        }
         let plan = PhotoPlan(requested: .balanced, format: frames[0].format)
         let template = PhotoProcessor.template(
-            reference: frames[0], frames: frames, photoID: "host-1-photo", session: "s", triggerID: "t", settingsID: 7, prepared: true, waited: 0,
+            reference: frames[0], frames: frames, photoID: "host-1-photo", session: "s", triggerID: "t", settingsID: 7,
+            prepared: true, waited: 0,
             fireAt: 1_000_000_000)
-        return PhotoProcessor.Input(template: template, frames: frames, plan: plan, bracket: bracket, deferred: deferred, fireAt: 1_000_000_000)
+        return PhotoProcessor.Input(
+            template: template, frames: frames, plan: plan, bracket: bracket, deferred: deferred, fireAt: 1_000_000_000)
     }
 
     @Test("a spool record is its u32 length, the header and the payloads; a short file is truncated, never misread")
     func spoolRecord() throws {
-        let data = SpoolRecord.encode(header: [1, 2, 3], payloads: [ByteBuffer(bytes: [9, 8]), ByteBuffer(bytes: [7])])
+        let data = SpoolRecord.encode(
+            header: [1, 2, 3], payloads: [ByteBuffer(bytes: [9, 8]), ByteBuffer(bytes: [7])])
         #expect(Array(data) == [0, 0, 0, 3, 1, 2, 3, 9, 8, 7])
         let record = try SpoolRecord(decoding: data)
         #expect(Array(record.header) == [1, 2, 3])
@@ -49,10 +57,14 @@ struct PhotoProcessingTests {
         #expect(Array(sliced.payload) == [9, 8, 7])
         #expect(throws: SpoolRecord.DecodingError.truncated) { try SpoolRecord(decoding: data.prefix(5)) }
         #expect(throws: SpoolRecord.DecodingError.truncated) { try SpoolRecord(decoding: Data([0, 0])) }
-        #expect(throws: SpoolRecord.DecodingError.headerTooLong(Int(UInt32.max))) { try SpoolRecord(decoding: Data([0xFF, 0xFF, 0xFF, 0xFF])) }
+        #expect(throws: SpoolRecord.DecodingError.headerTooLong(Int(UInt32.max))) {
+            try SpoolRecord(decoding: Data([0xFF, 0xFF, 0xFF, 0xFF]))
+        }
     }
 
-    @Test("a frame read back from its wire header keeps its timestamps, what they mark, its frame period and its metadata")
+    @Test(
+        "a frame read back from its wire header keeps its timestamps, what they mark, its frame period and its metadata"
+    )
     func frameRoundTrip() {
         let original = Self.frame(sequence: 3, exposureStart: 2_000_000_000)
         let back = CapturedFrame(WireVideoFrame(original, streamID: "", droppedBefore: 0), bytes: original.bytes)
@@ -61,17 +73,23 @@ struct PhotoProcessingTests {
         #expect(back.exposureStart == original.exposureStart && back.exposureStartUncertainty == 1_500)
         #expect(back.measuredFramePeriod == original.measuredFramePeriod)
         #expect(back.metadata == original.metadata)
-        #expect(back.format.pixelFormat == .yuyv && back.format.dimensions == original.format.dimensions && back.format.bytesPerLine == 32)
+        #expect(
+            back.format.pixelFormat == .yuyv && back.format.dimensions == original.format.dimensions
+                && back.format.bytesPerLine == 32)
         #expect(back.bytes == original.bytes)
     }
 
-    @Test("a single photo is stored under its photo id; a bracket as one result per bias; a deferred photo as a proxy and its frames")
+    @Test(
+        "a single photo is stored under its photo id; a bracket as one result per bias; a deferred photo as a proxy and its frames"
+    )
     func processorOutputs() throws {
         guard case .single(let single) = try PhotoProcessor.process(Self.input()) else {
             Issue.record("a single photo")
             return
         }
-        #expect(single.result.resultID == "host-1-photo" && !single.result.resolved.deferredProxy && single.result.resolved.prepared)
+        #expect(
+            single.result.resultID == "host-1-photo" && !single.result.resolved.deferredProxy
+                && single.result.resolved.prepared)
 
         guard case .bracket(let images) = try PhotoProcessor.process(Self.input(bracket: [-1, 1], frames: 2)) else {
             Issue.record("a bracket")
@@ -92,19 +110,27 @@ struct PhotoProcessingTests {
         #expect(output.processingDuration == 0)
     }
 
-    @Test("the deferred worker waits for a wake-up while busy or without work, sleeps out the idle time, then makes the oldest")
+    @Test(
+        "the deferred worker waits for a wake-up while busy or without work, sleeps out the idle time, then makes the oldest"
+    )
     func workerSteps() {
         typealias Worker = DeferredPhotoWorker
         let idle = Worker.Activity(busy: false, lastActivity: 5_000_000_000)
         #expect(Worker.step(waiting: [], activity: idle, now: 9_000_000_000) == .waitForWakeUp)
-        #expect(Worker.step(waiting: ["a"], activity: Worker.Activity(busy: true, lastActivity: 0), now: 9_000_000_000) == .waitForWakeUp)
-        #expect(Worker.step(waiting: ["a", "b"], activity: idle, now: 5_200_000_000) == .sleep(until: 5_000_000_000 + Worker.idleBeforeFinal))
-        #expect(Worker.step(waiting: ["a", "b"], activity: idle, now: 5_000_000_000 + Worker.idleBeforeFinal) == .make("a"))
+        #expect(
+            Worker.step(waiting: ["a"], activity: Worker.Activity(busy: true, lastActivity: 0), now: 9_000_000_000)
+                == .waitForWakeUp)
+        #expect(
+            Worker.step(waiting: ["a", "b"], activity: idle, now: 5_200_000_000)
+                == .sleep(until: 5_000_000_000 + Worker.idleBeforeFinal))
+        #expect(
+            Worker.step(waiting: ["a", "b"], activity: idle, now: 5_000_000_000 + Worker.idleBeforeFinal) == .make("a"))
     }
 
     @Test("deferred frames saved to disk come back whole, with their metadata")
     func deferredStoreRoundTrip() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-deferred-\(UUID().uuidString)")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "camrig-deferred-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }
         let spool = try ResultSpool(directory: directory, capacityBytes: 1 << 20)
         let store = DeferredPhotoStore(spoolDirectory: spool.directory)
@@ -125,7 +151,8 @@ struct PhotoProcessingTests {
 
     @Test("the deferred worker makes a final only once the agent is idle, when woken, without polling")
     func workerWakesUp() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-worker-\(UUID().uuidString)")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "camrig-worker-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }
         let spool = try ResultSpool(directory: directory, capacityBytes: 1 << 20)
         let store = DeferredPhotoStore(spoolDirectory: spool.directory)

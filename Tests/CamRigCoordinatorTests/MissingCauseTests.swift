@@ -12,14 +12,16 @@ struct MissingCauseTests {
 
     func json(reason: String, cause: String? = nil) -> String {
         let field = cause.map { #", "cause": "\#($0)""# } ?? ""
-        return #"{"camera": 0, "agent": "a", "device": "d", "sessionId": "s", "triggerId": "t", "reason": "\#(reason)", "collectable": true\#(field)}"#
+        return
+            #"{"camera": 0, "agent": "a", "device": "d", "sessionId": "s", "triggerId": "t", "reason": "\#(reason)", "collectable": true\#(field)}"#
     }
 
     @Test("every cause is written and read back")
     func roundTrip() throws {
         for cause in CaptureManifest.Missing.Cause.allCases {
             let missing = CaptureManifest.Missing(
-                camera: 1, agent: "agent-1", device: "synthetic:SYN0001", sessionId: "s", triggerId: "t", reason: "why", collectable: false, cause: cause)
+                camera: 1, agent: "agent-1", device: "synthetic:SYN0001", sessionId: "s", triggerId: "t", reason: "why",
+                collectable: false, cause: cause)
             let back = try JSONDecoder().decode(CaptureManifest.Missing.self, from: JSONEncoder().encode(missing))
             #expect(back == missing)
         }

@@ -7,23 +7,29 @@ extension AgentCapture {
     /// firing. Every device's photo is stored (and its processing stage closed) before the trigger is
     /// answered; a failure answers with the first one, and the photos stored stay in the spool.
     func store(
-        triggerID: String, frames: [PendingPhoto], session: String, settings: WirePhotoSettings, fireAt: Int64, firedAt: Int64,
+        triggerID: String, frames: [PendingPhoto], session: String, settings: WirePhotoSettings, fireAt: Int64,
+        firedAt: Int64,
         reply: @escaping @Sendable (WireEnvelope.OneOf_Body) -> Void
     ) async -> WireEnvelope.OneOf_Body {
         var fired = WireTriggerFired(triggerID: triggerID, fireAt: fireAt, firedAt: firedAt)
         var failure: WireError?
         for pending in frames {
             let stages = StageReporter(
-                enabled: settings.stageEvents, triggerID: triggerID, deviceID: pending.deviceID, settingsID: settings.uniqueID,
+                enabled: settings.stageEvents, triggerID: triggerID, deviceID: pending.deviceID,
+                settingsID: settings.uniqueID,
                 photoID: pending.photoID, clock: clock, reply: reply)
             do {
-                let stored = try await store(pending, session: session, triggerID: triggerID, settingsID: settings.uniqueID, fireAt: fireAt, stages: stages)
+                let stored = try await store(
+                    pending, session: session, triggerID: triggerID, settingsID: settings.uniqueID, fireAt: fireAt,
+                    stages: stages)
                 fired.resultIds += stored
             } catch {
                 if failure == nil {
                     let code = (error as? WireProtocolError)?.code ?? .internal
                     let message = (error as? WireProtocolError)?.message ?? "\(error)"
-                    failure = WireError(code, agent: agentID, device: pending.deviceID, "trigger \(triggerID) on \(pending.deviceID): \(message)")
+                    failure = WireError(
+                        code, agent: agentID, device: pending.deviceID,
+                        "trigger \(triggerID) on \(pending.deviceID): \(message)")
                 }
             }
         }
@@ -35,15 +41,18 @@ extension AgentCapture {
     /// agent's processing stage, one photo at a time), its processing stage closed whatever happened.
     /// Returns the ids of the results stored.
     private func store(
-        _ pending: PendingPhoto, session: String, triggerID: String, settingsID: UInt64, fireAt: Int64, stages: StageReporter
+        _ pending: PendingPhoto, session: String, triggerID: String, settingsID: UInt64, fireAt: Int64,
+        stages: StageReporter
     ) async throws -> [String] {
         // A capture stage that failed closed itself: no processing stage follows.
         let captured = try await pending.frames.value
         let input = PhotoProcessor.Input(
             template: PhotoProcessor.template(
-                reference: captured.frames[0], frames: captured.frames, photoID: pending.photoID, session: session, triggerID: triggerID,
+                reference: captured.frames[0], frames: captured.frames, photoID: pending.photoID, session: session,
+                triggerID: triggerID,
                 settingsID: settingsID, prepared: pending.prepared, waited: captured.waited, fireAt: fireAt),
-            frames: captured.frames, plan: pending.plan, bracket: pending.bracket, bracketMethod: captured.bracketMethod,
+            frames: captured.frames, plan: pending.plan, bracket: pending.bracket,
+            bracketMethod: captured.bracketMethod,
             deferred: pending.deferred, fireAt: fireAt)
         let spool = self.spool
         let deferred = self.deferred
@@ -61,7 +70,9 @@ extension AgentCapture {
             throw error
         }
         for result in stored.results { stages.send(.didFinishProcessing) { $0.resultID = result.resultID } }
-        if !pending.deferred { pending.pipeline.endProcessing(level: pending.plan.level, duration: stored.processingDuration) }
+        if !pending.deferred {
+            pending.pipeline.endProcessing(level: pending.plan.level, duration: stored.processingDuration)
+        }
         touch()
         reportIfSpoolNearlyFull()
         return stored.results.map(\.resultID)
@@ -73,7 +84,9 @@ extension AgentCapture {
         let capacity = spool.capacityBytes
         guard used * 10 >= capacity * 9 else { return }
         let count = spool.count
-        streams.devices.events.publish(.spoolNearFull, message: "result spool is \(used * 100 / max(capacity, 1))% full") {
+        streams.devices.events.publish(
+            .spoolNearFull, message: "result spool is \(used * 100 / max(capacity, 1))% full"
+        ) {
             $0.spool.usedBytes = used
             $0.spool.capacityBytes = capacity
             $0.spool.results = UInt32(count)

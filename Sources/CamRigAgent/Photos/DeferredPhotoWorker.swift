@@ -50,7 +50,10 @@ final class DeferredPhotoWorker: Sendable {
     /// - Parameters:
     ///   - now: the agent clock's reading.
     ///   - activity: what the agent is doing now.
-    init(finalizer: PhotoFinalizer, now: @escaping @Sendable () -> Int64, activity: @escaping @Sendable () -> Activity, logger: Logger) {
+    init(
+        finalizer: PhotoFinalizer, now: @escaping @Sendable () -> Int64, activity: @escaping @Sendable () -> Activity,
+        logger: Logger
+    ) {
         self.finalizer = finalizer
         self.now = now
         self.activity = activity
@@ -86,7 +89,8 @@ final class DeferredPhotoWorker: Sendable {
                     let count = failures[photoID, default: 0] + 1
                     failures[photoID] = count
                     logger.error(
-                        "cannot make a deferred photo's final", metadata: ["photo": "\(photoID)", "attempt": "\(count)", "error": "\(error)"])
+                        "cannot make a deferred photo's final",
+                        metadata: ["photo": "\(photoID)", "attempt": "\(count)", "error": "\(error)"])
                     finalizer.deferred.moveToBack(photoID)
                     if count >= Self.maxFailures {
                         await finalizer.giveUp(photoID, error: error)

@@ -40,10 +40,13 @@ struct PhotoFinalizer: Sendable {
                 if (try? Self.deliverProxyAsFinal(photoID, why: why, spool: spool)) == true { return nil }
                 throw WireProtocolError(.internal, why + "; its proxy, fetched already, stays the photo")
             }
-            let final = try PhotoProcessor.final(template: job.template, frames: job.frames, plan: job.plan, started: HostClock.monotonicNow())
+            let final = try PhotoProcessor.final(
+                template: job.template, frames: job.frames, plan: job.plan, started: HostClock.monotonicNow())
             try spool.store(final.result, image: final.image)
             deferred.remove(photoID)
-            return Made(deviceID: job.template.deviceID, level: job.plan.level, duration: final.result.resolved.processingDurationNs)
+            return Made(
+                deviceID: job.template.deviceID, level: job.plan.level,
+                duration: final.result.resolved.processingDurationNs)
         }
     }
 
@@ -61,7 +64,9 @@ struct PhotoFinalizer: Sendable {
     /// Stores a deferred photo's proxy again as its final (under the photo id), saying why, when the final
     /// cannot be made; `false` when the spool no longer holds the proxy. On the spool's thread.
     static func deliverProxyAsFinal(_ photoID: String, why: String, spool: ResultSpool) throws -> Bool {
-        guard let proxy = spool.pending(session: "").first(where: { $0.resultID == photoID + ".proxy" }) else { return false }
+        guard let proxy = spool.pending(session: "").first(where: { $0.resultID == photoID + ".proxy" }) else {
+            return false
+        }
         let image = try spool.image(of: proxy)
         try spool.store(PhotoProcessor.proxyAsFinal(proxy, photoID: photoID, why: why), image: image)
         return true
@@ -76,7 +81,9 @@ struct PhotoFinalizer: Sendable {
             do {
                 // Looked up on the spool's thread, after whatever the worker is doing with the photo there:
                 // a final it is storing is found in the spool, never missed between the two.
-                let (waiting, stored) = try await spoolThread.runIfActive { [deferred, spool] in (deferred.contains(id), spool.contains(id)) }
+                let (waiting, stored) = try await spoolThread.runIfActive { [deferred, spool] in
+                    (deferred.contains(id), spool.contains(id))
+                }
                 guard waiting else {
                     if !stored { unknown.append(id) }
                     continue
@@ -91,7 +98,8 @@ struct PhotoFinalizer: Sendable {
             return .error(
                 WireError(
                     .notFound, agent: agentID,
-                    "agent \(agentID) defers no photo \(named) and holds no final of it (made and acknowledged already, or never taken here)"))
+                    "agent \(agentID) defers no photo \(named) and holds no final of it (made and acknowledged already, or never taken here)"
+                ))
         }
         return .ok(WireOk())
     }

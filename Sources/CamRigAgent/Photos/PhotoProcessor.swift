@@ -65,10 +65,12 @@ enum PhotoProcessor {
     /// What a photo's results say about where they came from: its ids, its reference frame, whether the
     /// device was prepared, how long the capture waited to begin and how long its frames took.
     static func template(
-        reference: CapturedFrame, frames: [CapturedFrame], photoID: String, session: String, triggerID: String, settingsID: UInt64,
+        reference: CapturedFrame, frames: [CapturedFrame], photoID: String, session: String, triggerID: String,
+        settingsID: UInt64,
         prepared: Bool, waited: Int64, fireAt: Int64
     ) -> WirePhotoResult {
-        var template = WirePhotoResult(reference, resultID: photoID, sessionID: session, triggerID: triggerID, photoSettingsID: settingsID)
+        var template = WirePhotoResult(
+            reference, resultID: photoID, sessionID: session, triggerID: triggerID, photoSettingsID: settingsID)
         template.photoID = photoID
         template.resolved.prepared = prepared
         template.resolved.waitedNs = waited
@@ -80,10 +82,16 @@ enum PhotoProcessor {
     static func process(_ input: Input) throws -> Output {
         if !input.bracket.isEmpty { return .bracket(try bracket(input)) }
         if input.deferred {
-            let proxy = try proxy(template: input.template, reference: input.frames[0], plan: input.plan, started: HostClock.monotonicNow())
-            return .deferred(proxy: proxy, job: DeferredPhotoStore.Job(template: input.template, frames: input.frames, plan: input.plan))
+            let proxy = try proxy(
+                template: input.template, reference: input.frames[0], plan: input.plan,
+                started: HostClock.monotonicNow())
+            return .deferred(
+                proxy: proxy,
+                job: DeferredPhotoStore.Job(template: input.template, frames: input.frames, plan: input.plan))
         }
-        return .single(try final(template: input.template, frames: input.frames, plan: input.plan, started: HostClock.monotonicNow()))
+        return .single(
+            try final(
+                template: input.template, frames: input.frames, plan: input.plan, started: HostClock.monotonicNow()))
     }
 
     /// An exposure bracket's images: one per bias, each its own photo and result (`PHOTO-1`, `PHOTO-2`…).
@@ -92,7 +100,8 @@ enum PhotoProcessor {
         for (index, (frame, bias)) in zip(input.frames, input.bracket).enumerated() {
             let template = input.template
             var image = WirePhotoResult(
-                frame, resultID: "\(template.photoID)-\(index + 1)", sessionID: template.sessionID, triggerID: template.triggerID,
+                frame, resultID: "\(template.photoID)-\(index + 1)", sessionID: template.sessionID,
+                triggerID: template.triggerID,
                 photoSettingsID: template.photoSettingsID)
             image.photoID = image.resultID
             image.resolved = template.resolved
@@ -105,7 +114,8 @@ enum PhotoProcessor {
                     method == .none
                     ? "this camera cannot bracket its automatic exposure (no target bias): the image is exposed as the others; set a custom exposure to bracket its duration"
                     : "exposure bracket \(index + 1) of \(input.bracket.count): \(String(format: "%+.1f", bias)) EV by its \(method.rawValue)"
-                made.result.resolved.note = made.result.resolved.note.isEmpty ? how : made.result.resolved.note + "; " + how
+                made.result.resolved.note =
+                    made.result.resolved.note.isEmpty ? how : made.result.resolved.note + "; " + how
             }
             images.append(made)
         }
@@ -114,7 +124,9 @@ enum PhotoProcessor {
 
     /// A photo made from its frames by its plan: merged, sized and encoded, with its resolved settings.
     /// `template` says what it is of; its photo id becomes the result id.
-    static func final(template: WirePhotoResult, frames: [CapturedFrame], plan: PhotoPlan, started: Int64) throws -> Made {
+    static func final(template: WirePhotoResult, frames: [CapturedFrame], plan: PhotoPlan, started: Int64) throws
+        -> Made
+    {
         let merged = plan.level == .quality ? PhotoProcessing.merge(frames) : nil
         var photo = merged?.frame ?? frames[0]
         if plan.dimensions != photo.format.dimensions, let binned = PhotoProcessing.bin(photo) { photo = binned }
@@ -136,7 +148,9 @@ enum PhotoProcessor {
 
     /// A deferred photo's proxy: its reference frame, binned to half size where the format allows,
     /// delivered as the plan's output, under the photo id with ".proxy" appended.
-    static func proxy(template: WirePhotoResult, reference: CapturedFrame, plan: PhotoPlan, started: Int64) throws -> Made {
+    static func proxy(template: WirePhotoResult, reference: CapturedFrame, plan: PhotoPlan, started: Int64) throws
+        -> Made
+    {
         let photo = PhotoProcessing.bin(reference) ?? reference
         let (file, pixelFormat) = try PhotoEncoder.encode(photo, as: plan.output, model: photo.deviceID)
         var result = template
@@ -147,7 +161,8 @@ enum PhotoProcessor {
         resolved.prepared = template.resolved.prepared
         resolved.waitedNs = template.resolved.waitedNs
         resolved.deferredProxy = true
-        let why = "deferred: a proxy of the reference frame; the final (\(plan.level), \(plan.dimensions)) comes later under photo id \(template.photoID)"
+        let why =
+            "deferred: a proxy of the reference frame; the final (\(plan.level), \(plan.dimensions)) comes later under photo id \(template.photoID)"
         resolved.note = resolved.note.isEmpty ? why : resolved.note + "; " + why
         result.resolved = resolved
         result.dimensions = WireDimensions(photo.format.dimensions)

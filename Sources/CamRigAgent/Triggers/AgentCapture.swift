@@ -58,6 +58,16 @@ public final class AgentCapture: Sendable {
         var preparedTriggers: [ObjectIdentifier: [PendingPhoto]] = [:]
         /// The deferred-photo worker's task, from `start()` to `shutdown()`.
         var worker: Task<Void, Never>?
+        /// Who waits in `drain()` for the captures in flight to be stored.
+        var drainWaiters: [UUID: CheckedContinuation<Void, Never>] = [:]
+
+        /// A capture was stored: the waiters to resume when it was the last in flight.
+        mutating func stored() -> [CheckedContinuation<Void, Never>] {
+            inFlight -= 1
+            guard inFlight == 0 else { return [] }
+            defer { drainWaiters = [:] }
+            return Array(drainWaiters.values)
+        }
 
         /// A photo of `deviceID` requested at `t`: the previous request's instant, and the device's preparation.
         mutating func requested(deviceID: String, at t: Int64) -> (previous: Int64?, preparation: PreparedDevice?) {
@@ -203,7 +213,7 @@ public final class AgentCapture: Sendable {
         state.withLockedValue { $0.inFlight += 1 }
         Task {
             reply(await store())
-            self.state.withLockedValue { $0.inFlight -= 1 }
+            for waiter in self.state.withLockedValue({ $0.stored() }) { waiter.resume() }
             self.worker.wakeUp()
         }
     }
@@ -365,9 +375,30 @@ public final class AgentCapture: Sendable {
 
     /// Waits (up to `timeout`) for captures already fired to be stored: a shutdown loses none of them.
     func drain(timeout: Duration = .seconds(10)) async {
-        let deadline = ContinuousClock.now + timeout
-        while state.withLockedValue({ $0.inFlight }) > 0 && ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(10))
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.allStored() }
+            group.addTask { try? await Task.sleep(for: timeout) }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// Returns once no capture is in flight, or when the task is cancelled.
+    private func allStored() async {
+        let id = UUID()
+        let state = self.state
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let now = state.withLockedValue { state -> Bool in
+                    // Checked under the lock that the cancellation handler takes too: no wake-up is lost.
+                    guard state.inFlight > 0, !Task.isCancelled else { return true }
+                    state.drainWaiters[id] = continuation
+                    return false
+                }
+                if now { continuation.resume() }
+            }
+        } onCancel: {
+            state.withLockedValue { $0.drainWaiters.removeValue(forKey: id) }?.resume()
         }
     }
 
