@@ -46,14 +46,16 @@ struct TimestampingSocketTests {
         let target = try Self.address(port: receiver.localPort)
         var gaps: [Int64] = []
         for index in 0..<20 {
+            // The receiver blocks a thread of its own, not one of the cooperative pool's.
             let thread = ThreadID()
-            let arrival = Task.detached {
+            let arrival = ReceiveResult()
+            Thread {
                 thread.set(camrig_gettid())
-                return receiver.receive()
-            }
+                arrival.deliver(receiver.receive())
+            }.start()
             #expect(await Self.blockedInReceive(thread), "the receiver never blocked in recvmsg")
             let sent = try #require(sender.send([UInt8(index)], to: target.0, length: target.1))
-            let datagram = try #require(await arrival.value)
+            let datagram = try #require(await arrival.value())
             let key = try #require(sent.key)
             let stamp = try #require(sender.transmitStamp(of: key, wait: .milliseconds(5)))
             #expect(datagram.kernelStamped)
@@ -64,7 +66,7 @@ struct TimestampingSocketTests {
         #expect(gaps[0] >= -2_000 && gaps[gaps.count / 2] < 10_000, "receive − transmit stamps: \(gaps)")
     }
 
-    /// Waits up to a second until the thread `thread` names sits in the recvmsg system call
+    /// Waits up to ten seconds until the thread `thread` names sits in the recvmsg system call
     /// (`/proc/self/task/TID/syscall` starts with its number).
     static func blockedInReceive(_ thread: ThreadID) async -> Bool {
         #if arch(x86_64)
@@ -72,7 +74,7 @@ struct TimestampingSocketTests {
         #else
             let recvmsg = "212"
         #endif
-        let deadline = ContinuousClock.now + .seconds(1)
+        let deadline = ContinuousClock.now + .seconds(10)
         while ContinuousClock.now < deadline {
             let tid = thread.value
             if tid != 0, let text = try? String(contentsOfFile: "/proc/self/task/\(tid)/syscall", encoding: .utf8),
@@ -85,7 +87,33 @@ struct TimestampingSocketTests {
         return false
     }
 
-    /// A thread id set by one task and read by another.
+    /// What a receiving thread got, awaited by the test.
+    final class ReceiveResult: @unchecked Sendable {
+        private let lock = NSLock()
+        private var result: TimestampingUDPSocket.Datagram??
+        private var waiter: CheckedContinuation<TimestampingUDPSocket.Datagram?, Never>?
+
+        func deliver(_ datagram: TimestampingUDPSocket.Datagram?) {
+            let waiting: CheckedContinuation<TimestampingUDPSocket.Datagram?, Never>? = lock.withLock {
+                result = .some(datagram)
+                defer { waiter = nil }
+                return waiter
+            }
+            waiting?.resume(returning: datagram)
+        }
+
+        func value() async -> TimestampingUDPSocket.Datagram? {
+            await withCheckedContinuation { continuation in
+                let known: TimestampingUDPSocket.Datagram?? = lock.withLock {
+                    if result == nil { waiter = continuation }
+                    return result
+                }
+                if let known { continuation.resume(returning: known) }
+            }
+        }
+    }
+
+    /// A thread id set by one thread and read by another.
     final class ThreadID: @unchecked Sendable {
         private let lock = NSLock()
         private var tid: pid_t = 0
