@@ -34,14 +34,7 @@ public final class LocalAgentProcess: @unchecked Sendable {
 
     /// The `camrig-agent` executable: `$CAMRIG_AGENT`, else next to this executable, else on `PATH`.
     public static func executable() throws -> URL {
-        if let path = ProcessInfo.processInfo.environment["CAMRIG_AGENT"] { return URL(fileURLWithPath: path) }
-        let own = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
-        let sibling = own.appendingPathComponent("camrig-agent")
-        if FileManager.default.isExecutableFile(atPath: sibling.path) { return sibling }
-        for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":") {
-            let candidate = URL(fileURLWithPath: String(directory)).appendingPathComponent("camrig-agent")
-            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
-        }
+        if let found = Programs.find("camrig-agent", override: "CAMRIG_AGENT") { return found }
         throw LocalAgentError(
             .executableNotFound, agent: "camrig-agent",
             "cannot find camrig-agent next to this program or on PATH; build it (`swift build`) or set CAMRIG_AGENT"
@@ -327,5 +320,19 @@ public enum ResidentMemory {
             return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
         }
         return nil
+    }
+}
+
+/// CamRig's programs, found the way each of them finds another.
+public enum Programs {
+    /// The program `name`: the path in the environment variable `override` when it is set, else the one
+    /// next to this executable (symbolic links resolved), else the first on `PATH`; nil when none is.
+    public static func find(_ name: String, override: String) -> URL? {
+        let environment = ProcessInfo.processInfo.environment
+        if let path = environment[override] { return URL(fileURLWithPath: path) }
+        let own = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
+        let directories = [own.path] + (environment["PATH"] ?? "").split(separator: ":").map(String.init)
+        return directories.lazy.map { URL(fileURLWithPath: $0).appendingPathComponent(name) }
+            .first { FileManager.default.isExecutableFile(atPath: $0.path) }
     }
 }

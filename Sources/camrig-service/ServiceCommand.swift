@@ -20,23 +20,7 @@ struct ServiceCommand: AsyncParsableCommand {
         version: "camrig-service \(CamRigVersion.string)"
     )
 
-    @Option(name: .long, help: ArgumentHelp("Address to serve on, HOST:PORT.", valueName: "host:port"))
-    var listen = "127.0.0.1:8443"
-
-    @Option(name: .long, help: ArgumentHelp("Start this many loopback agents with synthetic cameras.", valueName: "n"))
-    var loopback: Int?
-
-    @Option(name: .long, help: ArgumentHelp("Synthetic cameras per loopback agent.", valueName: "n"))
-    var cameras = 1
-
-    @Option(name: .long, help: ArgumentHelp("The console's files.", valueName: "dir"))
-    var console: String?
-
-    @Flag(name: .long, help: "Do not phase-lock free-running cameras.")
-    var noPhaseLock = false
-
-    @Option(name: .long, help: ArgumentHelp("An origin besides the service's own that browsers may change the rig from.", valueName: "url"))
-    var allowOrigin: [String] = []
+    @OptionGroup var serve: ServeOptions
 
     @Option(name: .long, help: ArgumentHelp("Captures directory.", valueName: "dir"))
     var out: String?
@@ -57,10 +41,7 @@ struct ServiceCommand: AsyncParsableCommand {
     var logLevel: Logger.Level = .warning
 
     func validate() throws {
-        guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]), (0...65535).contains(port) else {
-            throw ValidationError("--listen '\(listen)' is not HOST:PORT, e.g. 0.0.0.0:8443")
-        }
-        if loopback == nil, agent.isEmpty || tlsDir == nil { throw ValidationError("give --loopback N, or --agent and --tls-dir") }
+        if serve.loopback == nil, agent.isEmpty || tlsDir == nil { throw ValidationError("give --loopback N, or --agent and --tls-dir") }
     }
 
     func run() async throws {
@@ -71,12 +52,10 @@ struct ServiceCommand: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "camrig.serve")
-        let colon = listen.lastIndex(of: ":")!
-        let host = String(listen[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-        let port = Int(listen[listen.index(after: colon)...])!
+        let (host, port) = try serve.listenAddress()
         do {
-            if let loopback {
-                let local = try await LoopbackRig(agents: LocalAgentSpec.simulated(count: loopback, cameras: cameras), caName: "CamRig console CA")
+            if let loopback = serve.loopback {
+                let local = try await LoopbackRig(agents: LocalAgentSpec.simulated(count: loopback, cameras: serve.cameras), caName: "CamRig console CA")
                 try await local.run {
                     let pool = AgentPool(endpoints: local.endpoints, security: try local.clientSecurity(), logger: logger)
                     try await serve(pool: pool, directory: local.pki.directory, identity: "coordinator", host: host, port: port, announceToken: true, logger: logger)
@@ -101,10 +80,10 @@ struct ServiceCommand: AsyncParsableCommand {
     private func serve(pool: AgentPool, directory: TLSDirectory, identity: String?, host: String, port: Int, announceToken: Bool, logger: Logger) async throws {
         let root = URL(fileURLWithPath: out ?? ProcessInfo.processInfo.environment["CAMRIG_CAPTURES"] ?? "captures")
         var configuration = RigService.Configuration(capturesDirectory: root)
-        configuration.phaseLock = !noPhaseLock
+        configuration.phaseLock = !serve.noPhaseLock
         let service = try RigService(pool: pool, configuration: configuration, logger: logger)
         let trustRoot = try directory.trustRoot()
-        let consoleDirectory = ServiceServer.consoleDirectory(console)
+        let consoleDirectory = ServiceServer.consoleDirectory(serve.console)
         guard FileManager.default.fileExists(atPath: consoleDirectory + "/index.html") else {
             throw CommandFailure("the console's files are not in \(consoleDirectory): give --console DIR (Sources/CamRigService/Console in the source tree)")
         }
@@ -117,7 +96,7 @@ struct ServiceCommand: AsyncParsableCommand {
         let app = try ServiceServer.application(
             service: service, host: host, port: port,
             tls: try ServiceServer.tlsConfiguration(directory: directory, identityName: identity, verifier: verifier),
-            trustRoot: trustRoot, verifier: verifier, revokedTokens: TokenDenyList(directory: directory), allowedOrigins: Set(allowOrigin),
+            trustRoot: trustRoot, verifier: verifier, revokedTokens: TokenDenyList(directory: directory), allowedOrigins: Set(serve.allowOrigin),
             consoleDirectory: consoleDirectory, logger: logger
         ) { bound in
             let shown = ServiceServer.shownHost(host)

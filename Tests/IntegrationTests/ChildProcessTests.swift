@@ -17,7 +17,13 @@ struct ChildProcessTests {
         #expect(await sleeper.reap(grace: .zero) == .signalled(SIGKILL))
 
         // A child that ignores SIGTERM is killed once the grace period is over.
-        let stubborn = try ChildProcess.spawn("/bin/sh", ["-c", "trap '' TERM; sleep 30"])
+        let said = Pipe()
+        let stubborn = try ChildProcess.spawn(
+            "/bin/sh", ["-c", "trap '' TERM; echo ready; sleep 30"], stdout: .descriptor(said.fileHandleForWriting.fileDescriptor))
+        try said.fileHandleForWriting.close()
+        // Once it says so, it ignores SIGTERM (before, SIGTERM would end the shell).
+        let ready = try await Task.detached { try said.fileHandleForReading.read(upToCount: 6) }.value
+        #expect(ready == Data("ready\n".utf8))
         stubborn.terminate()
         #expect(await stubborn.reap(grace: .milliseconds(200)) == .signalled(SIGKILL))
 

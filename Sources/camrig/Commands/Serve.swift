@@ -1,6 +1,7 @@
 import ArgumentParser
 import CamRigCLI
 import CamRigCoordinator
+import CamRigLocalRig
 import CamRigSecurity
 import Foundation
 import Logging
@@ -20,52 +21,18 @@ struct Serve: AsyncParsableCommand {
             """
     )
 
-    @Option(name: .long, help: ArgumentHelp("Address to serve the API and console on, HOST:PORT (port 0: any free port).", valueName: "host:port"))
-    var listen = "127.0.0.1:8443"
-
-    @Option(name: .long, help: ArgumentHelp("Start this many agents with synthetic cameras on loopback and serve them (certificates in a temporary directory), for trying the console.", valueName: "n"))
-    var loopback: Int?
-
-    @Option(name: .long, help: ArgumentHelp("Synthetic cameras per loopback agent.", valueName: "n"))
-    var cameras = 1
-
-    @Option(name: .long, help: ArgumentHelp("The console's files (default: the ones built into camrig).", valueName: "dir"))
-    var console: String?
-
-    @Flag(name: .long, help: "Do not phase-lock free-running cameras.")
-    var noPhaseLock = false
-
-    @Option(name: .long, help: ArgumentHelp("An origin besides the service's own that browsers may change the rig from, e.g. https://rig.example (a reverse proxy in front of the service; repeatable).", valueName: "url"))
-    var allowOrigin: [String] = []
-
+    @OptionGroup var serve: ServeOptions
     @OptionGroup var captures: CaptureOptions
     @OptionGroup var rig: RigOptions
     @OptionGroup var output: OutputOptions
 
-    func validate() throws {
-        _ = try listenAddress()
-        if let loopback { guard (1...32).contains(loopback) else { throw ValidationError("--loopback takes 1…32 agents") } }
-        guard (1...8).contains(cameras) else { throw ValidationError("--cameras must be within 1…8") }
-    }
-
-    func listenAddress() throws -> (host: String, port: Int) {
-        guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]), (0...65535).contains(port) else {
-            throw ValidationError("--listen '\(listen)' is not HOST:PORT, e.g. 0.0.0.0:8443")
-        }
-        return (String(listen[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port)
-    }
-
     func run() async throws {
         let logger = output.makeLogger(label: "camrig.serve")
-        var arguments = ["--listen", listen, "--cameras", "\(cameras)", "--log-level", output.logLevel.rawValue]
-        if let loopback { arguments += ["--loopback", "\(loopback)"] }
-        if let console { arguments += ["--console", console] }
-        if noPhaseLock { arguments.append("--no-phase-lock") }
-        for origin in allowOrigin { arguments += ["--allow-origin", origin] }
+        var arguments = serve.arguments + ["--log-level", output.logLevel.rawValue]
         if let out = captures.out { arguments += ["--out", out] }
         if output.json { arguments.append("--json") }
         do {
-            if loopback == nil {
+            if serve.loopback == nil {
                 let (endpoints, security) = try rig.resolve(logger: logger)
                 guard case .tls(let mutual) = security, let directory = try rig.tlsDirectoryPath() else {
                     throw CommandFailure("camrig serve needs TLS: give --tls-dir DIR (or tls_dir in the rig file) holding ca.pem and a coordinator certificate")
@@ -81,14 +48,7 @@ struct Serve: AsyncParsableCommand {
 
     /// The `camrig-service` program: `$CAMRIG_SERVICE_PROGRAM`, else next to this executable, else on `PATH`.
     static func serviceProgram() throws -> String {
-        if let path = ProcessInfo.processInfo.environment["CAMRIG_SERVICE_PROGRAM"] { return path }
-        let own = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
-        let sibling = own.appendingPathComponent("camrig-service").path
-        if FileManager.default.isExecutableFile(atPath: sibling) { return sibling }
-        for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":") {
-            let candidate = URL(fileURLWithPath: String(directory)).appendingPathComponent("camrig-service").path
-            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
-        }
+        if let found = Programs.find("camrig-service", override: "CAMRIG_SERVICE_PROGRAM") { return found.path }
         throw CommandFailure(
             "cannot find camrig-service (the service's HTTP server) next to camrig or on PATH: install it beside camrig, build it (`swift build`), or set CAMRIG_SERVICE_PROGRAM")
     }
