@@ -42,16 +42,6 @@ struct ServiceHTTPTests {
         }
     }
 
-    /// Waits up to `timeout` for `condition`, checking every 200 ms.
-    static func eventually(_ timeout: Duration, _ condition: () throws -> Bool) async rethrows -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if try condition() { return true }
-            try? await Task.sleep(for: .milliseconds(200))
-        }
-        return try condition()
-    }
-
     @Test("curl trusts the printed address with the rig's CA; an upgrade without a token is a 401 problem; a size no camera has is refused up front; links never lead out of --out")
     func letter() async throws {
         let served = try await Served(agents: 1)
@@ -67,7 +57,7 @@ struct ServiceHTTPTests {
             #expect(plain.status == 426 && plain.output.lowercased().contains("upgrade: websocket"), "\(plain.output)")
         }
 
-        #expect(try await Self.eventually(.seconds(30)) { ((try served.json("/api/v1/session") as? [String: Any])?["cameras"] as? Int) == 1 }, "no session")
+        #expect(try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(200)) { ((try served.json("/api/v1/session") as? [String: Any])?["cameras"] as? Int) == 1 }, "no session")
         let json = ["-H", "Content-Type: application/json", "-X", "POST"]
         let size = try served.curl("/api/v1/captures/recording", json + ["--data", #"{"duration": 1, "size": "7x5"}"#])
         #expect(size.status == 409 && size.output.contains("7x5") && size.output.contains("\"device\""), "\(size.output)")
@@ -78,7 +68,7 @@ struct ServiceHTTPTests {
         #expect(photo.status == 202, "\(photo.output)")
         var capture: String?
         #expect(
-            try await Self.eventually(.seconds(60)) {
+            try await eventually(timeout: .seconds(60), pollingEvery: .milliseconds(200)) {
                 let jobs = try served.json("/api/v1/jobs") as? [[String: Any]]
                 capture = jobs?.first?["capture_id"] as? String
                 return capture != nil || jobs?.first?["state"] as? String == "failed"
@@ -111,7 +101,7 @@ struct ServiceHTTPTests {
     @Test("the API passes a property-based run of its own OpenAPI document (schemathesis, all checks)")
     func schemathesis() async throws {
         let served = try await Served(agents: 1)
-        #expect(try await Self.eventually(.seconds(30)) { ((try served.json("/api/v1/session") as? [String: Any])?["cameras"] as? Int) == 1 }, "no session")
+        #expect(try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(200)) { ((try served.json("/api/v1/session") as? [String: Any])?["cameras"] as? Int) == 1 }, "no session")
         let result = try Executables.runTool(
             "/usr/bin/env",
             [

@@ -93,16 +93,6 @@ struct ServiceTests {
         return (service, captures)
     }
 
-    /// Waits up to `timeout` for `condition`, checking every 100 ms.
-    static func eventually(_ timeout: Duration, _ condition: () async -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if await condition() { return true }
-            try? await Task.sleep(for: .milliseconds(100))
-        }
-        return await condition()
-    }
-
     @Test("previews watched during a recording cost it no frame; an agent that restarts is back in the session on its own")
     func previewsAndRecovery() async throws {
         let pki = try TestPKI(agents: ["agent-1", "agent-2"])
@@ -129,15 +119,15 @@ struct ServiceTests {
         let running = Task { try await group.run() }
         let access = Access(name: "test", role: .operator, method: "token")
 
-        #expect(await Self.eventually(.seconds(30)) { await service.session?.inputs.count == 2 }, "no session over both cameras")
+        #expect(try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(100)) { await service.session?.inputs.count == 2 }, "no session over both cameras")
         let firstSession = try #require(await service.session?.id)
 
         // Both cameras watched at the agents' highest preview rate while the rig records.
         let cameras = await service.devices
         let watchers = cameras.map { service.previews.watch($0) }
-        #expect(await Self.eventually(.seconds(10)) { cameras.allSatisfy { service.previews.receivedCount($0.name) > 0 } }, "no previews")
+        #expect(try await eventually(timeout: .seconds(10), pollingEvery: .milliseconds(100)) { cameras.allSatisfy { service.previews.receivedCount($0.name) > 0 } }, "no previews")
         let job = try await service.startRecording(.init(duration: 2, fps: 30), by: access)
-        #expect(await Self.eventually(.seconds(60)) { await service.job(job.id)?.state != .running })
+        #expect(try await eventually(timeout: .seconds(60), pollingEvery: .milliseconds(100)) { await service.job(job.id)?.state != .running })
         let finished = await service.job(job.id)
         let recording = try #require(finished?.summary, "recording failed: \(finished?.error ?? "")")
         #expect(recording.droppedFrames == 0, "previews cost the recording \(recording.droppedFrames) frame(s)")
@@ -145,11 +135,11 @@ struct ServiceTests {
         #expect(recording.maxSkewUs <= 100, "previews cost the recording its sync: skew max \(recording.maxSkewUs) µs")
         let before = cameras.map { service.previews.receivedCount($0.name) }
         #expect(
-            await Self.eventually(.seconds(5)) { zip(cameras, before).allSatisfy { service.previews.receivedCount($0.name) > $1 } },
+            try await eventually(timeout: .seconds(5), pollingEvery: .milliseconds(100)) { zip(cameras, before).allSatisfy { service.previews.receivedCount($0.name) > $1 } },
             "previews did not come back after the recording")
         // A photo while the cameras are previewed is still taken at one instant.
         let watchedPhoto = try await service.startPhoto(.init(quality: "balanced"), by: access)
-        #expect(await Self.eventually(.seconds(30)) { await service.job(watchedPhoto.id)?.state != .running })
+        #expect(try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(100)) { await service.job(watchedPhoto.id)?.state != .running })
         let watchedSummary = try #require(await service.job(watchedPhoto.id)?.summary)
         #expect(watchedSummary.maxSkewUs <= 100, "previews cost the photo its sync: skew \(watchedSummary.maxSkewUs) µs")
         for (camera, watcher) in zip(cameras, watchers) { service.previews.stopWatching(camera.name, id: watcher.id) }
@@ -158,16 +148,16 @@ struct ServiceTests {
         // agent-2 is killed and comes back on its port: the service notices both and rebuilds the session.
         let port = second.port
         second.crash()
-        #expect(await Self.eventually(.seconds(20)) { await service.session?.id != firstSession || pool.agents[1].snapshot.status != .connected })
+        #expect(try await eventually(timeout: .seconds(20), pollingEvery: .milliseconds(100)) { await service.session?.id != firstSession || pool.agents[1].snapshot.status != .connected })
         second = try AgentProcess(["--listen", "127.0.0.1:\(port)"] + arguments("agent-2"))
-        let rebuilt = await Self.eventually(.seconds(30)) {
+        let rebuilt = try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(100)) {
             guard let session = await service.session else { return false }
             let count = await session.inputs.count
             return session.id != firstSession && count == 2
         }
         #expect(rebuilt, "the session was not rebuilt over both cameras after agent-2 restarted")
         let photo = try await service.startPhoto(.init(quality: "speed"), by: access)
-        #expect(await Self.eventually(.seconds(30)) { await service.job(photo.id)?.state != .running })
+        #expect(try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(100)) { await service.job(photo.id)?.state != .running })
         let photoJob = await service.job(photo.id)
         #expect(photoJob?.summary?.cameras.count == 2, "photo after the restart: \(photoJob?.error ?? "")")
 
@@ -199,7 +189,7 @@ extension ServiceTests {
         ) { bound in port.set(bound) }
         let running = Task { try await app.runService() }
         defer { running.cancel() }
-        #expect(await Self.eventually(.seconds(10)) { port.value != 0 })
+        #expect(try await eventually(timeout: .seconds(10), pollingEvery: .milliseconds(100)) { port.value != 0 })
 
         // A peer that opens a TCP connection and says nothing (not even a TLS hello) is let go.
         let silent = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
