@@ -5,8 +5,8 @@ import NIOConcurrencyHelpers
 /// A program started by this process, which cannot outlive it.
 ///
 /// Every child is started and then waited for (`waitpid`) by a thread of its own, never by a thread of
-/// Swift's cooperative pool, so nothing here touches Foundation's run loops (`Process.waitUntilExit` on a
-/// cooperative thread crashes debug builds). The child gets `deathSignal` (SIGKILL by default) when that
+/// Swift's cooperative pool, so nothing here touches Foundation's run loops (waiting on Foundation's
+/// `Process` from a cooperative thread crashes debug builds). The child gets `deathSignal` (SIGKILL by default) when that
 /// thread ends, which it does only once the child has exited, or when this process dies, even by SIGKILL.
 /// Descriptors other than the three given are closed in the child, so a pipe another child reads never
 /// stays open through this one.
@@ -66,11 +66,13 @@ public final class ChildProcess: Sendable {
     /// The program that runs.
     public let executable: String
     private let state = NIOLockedValueBox(State())
-    private let exited = ConditionLock(value: false)
+    /// Left once the child has exited: what blocking waiters wait on (the termination itself is in `state`).
+    private let running = DispatchGroup()
 
     private init(pid: pid_t, executable: String) {
         self.processIdentifier = pid
         self.executable = executable
+        running.enter()
     }
 
     /// Starts `executable` with `arguments`; `environment` nil keeps this process's.
@@ -81,7 +83,7 @@ public final class ChildProcess: Sendable {
         stdin: Stream = .null, stdout: Stream = .inherit, stderr: Stream = .inherit,
         deathSignal: Int32 = SIGKILL, newProcessGroup: Bool = false
     ) throws -> ChildProcess {
-        let started = ConditionLock(value: 0)
+        let started = DispatchSemaphore(value: 0)
         let outcome = NIOLockedValueBox<Result<ChildProcess, SpawnError>?>(nil)
         let descriptors = [(stdin, 0), (stdout, 1), (stderr, 2)].map { stream, own -> Int32 in
             switch stream {
@@ -104,20 +106,17 @@ public final class ChildProcess: Sendable {
             }
             guard pid > 0 else {
                 outcome.withLockedValue { $0 = .failure(SpawnError(executable: executable, code: -pid)) }
-                started.lock()
-                started.unlock(withValue: 1)
+                started.signal()
                 return
             }
             let child = ChildProcess(pid: pid, executable: executable)
             outcome.withLockedValue { $0 = .success(child) }
-            started.lock()
-            started.unlock(withValue: 1)
+            started.signal()
             child.waitForExit()
         }
         thread.name = "child \(URL(fileURLWithPath: executable).lastPathComponent)"
         thread.start()
-        started.lock(whenValue: 1)
-        started.unlock()
+        started.wait()
         return try outcome.withLockedValue { $0! }.get()
     }
 
@@ -138,8 +137,7 @@ public final class ChildProcess: Sendable {
             defer { state.waiters = [] }
             return state.waiters
         }
-        exited.lock()
-        exited.unlock(withValue: true)
+        running.leave()
         for waiter in waiters { waiter.resume(returning: termination) }
     }
 
@@ -177,16 +175,13 @@ public final class ChildProcess: Sendable {
     /// Blocks the calling thread until the child has exited (for synchronous callers, off the cooperative pool).
     @discardableResult
     public func waitBlocking() -> Termination {
-        exited.lock(whenValue: true)
-        exited.unlock()
+        running.wait()
         return termination!
     }
 
     /// Blocks up to `timeout` for the child to exit: whether it did.
     public func waitBlocking(timeout: Duration) -> Bool {
-        guard exited.lock(whenValue: true, timeoutSeconds: max(0, timeout.seconds)) else { return false }
-        exited.unlock()
-        return true
+        running.wait(timeout: .now() + max(0, timeout.seconds)) == .success
     }
 
     /// Waits up to `grace` for the child to exit by itself (no thread held), then kills it and waits for that.

@@ -4,7 +4,7 @@ import Testing
 
 /// A missing result's cause in `manifest.json`: written and read back, read from older manifests, and
 /// read as none when a later version wrote one this version does not know.
-@Suite("Missing results' causes")
+@Suite("Missing results' causes", .timeLimit(.minutes(1)))
 struct MissingCauseTests {
     func decode(_ json: String) throws -> CaptureManifest.Missing {
         try JSONDecoder().decode(CaptureManifest.Missing.self, from: Data(json.utf8))

@@ -4,7 +4,7 @@ import Testing
 
 @testable import CamRigService
 
-@Suite("Job table")
+@Suite("Job table", .timeLimit(.minutes(1)))
 struct JobTableTests {
     static func summary(_ id: String) throws -> CaptureOutput {
         let json = """

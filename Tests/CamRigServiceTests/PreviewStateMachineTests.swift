@@ -3,7 +3,7 @@ import Testing
 @testable import CamRigService
 
 /// `PreviewHub`'s decisions with plain values for watchers, clients and waiters: no agent, no timer.
-@Suite("Preview state machine")
+@Suite("Preview state machine", .timeLimit(.minutes(1)))
 struct PreviewStateMachineTests {
     typealias Machine = PreviewStateMachine<String, String, String, Int>
     let start = ContinuousClock.now
@@ -38,7 +38,10 @@ struct PreviewStateMachineTests {
     @Test("a pause stops the open streams, its caller waits until they are closed, and a resume wakes the feeds that wait")
     func pause() {
         var machine = Machine()
-        guard case .startFeed(let generation) = machine.watch("a/cam0", watcher: "w").action else { return }
+        guard case .startFeed(let generation) = machine.watch("a/cam0", watcher: "w").action else {
+            Issue.record("the first watcher did not start the camera's feed")
+            return
+        }
         #expect(machine.openStream("a/cam0", generation: generation) == .open)
         _ = machine.streamStarted("a/cam0", generation: generation, client: "client", streamID: "s1")
         let open = machine.pause()
@@ -59,7 +62,10 @@ struct PreviewStateMachineTests {
     @Test("nested pauses: previews resume with the last resume")
     func nestedPauses() {
         var machine = Machine()
-        guard case .startFeed(let generation) = machine.watch("a/cam0", watcher: "w").action else { return }
+        guard case .startFeed(let generation) = machine.watch("a/cam0", watcher: "w").action else {
+            Issue.record("the first watcher did not start the camera's feed")
+            return
+        }
         _ = machine.pause()
         _ = machine.pause()
         #expect(machine.park("a/cam0", generation: generation, waiter: "loop") == true)
@@ -75,7 +81,10 @@ struct PreviewStateMachineTests {
         var machine = Machine()
         #expect(machine.keepAlive(now: start, interval: .seconds(2)).isWait)
         #expect(machine.parkKeepAlive("keep-alive") == true)
-        guard case .startFeed(let generation) = machine.watch("a/cam0", watcher: "w").action else { return }
+        guard case .startFeed(let generation) = machine.watch("a/cam0", watcher: "w").action else {
+            Issue.record("the first watcher did not start the camera's feed")
+            return
+        }
         #expect(machine.received("a/cam0", generation: generation, 1, at: start).keepAlive == "keep-alive", "the first preview wakes the keep-alive")
         guard case .sleep(let until) = machine.keepAlive(now: start + .seconds(1), interval: .seconds(2)) else {
             Issue.record("the keep-alive did not sleep until the feed is due")
@@ -87,7 +96,10 @@ struct PreviewStateMachineTests {
             return
         }
         #expect(feeds.map(\.watchers) == [["w"]] && feeds.map(\.preview) == [1])
-        guard case .sleep(let next) = machine.keepAlive(now: start + .seconds(2), interval: .seconds(2)) else { return }
+        guard case .sleep(let next) = machine.keepAlive(now: start + .seconds(2), interval: .seconds(2)) else {
+            Issue.record("after the resend the keep-alive did not sleep until the next is due")
+            return
+        }
         #expect(next == start + .seconds(4))
         let stopped = machine.stopAll()
         #expect(stopped.finish == ["w"])

@@ -5,7 +5,7 @@ import Testing
 @testable import CamRigService
 
 /// The supervisor's decisions from snapshots alone: no agent, no socket, time passed in.
-@Suite("Rig supervisor")
+@Suite("Rig supervisor", .timeLimit(.minutes(1)))
 struct RigSupervisorTests {
     typealias Supervisor = RigSupervisor
     let start = ContinuousClock.now

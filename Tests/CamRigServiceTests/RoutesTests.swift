@@ -15,7 +15,7 @@ import Testing
 /// The API's answers as HTTP says they should be, through the router (no socket): problems for every
 /// refusal, 404 and 405 told apart, 415 for a body that is not JSON, 426 for a WebSocket route asked
 /// for without an upgrade, and the bounds the OpenAPI document states.
-@Suite("Service routes")
+@Suite("Service routes", .timeLimit(.minutes(1)))
 struct RoutesTests {
     static let console = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("Sources/CamRigService/Console")

@@ -6,7 +6,7 @@ import Yams
 @testable import CamRigService
 
 /// `ServiceEvent` against the OpenAPI document's `Event` schema, and its JSON round trip.
-@Suite("Service events")
+@Suite("Service events", .timeLimit(.minutes(1)))
 struct ServiceEventTests {
     static let console = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("Sources/CamRigService/Console")

@@ -4,7 +4,7 @@ import Foundation
 import Testing
 
 /// Child processes started by the harness: how they end, and that none outlives its parent.
-@Suite("Child processes", .serialized)
+@Suite("Child processes", .serialized, .timeLimit(.minutes(5)))
 struct ChildProcessTests {
     @Test("a child's exit status, its ending signal, and a program that cannot run")
     func outcomes() async throws {

@@ -3,7 +3,7 @@ import Testing
 
 /// The package's layers, read from Package.swift itself: they point one way, the coordinator links no
 /// device backend or image code, nothing is declared and unused, and no product needs unsafe flags.
-@Suite("Package layers")
+@Suite("Package layers", .timeLimit(.minutes(1)))
 struct PackageLayerTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
