@@ -90,12 +90,12 @@ struct PhotoPipelineTests {
     @Test("a quality merge of 8 frames is at least 6 dB closer to the truth than one frame, and keeps the frame's own rows")
     func qualityMerge() async throws {
         let camera = SyntheticCamera(SyntheticCameraConfiguration(serial: "P5", seed: 9))
-        let taken = try await frames(camera, count: PhotoProcessing.qualityFrames)
+        let taken = try await frames(camera, count: PhotoPlan.qualityFrames)
         let merged = PhotoProcessing.merge(taken)
         let truth = try truth(camera, taken[0])
         let single = lumaPSNR(taken[0].bytes, truth)
         let quality = lumaPSNR(merged.frame.bytes, truth)
-        #expect(merged.frames == PhotoProcessing.qualityFrames)
+        #expect(merged.frames == PhotoPlan.qualityFrames)
         #expect(quality >= single + 6, "merged \(quality) dB against one frame's \(single) dB")
         #expect(merged.noiseSigma > 3 && merged.noiseSigma < 5, "estimated noise \(merged.noiseSigma), drawn with σ 4")
         #expect(merged.mergedShare > 0.8 && merged.mergedShare < 1, "still parts merge, moving parts keep the first frame (\(merged.mergedShare))")
@@ -113,7 +113,7 @@ struct PhotoPipelineTests {
         #expect(compressed.frames == 1)
         #expect(compressed.note.contains("uncompressed"))
         let raw = PhotoPlan(requested: .quality, format: yuyv)
-        #expect(raw.level == .quality && raw.frames == PhotoProcessing.qualityFrames && raw.note.isEmpty)
+        #expect(raw.level == .quality && raw.frames == PhotoPlan.qualityFrames && raw.note.isEmpty)
         #expect(PhotoPlan(requested: .speed, format: mjpeg).level == .speed)
     }
 
@@ -281,7 +281,7 @@ struct AlignedMergeTests {
             return bytes
         }
         let truth = Self.texture(width: width, height: height, x: 0)
-        let frames = (0..<PhotoProcessing.qualityFrames).map { index in
+        let frames = (0..<PhotoPlan.qualityFrames).map { index in
             Self.frame(noisy(Self.texture(width: width, height: height, x: 4 * index)), width: width, height: height, sequence: UInt64(index))
         }
         let merged = PhotoProcessing.merge(frames)

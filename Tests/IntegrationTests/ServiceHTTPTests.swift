@@ -7,44 +7,9 @@ import Testing
 /// promises, symbolic links in a capture, and a property-based run of the API's own OpenAPI document.
 @Suite("Coordinator service over HTTPS", .timeLimit(.minutes(8)))
 struct ServiceHTTPTests {
-    /// A running `camrig serve --loopback N` and curl against it.
-    final class Served: Sendable {
-        let rig: ServedRig
-        var url: String { rig.url }
-        var token: String { rig.token }
-        var tlsDir: String { rig.tlsDir }
-        var captures: URL { rig.captures }
-        var base: String { rig.base }
-        var ca: String { rig.ca }
-
-        init(agents: Int) async throws { rig = try await ServedRig(agents: agents) }
-
-        /// SIGTERM, as systemd stops it.
-        func stop() async {
-            let exit = await rig.stop()
-            #expect(exit != nil, "camrig serve did not stop within 20 s of SIGTERM")
-        }
-
-        /// curl with the rig's CA as its only trust (host names checked), the status and the headers and body.
-        func curl(_ path: String, _ arguments: [String] = [], token: Bool = true) throws -> (status: Int, output: String) {
-            let auth = token ? ["-H", "Authorization: Bearer \(self.token)"] : []
-            let result = try Executables.runTool(
-                "/usr/bin/curl", ["-sS", "-i", "--http1.1", "--max-time", "20", "--cacert", ca] + auth + arguments + [base + path], timeout: 30)
-            #expect(result.status == 0, "curl \(path): \(result.stderr)")
-            let statusLine = result.stdout.split(separator: "\r\n").first { $0.hasPrefix("HTTP/") && !$0.contains(" 100 ") } ?? ""
-            return (Int(statusLine.split(separator: " ").dropFirst().first ?? "") ?? 0, result.stdout)
-        }
-
-        func json(_ path: String) throws -> Any? {
-            let (_, output) = try curl(path)
-            guard let body = output.components(separatedBy: "\r\n\r\n").last else { return nil }
-            return try? JSONSerialization.jsonObject(with: Data(body.utf8))
-        }
-    }
-
     @Test("curl trusts the printed address with the rig's CA; an upgrade without a token is a 401 problem; a size no camera has is refused up front; links never lead out of --out")
     func letter() async throws {
-        let served = try await Served(agents: 1)
+        let served = try await ServedRig(agents: 1)
         // The address printed is one the coordinator's certificate names: curl checks host names.
         let whoami = try served.curl("/api/v1/whoami")
         #expect(whoami.status == 200 && whoami.output.contains("\"operator\""), "\(whoami.output)")
@@ -83,7 +48,7 @@ struct ServiceHTTPTests {
         let leak = try served.curl("/api/v1/captures/\(id)/files/leak.txt")
         #expect(leak.status == 404 && !leak.output.contains("secret"), "\(leak.output)")
         #expect(try served.curl("/api/v1/captures/\(id)/files/manifest-link.json").status == 200)
-        await served.stop()
+        #expect(await served.stop() != nil, "camrig serve did not stop within 20 s of SIGTERM")
     }
 
     @Test("`camrig certs init` gives the coordinator a certificate naming localhost, 127.0.0.1, ::1, this host and the names asked for")
@@ -100,7 +65,7 @@ struct ServiceHTTPTests {
 
     @Test("the API passes a property-based run of its own OpenAPI document (schemathesis, all checks)")
     func schemathesis() async throws {
-        let served = try await Served(agents: 1)
+        let served = try await ServedRig(agents: 1)
         #expect(try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(200)) { ((try served.json("/api/v1/session") as? [String: Any])?["cameras"] as? Int) == 1 }, "no session")
         let result = try Executables.runTool(
             "/usr/bin/env",
@@ -112,6 +77,25 @@ struct ServiceHTTPTests {
                 "--exclude-path-regex", #"^/api/v1/(events|previews|devices/[^/]+/[^/]+/preview\.mjpeg)$"#,
             ], timeout: 240)
         #expect(result.status == 0, "schemathesis found failures:\n\(result.stdout.suffix(12_000))\n\(result.stderr.suffix(4000))")
-        await served.stop()
+        #expect(await served.stop() != nil, "camrig serve did not stop within 20 s of SIGTERM")
+    }
+}
+
+extension ServedRig {
+    /// curl with the rig's CA as its only trust (host names checked), the status and the headers and body.
+    func curl(_ path: String, _ arguments: [String] = [], token: Bool = true) throws -> (status: Int, output: String) {
+        let auth = token ? ["-H", "Authorization: Bearer \(self.token)"] : []
+        let result = try Executables.runTool(
+            "/usr/bin/curl", ["-sS", "-i", "--http1.1", "--max-time", "20", "--cacert", ca] + auth + arguments + [base + path], timeout: 30)
+        #expect(result.status == 0, "curl \(path): \(result.stderr)")
+        let statusLine = result.stdout.split(separator: "\r\n").first { $0.hasPrefix("HTTP/") && !$0.contains(" 100 ") } ?? ""
+        return (Int(statusLine.split(separator: " ").dropFirst().first ?? "") ?? 0, result.stdout)
+    }
+
+    /// The JSON body of a GET with the token.
+    func json(_ path: String) throws -> Any? {
+        let (_, output) = try curl(path)
+        guard let body = output.components(separatedBy: "\r\n\r\n").last else { return nil }
+        return try? JSONSerialization.jsonObject(with: Data(body.utf8))
     }
 }

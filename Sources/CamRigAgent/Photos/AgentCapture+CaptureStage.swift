@@ -45,7 +45,7 @@ extension AgentCapture {
                 maxDimensions: settings.maxPhotoDimensions.dimensions, format: device?.activeFormat, output: output)
             let (previous, preparation) = state.withLockedValue { $0.requested(deviceID: deviceID, at: t) }
             if settings.fastCapturePrioritization, plan.level == .quality, let previous {
-                let stage = Double(PhotoProcessing.qualityFrames) * Self.framePeriod(nil, device)
+                let stage = Double(PhotoPlan.qualityFrames) * Self.framePeriod(nil, device)
                 if Double(t - previous) < stage { plan.stepDown(since: t - previous) }
             }
             let bracket = Array(settings.bracketExposureBiases.prefix(Self.maxBracket))

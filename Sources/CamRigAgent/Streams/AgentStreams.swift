@@ -378,7 +378,7 @@ final class NewestFrameSink: FrameSink {
     private let onEnd: @Sendable (NewestFrameSink) -> Void
 
     /// `onEnd` runs when the stream ends on its own (the device vanished or failed, the agent stops).
-    init(capacity: Int = PhotoProcessing.qualityFrames, onEnd: @escaping @Sendable (NewestFrameSink) -> Void) {
+    init(capacity: Int = PhotoPlan.qualityFrames, onEnd: @escaping @Sendable (NewestFrameSink) -> Void) {
         self.capacity = max(1, capacity)
         self.onEnd = onEnd
     }

@@ -4,18 +4,13 @@ import NIOCore
 
 /// The processing stage of a photo.
 public enum PhotoProcessing {
-    /// The size a 2×2 binning of `format` at `dimensions` gives, when the format can be binned.
-    public static func binnedDimensions(_ pixelFormat: PixelFormat, _ dimensions: Dimensions) -> Dimensions? {
-        PhotoPlan.binnedDimensions(pixelFormat, dimensions)
-    }
-
     /// `frame` binned 2×2: each output sample the mean of the four input samples of the same colour (for
     /// RGGB, the four of its colour in the 4×4 cell around it), so the picture keeps its field of view
     /// at half the size with half the noise. The first bytes of the embedded data rows (the synthetic
     /// camera's header) are kept as they were. `nil` when the format cannot be binned.
     public static func bin(_ frame: CapturedFrame) -> CapturedFrame? {
         let format = frame.format
-        guard let half = binnedDimensions(format.pixelFormat, format.dimensions) else { return nil }
+        guard let half = PhotoPlan.binnedDimensions(format.pixelFormat, format.dimensions) else { return nil }
         let width = Int(half.width)
         let height = Int(half.height)
         let inPitch = Int(format.bytesPerLine)
@@ -82,8 +77,6 @@ public enum PhotoProcessing {
     }
 
     /// Frames a quality photo merges. Eight frames take a quarter of a second at 30 fps and cut the noise
-    /// of still parts of the picture by √8 (9 dB).
-    public static let qualityFrames = PhotoPlan.qualityFrames
 
     /// The result of merging frames.
     public struct Merged: Sendable {
