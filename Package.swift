@@ -14,6 +14,8 @@
 //   CamRigSecurity     certificate authority, peer roles, TLS 1.3 with client certificates, access tokens
 //   CamRigDeviceModel  the device model's value types: formats, durations, frames, settings, photo plans,
 //                      leases, the phase grid; no backend, no image code
+//   CamRigMedia        video files: Matroska written frame by frame through FFmpeg's libraries (CMediaFile),
+//                      crash-safe, read back, repaired after a crash and trimmed
 //   CamRigDevices      devices and their backends (synthetic, V4L2 through CLibV4L2), image kernels
 //                      (CImageKernels) and JPEG (CTurboJPEG)
 //   CamRigWireModel    the only mapping between wire messages and the device model
@@ -116,6 +118,12 @@ let package = Package(
             name: "CamRigDeviceModel",
             dependencies: [.product(name: "NIOCore", package: "swift-nio")]
         ),
+        // Matroska files through FFmpeg's libraries (Debian's libavformat, libavcodec, libswscale).
+        .target(
+            name: "CMediaFile",
+            linkerSettings: [.linkedLibrary("avformat"), .linkedLibrary("avcodec"), .linkedLibrary("swscale"), .linkedLibrary("avutil")]
+        ),
+        .target(name: "CamRigMedia", dependencies: ["CMediaFile"]),
         .target(
             name: "CamRigDevices",
             dependencies: [
@@ -140,8 +148,9 @@ let package = Package(
         .target(
             name: "CamRigStorage",
             dependencies: [
-                "CZlib", "CamRigDevices", "CamRigCapture", "CamRigFiles",
+                "CZlib", "CamRigDevices", "CamRigCapture", "CamRigFiles", "CamRigMedia",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
@@ -149,7 +158,8 @@ let package = Package(
             name: "CamRigAgent",
             dependencies: [
                 "CamRigClock", "CamRigWire", "CamRigClockSocket", "CamRigSecurity", "CamRigDevices", "CamRigWireModel",
-                "CamRigCapture", "CamRigFiles", "CLinux",
+                "CamRigCapture", "CamRigFiles", "CamRigMedia", "CLinux",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOTLS", package: "swift-nio"),

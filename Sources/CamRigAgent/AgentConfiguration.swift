@@ -37,6 +37,9 @@ public struct AgentConfiguration: Sendable {
     public var devices: AgentDevices?
     /// Where captured results wait for the coordinator; `nil` disables capture.
     public var spool: ResultSpool?
+    /// The most on-host recordings (in the spool's `recordings` folder) may take on disk; `nil`: the
+    /// disk's free space less a reserve.
+    public var recordingSpaceBytes: UInt64?
     /// Largest frame accepted from a client. Clients send only control messages, so the default is the
     /// protocol's minimum (1 MiB + 4): a client can make the agent buffer at most that much.
     public var maxFrameLength: UInt32
@@ -61,6 +64,7 @@ public struct AgentConfiguration: Sendable {
         maxFrameLength: UInt32 = WireProtocol.minimumMaxFrameLength,
         devices: AgentDevices? = nil,
         spool: ResultSpool? = nil,
+        recordingSpaceBytes: UInt64? = nil,
         clock: HostClock? = nil,
         realtimeTriggers: Bool = false
     ) {
@@ -68,6 +72,7 @@ public struct AgentConfiguration: Sendable {
         self.clock = clock ?? devices?.clock ?? .system
         self.devices = devices
         self.spool = spool
+        self.recordingSpaceBytes = recordingSpaceBytes
         self.host = host
         self.port = port
         self.security = security

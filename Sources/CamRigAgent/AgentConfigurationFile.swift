@@ -11,6 +11,7 @@ import Yams
 ///     spool:
 ///       dir: /var/lib/camrig/spool
 ///       size_mb: 1024
+///       recording_space_mb: 20000   # on-host recordings; default: free space less 256 MiB
 ///     devices:
 ///       synthetic: 0
 ///       v4l2: ["/dev/video*"]
@@ -24,10 +25,13 @@ public struct AgentConfigurationFile: Codable, Equatable, Sendable {
     public struct Spool: Codable, Equatable, Sendable {
         public var dir: String?
         public var sizeMB: Int?
+        /// The most on-host recordings may take, in MiB.
+        public var recordingSpaceMB: Int?
 
         enum CodingKeys: String, CodingKey {
             case dir
             case sizeMB = "size_mb"
+            case recordingSpaceMB = "recording_space_mb"
         }
     }
 
@@ -80,7 +84,7 @@ public struct AgentConfigurationFile: Codable, Equatable, Sendable {
         do {
             if let node = try Yams.compose(yaml: yaml), let mapping = node.mapping {
                 try Self.checkKeys(mapping, allowed: CodingKeys.allCases.map(\.rawValue), path: "")
-                for (section, keys) in [("spool", ["dir", "size_mb"]), ("devices", ["synthetic", "v4l2"]), ("limits", ["handshake_timeout_s", "idle_timeout_s", "max_connections", "max_unauthenticated", "max_unauthenticated_per_address"])] {
+                for (section, keys) in [("spool", ["dir", "size_mb", "recording_space_mb"]), ("devices", ["synthetic", "v4l2"]), ("limits", ["handshake_timeout_s", "idle_timeout_s", "max_connections", "max_unauthenticated", "max_unauthenticated_per_address"])] {
                     if let nested = mapping[Node(section)]?.mapping { try Self.checkKeys(nested, allowed: keys, path: "\(section).") }
                 }
             }

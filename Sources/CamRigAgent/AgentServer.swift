@@ -53,6 +53,17 @@ public final class AgentServer: Service, Sendable {
             } else {
                 nil
             }
+        var recordings: AgentRecordings?
+        if let streams, let spool = configuration.spool {
+            let directory = spool.directory.appendingPathComponent("recordings")
+            do {
+                recordings = try AgentRecordings(
+                    directory: directory, capacityBytes: configuration.recordingSpaceBytes, agentID: configuration.agentID,
+                    streams: streams, threadPool: spoolThread, logger: logger)
+            } catch {
+                logger.error("on-host recording is off: its folder cannot be made", metadata: ["folder": "\(directory.path)", "error": "\(error)"])
+            }
+        }
         clockChannel = ClockChannelServer(clock: configuration.clock, logger: logger)
         router = AgentRequestRouter(
             agentID: configuration.agentID,
@@ -61,7 +72,8 @@ public final class AgentServer: Service, Sendable {
             capture: capture,
             results: configuration.spool.map { [spoolThread] in ResultService(spool: $0, agentID: configuration.agentID, threadPool: spoolThread) },
             clockChannel: clockChannel,
-            phaseLocks: phaseLocks
+            phaseLocks: phaseLocks,
+            recordings: recordings
         )
     }
 
@@ -157,6 +169,8 @@ public final class AgentServer: Service, Sendable {
         // Open streams end with StreamEnded (SHUTTING_DOWN) before their clients get Goodbye.
         router.phaseLocks?.stopAll()
         router.streams?.stopAll(message: "agent \(configuration.agentID) is shutting down")
+        // Recordings close their files as they are (the tracks say the agent shut down).
+        await router.recordings?.stopAll()
         await connections.closeAll(reason: "agent \(configuration.agentID) is shutting down")
         await router.capture?.drain()
         try? await spoolThread.shutdownGracefully()

@@ -45,6 +45,97 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
     /// Results stored in this capture that their agents were not told to delete (the connection failed
     /// after storing): a collector acknowledges them, so they are never offered twice.
     public var unacknowledged: [Unacknowledged]?
+    /// For recordings made on the camera hosts: each camera's files, where they are, and the grid.
+    public var hostRecording: HostRecording?
+
+    /// A recording each camera host made of its own cameras into video files, offloaded afterwards.
+    ///
+    /// Frame k of the recording's grid was exposed at `start_ns + k × grid_period_ns` (coordinator clock);
+    /// every camera's files cover the same grid indexes, with gaps listed. `sets` map grid indexes to each
+    /// camera's frame in its file once the files are here.
+    public struct HostRecording: Codable, Sendable, Equatable {
+        /// The id the agents keep the recording under.
+        public var recordingId: String
+        /// The first grid instant (coordinator clock).
+        public var startNs: Int64
+        public var gridPeriodNs: Double
+        /// Grid instants recorded.
+        public var gridCount: Int
+        public var tracks: [Track]
+
+        public init(recordingId: String, startNs: Int64, gridPeriodNs: Double, gridCount: Int, tracks: [Track]) {
+            self.recordingId = recordingId
+            self.startNs = startNs
+            self.gridPeriodNs = gridPeriodNs
+            self.gridCount = gridCount
+            self.tracks = tracks
+        }
+
+        /// One camera's files.
+        public struct Track: Codable, Sendable, Equatable {
+            public var camera: Int
+            public var agent: String
+            public var device: String
+            /// What the files' names start with (`cam0-NAME`).
+            public var stem: String
+            /// `copy`, `mjpeg`, `ffv1`, `h264` or `raw`.
+            public var codec: String
+            /// `recording`, `complete`, `cut_short` (the agent stopped during it and closed the files at
+            /// its next start), `failed`, or `unknown` (its agent has not said yet).
+            public var state: String
+            public var frames: Int
+            public var gaps: Int
+            public var duplicates: Int
+            /// The first and last grid index with a frame; nil when the camera recorded none.
+            public var firstGridIndex: Int?
+            public var lastGridIndex: Int?
+            /// The videos in order, then the frame table (`STEM.frames.csv`) and timecodes (`STEM.timecodes.txt`).
+            public var files: [File]
+            public var error: String?
+
+            public init(camera: Int, agent: String, device: String, stem: String, codec: String, state: String) {
+                self.camera = camera
+                self.agent = agent
+                self.device = device
+                self.stem = stem
+                self.codec = codec
+                self.state = state
+                frames = 0
+                gaps = 0
+                duplicates = 0
+                files = []
+            }
+
+            /// The track's video files.
+            public var videos: [File] { files.filter { $0.name.hasSuffix(".mkv") } }
+        }
+
+        public struct File: Codable, Sendable, Equatable {
+            public var name: String
+            public var size: UInt64
+            /// Hex SHA-256 of the whole file, as its agent computed it; the offloaded copy is checked against it.
+            public var sha256: String
+            /// Whether the file is in the capture's folder (checked) and its agent told to delete it.
+            public var offloaded: Bool
+
+            public init(name: String, size: UInt64, sha256: String, offloaded: Bool = false) {
+                self.name = name
+                self.size = size
+                self.sha256 = sha256
+                self.offloaded = offloaded
+            }
+        }
+
+        /// Files still on their hosts.
+        public var onHosts: [(track: Track, file: File)] {
+            tracks.flatMap { track in track.files.filter { !$0.offloaded }.map { (track, $0) } }
+        }
+
+        /// Whether every track has said how it ended and every file is here.
+        public var isOffloaded: Bool {
+            tracks.allSatisfy { $0.state != "recording" && $0.state != "unknown" } && onHosts.isEmpty
+        }
+    }
 
     /// A stored result its agent still holds.
     public struct Unacknowledged: Codable, Sendable, Equatable {
@@ -62,6 +153,9 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
     /// A capture's progress.
     public enum State: String, Codable, Sendable {
         case inProgress = "in_progress"
+        /// An on-host recording is over and files of it are still on their hosts: `camrig captures offload`
+        /// (or `recover`) fetches them.
+        case offloading
         case complete
         case incomplete
     }
@@ -235,6 +329,8 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
         public var reason: String?
         /// For photos: how the agent made it.
         public var photo: Photo?
+        /// For on-host recordings: the frame's place in `file` (a video), from 0.
+        public var videoFrame: Int?
         public init(camera: Int, sequence: UInt64, file: String, timestampNs: Int64, agentTimestampNs: Int64, marks: String, uncertaintyNs: Int64, latenessNs: Int64? = nil, reason: String? = nil, photo: Photo? = nil) {
             self.camera = camera
             self.sequence = sequence

@@ -63,6 +63,24 @@ public protocol CaptureSink: Sendable {
     /// A contact-sheet thumbnail `width` pixels wide of a photo as delivered, or why there is none. The
     /// sink owns the image codecs (the coordinator links none): JPEG photos are decoded here.
     func thumbnail(of bytes: UnsafeRawBufferPointer, layout: FrameLayout, width: Int) -> Result<ContactSheet.Thumbnail, ContactSheet.ThumbnailRefusal>
+
+    /// Bytes of file `name` (a recording's video or sidecar, offloaded from its host) received so far:
+    /// an offload resumes from there. Its whole size once the file is complete.
+    func receivedBytes(of name: String, in capture: CaptureHandle) async throws -> UInt64
+    /// Writes `bytes` into file `name` at `offset` (at most `receivedBytes`); the file stays partial
+    /// (and unlisted) until `completeFile`.
+    func receive(_ bytes: some FrameBytes, into name: String, at offset: UInt64, in capture: CaptureHandle) async throws
+    /// File `name` is whole: its SHA-256 (hex) is checked against `sha256`, then it is flushed to the disk
+    /// under its name. A file that does not match is deleted and the error says so.
+    func completeFile(_ name: String, size: UInt64, sha256: String, in capture: CaptureHandle) async throws
+    /// The bytes of a complete file of the capture.
+    func readFile(_ name: String, in capture: CaptureHandle) async throws -> [UInt8]
+}
+
+/// A sink that stores no whole files (a test sink) refuses them.
+public struct FilesNotStored: Error, CustomStringConvertible {
+    public var description: String { "this capture sink stores no recorded files" }
+    public init() {}
 }
 
 /// A capture held by one collector until `release()`.
@@ -90,6 +108,10 @@ extension CaptureSink {
     public func abandon(_ capture: CaptureHandle) async {}
     /// A sink that keeps no contact sheets.
     public func writeContactSheet(_ sheet: ContactSheet, in capture: CaptureHandle) async throws -> String? { nil }
+    public func receivedBytes(of name: String, in capture: CaptureHandle) async throws -> UInt64 { throw FilesNotStored() }
+    public func receive(_ bytes: some FrameBytes, into name: String, at offset: UInt64, in capture: CaptureHandle) async throws { throw FilesNotStored() }
+    public func completeFile(_ name: String, size: UInt64, sha256: String, in capture: CaptureHandle) async throws { throw FilesNotStored() }
+    public func readFile(_ name: String, in capture: CaptureHandle) async throws -> [UInt8] { throw FilesNotStored() }
     /// A sink without a JPEG decoder shows JPEG photos as undecodable.
     public func thumbnail(of bytes: UnsafeRawBufferPointer, layout: FrameLayout, width: Int) -> Result<ContactSheet.Thumbnail, ContactSheet.ThumbnailRefusal> {
         ContactSheet.thumbnail(of: bytes, layout: layout, width: width) { _ in nil }

@@ -329,7 +329,10 @@ final class AgentClientHandler: ChannelDuplexHandler {
                         AgentClientError(.remoteError, agent: agent, error.message, code: error.code))
                 case .triggerFired where stream.pastTrigger:
                     deliver(frame, to: frame.requestID)
-                case .streamEnded, .resultsEnd, .triggerFired:
+                case .streamEnded, .resultsEnd, .triggerFired, .recordingEnded:
+                    deliver(frame, to: frame.requestID)
+                    closeStream(frame.requestID)?.finish()
+                case .fileChunk(let chunk) where chunk.last:
                     deliver(frame, to: frame.requestID)
                     closeStream(frame.requestID)?.finish()
                 default:

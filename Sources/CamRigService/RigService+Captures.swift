@@ -59,6 +59,12 @@ extension RigService {
     /// What a recording request asks for, or why it cannot be had.
     static func recording(_ request: RecordRequest) throws -> (rate: FrameDuration?, dimensions: Dimensions?) {
         guard request.duration > 0, request.duration <= 600 else { throw ServiceError(.badRequest, "duration must be within (0, 600] seconds") }
+        if let codec = request.codec {
+            guard RecordingCodec(rawValue: codec) != nil else {
+                throw ServiceError(.badRequest, "codec '\(codec)' is not one of \(RecordingCodec.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            guard request.stream != true else { throw ServiceError(.badRequest, "codec is for on-host recordings, not streamed ones") }
+        }
         var rate: FrameDuration?
         if let fps = request.fps {
             guard fps >= 1, fps <= 240, fps == fps.rounded() else { throw ServiceError(.badRequest, "fps must be a whole number within 1…240") }
@@ -95,6 +101,10 @@ extension RigService {
         let duration = Duration.milliseconds(Int64(request.duration * 1000))
         let lockPhase = configuration.phaseLock
         let previews = self.previews
+        var hostOptions = HostRecordingOptions()
+        hostOptions.codec = request.codec.flatMap(RecordingCodec.init(rawValue:)) ?? .auto
+        let options = hostOptions
+        let onHosts = request.stream != true
         submit(job) { service in
             if rate != nil || dimensions != nil {
                 await service.progress(job.id, 0.02, "configuring every camera")
@@ -106,6 +116,30 @@ extension RigService {
                     try await session.commitConfiguration()
                 }
                 if lockPhase { _ = await session.waitForPhaseLock(timeout: .seconds(5)) }
+            }
+            // Progress reaches the job table in the order the recording reports it: one consumer, the
+            // newest report waiting at most.
+            if onHosts {
+                // The hosts record the streams the previews watch: nothing pauses.
+                let (reports, reporter) = AsyncStream.makeStream(of: (Double, String).self, bufferingPolicy: .bufferingNewest(1))
+                async let reported: Void = {
+                    for await (fraction, message) in reports { await service.progress(job.id, fraction, message) }
+                }()
+                defer { reporter.finish() }
+                let report = try await session.recordOnHosts(duration: duration, options: options, into: store) { progress in
+                    if progress.offloadTotalBytes > 0 {
+                        let fraction = Double(progress.offloadedBytes) / Double(progress.offloadTotalBytes)
+                        reporter.yield((0.6 + 0.38 * fraction, String(format: "offloading %.1f of %.1f MB", Double(progress.offloadedBytes) / 1e6, Double(progress.offloadTotalBytes) / 1e6)))
+                        return
+                    }
+                    let (seconds, total) = (progress.elapsed.seconds, progress.duration.seconds)
+                    let fraction = total > 0 ? min(1, seconds / total) : 0
+                    let frames = progress.framesPerCamera.map(String.init).joined(separator: "/")
+                    reporter.yield((0.05 + 0.55 * fraction, String(format: "recording on the hosts %.1f of %.1f s, frames %@", seconds, total, frames)))
+                }
+                reporter.finish()
+                await reported
+                return report
             }
             // Previews pause until the recording's streams run (its first progress): cameras then
             // start on the trigger's instant, and previews join those streams.

@@ -120,7 +120,7 @@ public final class CaptureCatalog: Sendable {
     public func unfinished() throws -> [Entry] {
         do {
             return try database.read { db in
-                try Entry.filter(Column("state") == "in_progress" || Column("missing") > 0).order(Column("created"), Column("id")).fetchAll(db)
+                try Entry.filter(Column("state") == "in_progress" || Column("state") == "offloading" || Column("missing") > 0).order(Column("created"), Column("id")).fetchAll(db)
             }
         } catch {
             throw StorageError("cannot read the capture catalog \(path): \(error)")

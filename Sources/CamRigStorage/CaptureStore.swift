@@ -1,3 +1,4 @@
+import Crypto
 import CamRigCapture
 import CamRigDevices
 import CamRigFiles
@@ -155,7 +156,7 @@ public struct CaptureStore: Sendable {
         guard let kind = CaptureKind(rawValue: manifest.kind) else { return nil }
         // Unfinished: a coordinator was at it when it stopped, or agents still hold results of it (or have
         // deferred photos' finals to make).
-        let unfinished = manifest.state == .inProgress || !manifest.collectable.isEmpty || !(manifest.unacknowledged ?? []).isEmpty || !manifest.awaitingFinals.isEmpty
+        let unfinished = manifest.state == .inProgress || manifest.state == .offloading || !manifest.collectable.isEmpty || !(manifest.unacknowledged ?? []).isEmpty || !manifest.awaitingFinals.isEmpty
         guard unfinished else { return nil }
         let url = root.appendingPathComponent(directory)
         return UnfinishedCapture(handle: CaptureHandle(id: manifest.id, kind: kind, location: url), manifest: manifest, journal: journal(in: url))
@@ -374,5 +375,81 @@ extension CaptureStore: CaptureSink {
 
     public func abandon(_ capture: CaptureHandle) async {
         Self.letGo(capture.location)
+    }
+
+    // MARK: Recorded files, offloaded from their hosts
+
+    /// Where a file being received waits until it is whole: hidden, beside its final name.
+    private static func partial(_ name: String, in directory: URL) throws -> (partial: URL, final: URL) {
+        let final = try file(name, in: directory)
+        return (final.deletingLastPathComponent().appendingPathComponent(".\(final.lastPathComponent).partial"), final)
+    }
+
+    public func receivedBytes(of name: String, in capture: CaptureHandle) async throws -> UInt64 {
+        try await BlockingWork.run {
+            let (partial, final) = try Self.partial(name, in: capture.location)
+            for url in [final, partial] {
+                if let size = try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? NSNumber { return size.uint64Value }
+            }
+            return 0
+        }
+    }
+
+    public func receive(_ bytes: some FrameBytes, into name: String, at offset: UInt64, in capture: CaptureHandle) async throws {
+        try await BlockingWork.run {
+            let (partial, _) = try Self.partial(name, in: capture.location)
+            try Self.makeParent(of: partial)
+            let fd = open(partial.path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
+            guard fd >= 0 else { throw StorageError("cannot write \(partial.path): \(String(cString: strerror(errno)))") }
+            defer { close(fd) }
+            // Whatever lies past `offset` (a chunk cut short before) is written again.
+            guard ftruncate(fd, off_t(offset)) == 0 else { throw StorageError("cannot write \(partial.path): \(String(cString: strerror(errno)))") }
+            try bytes.withFrameBytes { raw in
+                var done = 0
+                while done < raw.count {
+                    let written = pwrite(fd, raw.baseAddress! + done, raw.count - done, off_t(offset) + off_t(done))
+                    if written < 0 {
+                        if errno == EINTR { continue }
+                        throw StorageError("cannot write \(partial.path): \(String(cString: strerror(errno)))")
+                    }
+                    done += written
+                }
+            }
+        }
+    }
+
+    public func completeFile(_ name: String, size: UInt64, sha256: String, in capture: CaptureHandle) async throws {
+        try await BlockingWork.run {
+            let (partial, final) = try Self.partial(name, in: capture.location)
+            if FileManager.default.fileExists(atPath: final.path), !FileManager.default.fileExists(atPath: partial.path) { return }
+            let handle = try FileHandle(forUpdating: partial)
+            defer { try? handle.close() }
+            var hasher = SHA256()
+            var total: UInt64 = 0
+            while let chunk = try handle.read(upToCount: 4 << 20), !chunk.isEmpty {
+                hasher.update(data: chunk)
+                total += UInt64(chunk.count)
+            }
+            let digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
+            guard total == size, digest == sha256 else {
+                try? FileManager.default.removeItem(at: partial)
+                throw StorageError(
+                    "\(name) arrived as \(total) bytes with SHA-256 \(digest.prefix(16))…, not the \(size) bytes with \(sha256.prefix(16))… its host recorded; it was deleted and is fetched again by the next offload")
+            }
+            try handle.synchronize()
+            guard rename(partial.path, final.path) == 0 else { throw StorageError("cannot rename \(partial.path): \(String(cString: strerror(errno)))") }
+            try DurableFile.flushDirectory(final.deletingLastPathComponent())
+        }
+    }
+
+    public func readFile(_ name: String, in capture: CaptureHandle) async throws -> [UInt8] {
+        try await BlockingWork.run {
+            let url = try Self.file(name, in: capture.location)
+            do {
+                return Array(try Data(contentsOf: url))
+            } catch {
+                throw StorageError("cannot read \(url.path): \(error.localizedDescription)")
+            }
+        }
     }
 }

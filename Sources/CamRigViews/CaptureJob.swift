@@ -79,10 +79,16 @@ public struct RecordRequest: Codable, Sendable {
     public var fps: Double?
     /// WxH
     public var size: String?
+    /// Send every frame to the service as an image instead of recording on the camera hosts.
+    public var stream: Bool?
+    /// On-host recordings: auto (default), copy, mjpeg, ffv1, h264 or raw.
+    public var codec: String?
 
-    public init(duration: Double, fps: Double? = nil, size: String? = nil) {
+    public init(duration: Double, fps: Double? = nil, size: String? = nil, stream: Bool? = nil, codec: String? = nil) {
         self.duration = duration
         self.fps = fps
         self.size = size
+        self.stream = stream
+        self.codec = codec
     }
 }

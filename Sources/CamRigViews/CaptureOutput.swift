@@ -41,6 +41,25 @@ public struct CaptureOutput: Codable, Sendable {
     public var awaitingFinals: Int
     /// Skew in real time, where the truth is known (`camrig demo`).
     public var trueSkew: TrueSkew?
+    /// On-host recordings: each camera's video files and how its track ended.
+    public var recording: [Track]?
+    /// On-host recordings: files still on their hosts.
+    public var filesOnHosts: Int?
+
+    public struct Track: Codable, Sendable {
+        public var camera: String
+        public var codec: String
+        /// `complete`, `cut_short`, `failed`, `recording` or `unknown`.
+        public var state: String
+        public var frames: Int
+        public var gaps: Int
+        public var firstGridIndex: Int?
+        public var lastGridIndex: Int?
+        /// Video files, relative to the capture's folder.
+        public var videos: [String]
+        public var bytes: UInt64
+        public var error: String?
+    }
 
     public struct TrueSkew: Codable, Sendable {
         public var p50Us: Double
@@ -70,6 +89,15 @@ public struct CaptureOutput: Codable, Sendable {
         waitingResults = manifest.collectable.count
         lostResults = (manifest.missing ?? []).count - manifest.collectable.count
         awaitingFinals = manifest.awaitingFinals.count
+        if let host = manifest.hostRecording {
+            recording = host.tracks.map { track in
+                Track(
+                    camera: manifest.cameras.indices.contains(track.camera) ? manifest.cameras[track.camera].name : "\(track.agent)/\(track.device)",
+                    codec: track.codec, state: track.state, frames: track.frames, gaps: track.gaps, firstGridIndex: track.firstGridIndex,
+                    lastGridIndex: track.lastGridIndex, videos: track.videos.map(\.name), bytes: track.files.reduce(0) { $0 + $1.size }, error: track.error)
+            }
+            filesOnHosts = host.onHosts.count
+        }
         cameras = manifest.cameras.map {
             Camera(
                 camera: $0.name, framesDelivered: $0.framesDelivered, droppedFrames: $0.framesDropped, unmatchedFrames: $0.framesUnmatched,
@@ -94,6 +122,17 @@ public struct CaptureOutput: Codable, Sendable {
                     + (phaseLocked ? [camera.phaseLock ?? "-", camera.phaseErrorUs.map { String(format: "%.1f", $0) } ?? "-"] : [])
             }
         ))
+        if let recording {
+            lines.append(table(
+                ["  CAMERA", "CODEC", "STATE", "FRAMES", "GAPS", "MB", "FILES"],
+                recording.map { track in
+                    ["  " + track.camera, track.codec, track.state, "\(track.frames)", "\(track.gaps)", String(format: "%.1f", Double(track.bytes) / 1e6), track.videos.joined(separator: " ")]
+                }
+            ))
+        }
+        if let filesOnHosts, filesOnHosts > 0 {
+            lines.append("  \(filesOnHosts) file(s) still on their hosts: `camrig captures offload \(id)` fetches them (they stay on the hosts until then)")
+        }
         for camera in cameras { if let error = camera.error { lines.append("  \(camera.camera): \(error)") } }
         if waitingResults > 0 {
             lines.append("  \(waitingResults) result(s) still held by their agents: they are collected into this capture by the next capture to this directory once the agents are back, or by `camrig captures recover`")

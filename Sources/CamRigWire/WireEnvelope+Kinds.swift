@@ -57,13 +57,25 @@ extension WireEnvelope.OneOf_Body {
         case .getPhaseStatus: "get_phase_status"
         case .phaseStatus: "phase_status"
         case .phaseStatusList: "phase_status_list"
+        case .checkRecording: "check_recording"
+        case .recordingCheck: "recording_check"
+        case .startRecording: "start_recording"
+        case .recordingStarted: "recording_started"
+        case .recordingProgress: "recording_progress"
+        case .recordingEnded: "recording_ended"
+        case .stopRecording: "stop_recording"
+        case .listRecordings: "list_recordings"
+        case .recordingList: "recording_list"
+        case .fetchRecordingFile: "fetch_recording_file"
+        case .fileChunk: "file_chunk"
+        case .acknowledgeRecording: "acknowledge_recording"
         }
     }
 
     /// Whether the message may be followed by a payload of raw bytes in its frame.
     public var carriesPayload: Bool {
         switch self {
-        case .videoFrame, .photoResult: true
+        case .videoFrame, .photoResult, .fileChunk: true
         default: false
         }
     }
@@ -74,7 +86,8 @@ extension WireEnvelope.OneOf_Body {
         case .ping, .clockProbe, .openClockChannel, .listDevices, .discoveryQuery, .describeDevice, .lock, .renewLease, .unlock,
             .configure, .startStream, .stopStream, .capturePhoto, .scheduleTrigger, .fetchResults,
             .acknowledgeResults, .preparePhotoSettings, .finalizePhotos, .subscribe, .lockPhase, .unlockPhase, .getPhaseStatus,
-            .getSpoolStatus:
+            .getSpoolStatus, .checkRecording, .startRecording, .stopRecording, .listRecordings, .fetchRecordingFile,
+            .acknowledgeRecording:
             true
         default:
             false

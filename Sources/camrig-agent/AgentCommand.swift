@@ -73,6 +73,9 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Largest size of the result spool in MiB (default 1024); captures beyond it are refused, never older results dropped.")
     var spoolSizeMb: Int?
 
+    @Option(name: .long, help: "Most space on-host recordings may take in MiB (in the spool directory's 'recordings' folder; default: the disk's free space less 256 MiB). A recording that would not fit is refused before it starts.")
+    var recordingSpaceMb: Int?
+
     @Option(name: .long, help: "Seed of the synthetic cameras' serials and noise (default 1); give each simulated host its own.")
     var syntheticSeed: UInt64 = 1
 
@@ -127,6 +130,7 @@ struct AgentCommand: AsyncParsableCommand {
                 maxUnauthenticatedPerAddress: maxUnauthenticatedPerAddress,
                 devices: devices,
                 spool: spool,
+                recordingSpaceBytes: recordingSpaceMB.map { UInt64($0) << 20 },
                 realtimeTriggers: realtimeTriggers
             )
         }
@@ -147,6 +151,7 @@ struct AgentCommand: AsyncParsableCommand {
         var v4l2: [String]
         var spoolDir: String
         var spoolSizeMB: Int
+        var recordingSpaceMB: Int?
         var syntheticSeed: UInt64
         var syntheticHighSpeed = false
         var v4l2CopyFrames = false
@@ -185,6 +190,7 @@ struct AgentCommand: AsyncParsableCommand {
                 ?? ProcessInfo.processInfo.environment["STATE_DIRECTORY"].map { "\($0)/spool" }
                 ?? "\(NSHomeDirectory())/.local/state/camrig/spool",
             spoolSizeMB: spoolSizeMb ?? file.spool?.sizeMB ?? 1024,
+            recordingSpaceMB: recordingSpaceMb ?? file.spool?.recordingSpaceMB,
             syntheticSeed: syntheticSeed,
             clock: .system
         )
@@ -209,6 +215,7 @@ struct AgentCommand: AsyncParsableCommand {
             }
         }
         guard settings.spoolSizeMB > 0 else { throw ValidationError("the spool size must be positive") }
+        if let space = settings.recordingSpaceMB, space < 0 { throw ValidationError("the recording space must not be negative") }
         guard settings.handshakeTimeout > 0, settings.idleTimeout > 0, settings.maxConnections > 0,
             settings.maxUnauthenticated > 0, settings.maxUnauthenticatedPerAddress > 0
         else {

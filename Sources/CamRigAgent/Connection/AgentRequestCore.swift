@@ -57,6 +57,8 @@ public struct AgentRequestCore: Sendable {
         case acknowledgeResults([String])
         /// Start, re-aim or end a device's phase lock, or report phase status.
         case phase(WireEnvelope.OneOf_Body)
+        /// Check, start, stop or list on-host recordings, send one of their files, or delete acknowledged ones.
+        case recording(WireEnvelope.OneOf_Body)
     }
 
     /// Frames a stream queues for a client that asks for no particular depth.
@@ -145,6 +147,9 @@ public struct AgentRequestCore: Sendable {
         case .unlockPhase, .getPhaseStatus:
             guard configuration.devices else { return unimplemented(request) }
             return .phase(request)
+        case .checkRecording, .startRecording, .stopRecording, .listRecordings, .fetchRecordingFile, .acknowledgeRecording:
+            guard configuration.capture, configuration.devices else { return unimplemented(request) }
+            return .recording(request)
         default:
             return unimplemented(request)
         }

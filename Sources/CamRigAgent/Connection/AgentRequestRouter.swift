@@ -12,6 +12,7 @@ struct AgentRequestRouter: Sendable {
     let results: ResultService?
     let clockChannel: ClockChannelServer?
     let phaseLocks: AgentPhaseLocks?
+    let recordings: AgentRecordings?
 
     init(
         agentID: String,
@@ -20,8 +21,10 @@ struct AgentRequestRouter: Sendable {
         capture: AgentCapture? = nil,
         results: ResultService? = nil,
         clockChannel: ClockChannelServer? = nil,
-        phaseLocks: AgentPhaseLocks? = nil
+        phaseLocks: AgentPhaseLocks? = nil,
+        recordings: AgentRecordings? = nil
     ) {
+        self.recordings = recordings
         self.phaseLocks = phaseLocks
         self.clockChannel = clockChannel
         self.agentID = agentID
@@ -36,7 +39,7 @@ struct AgentRequestRouter: Sendable {
         AgentRequestCore.Configuration(
             agentID: agentID,
             devices: devices != nil && streams != nil && phaseLocks != nil,
-            capture: capture != nil && results != nil,
+            capture: capture != nil && results != nil && recordings != nil,
             clockChannel: clockChannel != nil
         )
     }
@@ -110,6 +113,24 @@ struct AgentRequestRouter: Sendable {
         case .acknowledgeResults(let ids):
             guard let results else { return }
             connection.work.enqueue { await results.acknowledge(ids, requestID: requestID, connection: connection) }
+        case .recording(let body):
+            guard let recordings else { return }
+            switch body {
+            case .checkRecording(let check):
+                connection.work.enqueue { reply(recordings.check(check.tracks, duration: check.durationNs)) }
+            case .startRecording(let start):
+                Task { await recordings.start(start, requestID: requestID, connection: connection) }
+            case .stopRecording(let stop):
+                reply(recordings.stop(stop.recordingID))
+            case .listRecordings(let list):
+                connection.work.enqueue { reply(.recordingList(recordings.list(session: list.sessionID))) }
+            case .fetchRecordingFile(let fetch):
+                connection.work.enqueue { await recordings.fetch(fetch, requestID: requestID, connection: connection) }
+            case .acknowledgeRecording(let acknowledge):
+                connection.work.enqueue { reply(await recordings.acknowledge(acknowledge)) }
+            default:
+                reply(.error(WireError(.unexpectedMessage, agent: agentID, "\(body.messageName) is not a recording request")))
+            }
         case .phase(let body):
             guard let devices, let phaseLocks else { return }
             devices.queue.async { reply(Self.phase(body, client: client, connection: connection.id, devices: devices, phaseLocks: phaseLocks)) }

@@ -37,11 +37,16 @@ public struct RecordingProgress: Sendable {
     /// After the recording: image files written so far, of how many.
     public var imagesWritten = 0
     public var imagesTotal = 0
+    /// On-host recordings, after the recording: bytes of the files offloaded so far, of how many.
+    public var offloadedBytes: UInt64 = 0
+    public var offloadTotalBytes: UInt64 = 0
 
     public init(
         elapsed: Duration, duration: Duration, framesPerCamera: [Int], sets: Int, imagesWritten: Int = 0,
-        imagesTotal: Int = 0
+        imagesTotal: Int = 0, offloadedBytes: UInt64 = 0, offloadTotalBytes: UInt64 = 0
     ) {
+        self.offloadedBytes = offloadedBytes
+        self.offloadTotalBytes = offloadTotalBytes
         self.elapsed = elapsed
         self.duration = duration
         self.framesPerCamera = framesPerCamera

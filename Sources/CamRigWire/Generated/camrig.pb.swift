@@ -1199,6 +1199,123 @@ public nonisolated enum WirePhaseLockMethod: SwiftProtobuf.Enum, Swift.CaseItera
 
 }
 
+/// How a track's frames are stored. Every codec writes one Matroska file per camera (and segment).
+public nonisolated enum WireRecordingCodec: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+
+  /// the agent chooses: COPY for compressed formats (MJPG), MJPEG otherwise
+  case unspecified // = 0
+
+  /// the camera's compressed frames as delivered, no re-encode
+  case copy // = 1
+
+  /// each frame a JPEG made on the agent (libjpeg-turbo): intra only
+  case mjpeg // = 2
+
+  /// lossless FFV1 (intra only)
+  case ffv1 // = 3
+
+  /// H.264: the host's V4L2 memory-to-memory encoder where it has one, libx264 otherwise
+  case h264 // = 4
+
+  /// the frame's bytes as they are (Bayer included)
+  case raw // = 5
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .unspecified
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .unspecified
+    case 1: self = .copy
+    case 2: self = .mjpeg
+    case 3: self = .ffv1
+    case 4: self = .h264
+    case 5: self = .raw
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .unspecified: return 0
+    case .copy: return 1
+    case .mjpeg: return 2
+    case .ffv1: return 3
+    case .h264: return 4
+    case .raw: return 5
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [WireRecordingCodec] = [
+    .unspecified,
+    .copy,
+    .mjpeg,
+    .ffv1,
+    .h264,
+    .raw,
+  ]
+
+}
+
+public nonisolated enum WireRecordingState: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case unspecified // = 0
+
+  /// frames are being written
+  case recording // = 1
+
+  /// every track closed its files
+  case complete // = 2
+
+  /// the agent stopped (killed, crashed, powered off) before the end; the next start closed its files
+  case cutShort // = 3
+
+  /// a track failed (its error says why); what it wrote is kept
+  case failed // = 4
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .unspecified
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .unspecified
+    case 1: self = .recording
+    case 2: self = .complete
+    case 3: self = .cutShort
+    case 4: self = .failed
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .unspecified: return 0
+    case .recording: return 1
+    case .complete: return 2
+    case .cutShort: return 3
+    case .failed: return 4
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [WireRecordingState] = [
+    .unspecified,
+    .recording,
+    .complete,
+    .cutShort,
+    .failed,
+  ]
+
+}
+
 /// The single top-level message of every wire frame.
 public nonisolated struct WireEnvelope: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
@@ -1596,6 +1713,103 @@ public nonisolated struct WireEnvelope: Sendable {
     set {body = .phaseStatusList(newValue)}
   }
 
+  /// On-host recording and offload of its files
+  public var checkRecording: WireCheckRecording {
+    get {
+      if case .checkRecording(let v)? = body {return v}
+      return WireCheckRecording()
+    }
+    set {body = .checkRecording(newValue)}
+  }
+
+  public var recordingCheck: WireRecordingCheck {
+    get {
+      if case .recordingCheck(let v)? = body {return v}
+      return WireRecordingCheck()
+    }
+    set {body = .recordingCheck(newValue)}
+  }
+
+  public var startRecording: WireStartRecording {
+    get {
+      if case .startRecording(let v)? = body {return v}
+      return WireStartRecording()
+    }
+    set {body = .startRecording(newValue)}
+  }
+
+  public var recordingStarted: WireRecordingStarted {
+    get {
+      if case .recordingStarted(let v)? = body {return v}
+      return WireRecordingStarted()
+    }
+    set {body = .recordingStarted(newValue)}
+  }
+
+  public var recordingProgress: WireRecordingProgress {
+    get {
+      if case .recordingProgress(let v)? = body {return v}
+      return WireRecordingProgress()
+    }
+    set {body = .recordingProgress(newValue)}
+  }
+
+  public var recordingEnded: WireRecordingEnded {
+    get {
+      if case .recordingEnded(let v)? = body {return v}
+      return WireRecordingEnded()
+    }
+    set {body = .recordingEnded(newValue)}
+  }
+
+  public var stopRecording: WireStopRecording {
+    get {
+      if case .stopRecording(let v)? = body {return v}
+      return WireStopRecording()
+    }
+    set {body = .stopRecording(newValue)}
+  }
+
+  public var listRecordings: WireListRecordings {
+    get {
+      if case .listRecordings(let v)? = body {return v}
+      return WireListRecordings()
+    }
+    set {body = .listRecordings(newValue)}
+  }
+
+  public var recordingList: WireRecordingList {
+    get {
+      if case .recordingList(let v)? = body {return v}
+      return WireRecordingList()
+    }
+    set {body = .recordingList(newValue)}
+  }
+
+  public var fetchRecordingFile: WireFetchRecordingFile {
+    get {
+      if case .fetchRecordingFile(let v)? = body {return v}
+      return WireFetchRecordingFile()
+    }
+    set {body = .fetchRecordingFile(newValue)}
+  }
+
+  public var fileChunk: WireFileChunk {
+    get {
+      if case .fileChunk(let v)? = body {return v}
+      return WireFileChunk()
+    }
+    set {body = .fileChunk(newValue)}
+  }
+
+  public var acknowledgeRecording: WireAcknowledgeRecording {
+    get {
+      if case .acknowledgeRecording(let v)? = body {return v}
+      return WireAcknowledgeRecording()
+    }
+    set {body = .acknowledgeRecording(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -1653,6 +1867,19 @@ public nonisolated struct WireEnvelope: Sendable {
     case getPhaseStatus(WireGetPhaseStatus)
     case phaseStatus(WirePhaseStatus)
     case phaseStatusList(WirePhaseStatusList)
+    /// On-host recording and offload of its files
+    case checkRecording(WireCheckRecording)
+    case recordingCheck(WireRecordingCheck)
+    case startRecording(WireStartRecording)
+    case recordingStarted(WireRecordingStarted)
+    case recordingProgress(WireRecordingProgress)
+    case recordingEnded(WireRecordingEnded)
+    case stopRecording(WireStopRecording)
+    case listRecordings(WireListRecordings)
+    case recordingList(WireRecordingList)
+    case fetchRecordingFile(WireFetchRecordingFile)
+    case fileChunk(WireFileChunk)
+    case acknowledgeRecording(WireAcknowledgeRecording)
 
   }
 
@@ -3826,6 +4053,465 @@ public nonisolated struct WirePhaseStatusList: Sendable {
   public init() {}
 }
 
+/// The agent's clock on the rig's (the client's) clock, as the client estimated it:
+///   rig_ns = rig_reference_ns + (agent_ns - agent_reference_ns) × rig_per_agent
+/// with |error| at most uncertainty_ns + |agent_ns - agent_reference_ns| × uncertainty_growth_ppm / 10⁶.
+public nonisolated struct WireClockMapping: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var agentReferenceNs: Int64 = 0
+
+  public var rigReferenceNs: Int64 = 0
+
+  /// 0: 1
+  public var rigPerAgent: Double = 0
+
+  public var uncertaintyNs: Double = 0
+
+  public var uncertaintyGrowthPpm: Double = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// One camera of a recording.
+public nonisolated struct WireRecordingTrack: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var deviceID: String = String()
+
+  public var codec: WireRecordingCodec = .unspecified
+
+  /// Names the track's files: STEM.mkv (STEM.NNN.mkv from the second segment on), STEM.frames.csv,
+  /// STEM.timecodes.txt and STEM.json. Letters, digits, '-', '_' and '.' only; not starting with '.'.
+  public var fileStem: String = String()
+
+  /// MJPEG: 1…100; 0: 90
+  public var jpegQuality: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Whether a recording of `duration_ns` with these tracks fits on this host, and what it would take.
+/// Replied to with RecordingCheck (which may refuse), or an Error for an unknown device or codec.
+public nonisolated struct WireCheckRecording: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var tracks: [WireRecordingTrack] = []
+
+  public var durationNs: Int64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct WireTrackCheck: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var deviceID: String = String()
+
+  /// the codec that would be used (UNSPECIFIED resolved)
+  public var codec: WireRecordingCodec = .unspecified
+
+  /// the device's active format
+  public var format: WireFormat {
+    get {_format ?? WireFormat()}
+    set {_format = newValue}
+  }
+  /// Returns true if `format` has been explicitly set.
+  public var hasFormat: Bool {self._format != nil}
+  /// Clears the value of `format`. Subsequent reads from it will return its default value.
+  public mutating func clearFormat() {self._format = nil}
+
+  /// the agent's estimate for this codec and format (upper side)
+  public var bytesPerSecond: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _format: WireFormat? = nil
+}
+
+public nonisolated struct WireRecordingCheck: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var tracks: [WireTrackCheck] = []
+
+  /// all tracks for the duration, with a margin
+  public var neededBytes: UInt64 = 0
+
+  /// free space the recordings folder may use (disk and configured capacity)
+  public var availableBytes: UInt64 = 0
+
+  /// Non-empty when the recording cannot be made here: what is missing, in words that name the host.
+  public var refusal: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Record the tracks from grid instant start_at_ns for frame_count grid periods. Replied to with
+/// RecordingStarted (or an Error, after which nothing was started), then RecordingProgress messages
+/// every progress_interval_ms, then RecordingEnded, all with this request's request_id. The recording
+/// goes on if the connection closes: its files stay on the agent until AcknowledgeRecording.
+///
+/// A frame belongs to grid index k = round((exposure_start - start_at_ns) / grid_period_ns), kept when
+/// 0 <= k < frame_count. A grid index no frame fell on is a gap (listed in the sidecar, nothing in the
+/// video); a second frame on one index is a duplicate (stored and flagged).
+public nonisolated struct WireStartRecording: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// chosen by the client; letters, digits, '-', '_', '.'; unique on the agent
+  public var recordingID: String = String()
+
+  public var sessionID: String = String()
+
+  public var tracks: [WireRecordingTrack] = []
+
+  /// agent clock: the first grid instant recorded
+  public var startAtNs: Int64 = 0
+
+  /// agent clock
+  public var gridPeriodNs: Double = 0
+
+  /// grid instants recorded; at least 1
+  public var frameCount: UInt64 = 0
+
+  public var clock: WireClockMapping {
+    get {_clock ?? WireClockMapping()}
+    set {_clock = newValue}
+  }
+  /// Returns true if `clock` has been explicitly set.
+  public var hasClock: Bool {self._clock != nil}
+  /// Clears the value of `clock`. Subsequent reads from it will return its default value.
+  public mutating func clearClock() {self._clock = nil}
+
+  /// the rig's nominal frame duration, written in the files
+  public var frameDuration: WireRational {
+    get {_frameDuration ?? WireRational()}
+    set {_frameDuration = newValue}
+  }
+  /// Returns true if `frameDuration` has been explicitly set.
+  public var hasFrameDuration: Bool {self._frameDuration != nil}
+  /// Clears the value of `frameDuration`. Subsequent reads from it will return its default value.
+  public mutating func clearFrameDuration() {self._frameDuration = nil}
+
+  /// a new file after this many bytes; 0: 4 GiB
+  public var segmentBytes: UInt64 = 0
+
+  /// 0: 1000
+  public var progressIntervalMs: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _clock: WireClockMapping? = nil
+  fileprivate var _frameDuration: WireRational? = nil
+}
+
+public nonisolated struct WireRecordingStarted: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var recordingID: String = String()
+
+  public var tracks: [WireTrackCheck] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct WireTrackProgress: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var deviceID: String = String()
+
+  /// frames written
+  public var frames: UInt64 = 0
+
+  /// grid indexes passed with no frame
+  public var gaps: UInt64 = 0
+
+  public var bytes: UInt64 = 0
+
+  /// the track stopped: why
+  public var error: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct WireRecordingProgress: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var recordingID: String = String()
+
+  public var tracks: [WireTrackProgress] = []
+
+  /// agent clock
+  public var timeNs: Int64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// One file of a recording on the agent.
+public nonisolated struct WireRecordedFile: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// a file name in the recording's folder (no '/')
+  public var name: String = String()
+
+  public var size: UInt64 = 0
+
+  /// of the whole file; empty while it is being written
+  public var sha256: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// One camera's part of a recording, as the agent keeps it.
+public nonisolated struct WireRecordedTrack: @unchecked Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var deviceID: String {
+    get {_storage._deviceID}
+    set {_uniqueStorage()._deviceID = newValue}
+  }
+
+  public var fileStem: String {
+    get {_storage._fileStem}
+    set {_uniqueStorage()._fileStem = newValue}
+  }
+
+  public var codec: WireRecordingCodec {
+    get {_storage._codec}
+    set {_uniqueStorage()._codec = newValue}
+  }
+
+  public var state: WireRecordingState {
+    get {_storage._state}
+    set {_uniqueStorage()._state = newValue}
+  }
+
+  /// frames in the video files
+  public var frames: UInt64 {
+    get {_storage._frames}
+    set {_uniqueStorage()._frames = newValue}
+  }
+
+  public var gaps: UInt64 {
+    get {_storage._gaps}
+    set {_uniqueStorage()._gaps = newValue}
+  }
+
+  public var duplicates: UInt64 {
+    get {_storage._duplicates}
+    set {_uniqueStorage()._duplicates = newValue}
+  }
+
+  /// -1 when no frame was written
+  public var firstGridIndex: Int64 {
+    get {_storage._firstGridIndex}
+    set {_uniqueStorage()._firstGridIndex = newValue}
+  }
+
+  public var lastGridIndex: Int64 {
+    get {_storage._lastGridIndex}
+    set {_uniqueStorage()._lastGridIndex = newValue}
+  }
+
+  /// the videos (in order), then the sidecars
+  public var files: [WireRecordedFile] {
+    get {_storage._files}
+    set {_uniqueStorage()._files = newValue}
+  }
+
+  public var error: String {
+    get {_storage._error}
+    set {_uniqueStorage()._error = newValue}
+  }
+
+  public var format: WireFormat {
+    get {_storage._format ?? WireFormat()}
+    set {_uniqueStorage()._format = newValue}
+  }
+  /// Returns true if `format` has been explicitly set.
+  public var hasFormat: Bool {_storage._format != nil}
+  /// Clears the value of `format`. Subsequent reads from it will return its default value.
+  public mutating func clearFormat() {_uniqueStorage()._format = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+public nonisolated struct WireRecordingEnded: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var recordingID: String = String()
+
+  public var tracks: [WireRecordedTrack] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// End a recording early at its next grid instant. Replied to with Ok (the recording's own request then
+/// gets RecordingEnded), or NOT_FOUND.
+public nonisolated struct WireStopRecording: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var recordingID: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// The recordings this agent holds (of one session when session_id is set). Replied to with RecordingList.
+public nonisolated struct WireListRecordings: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var sessionID: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct WireRecordingSummary: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var recordingID: String = String()
+
+  public var sessionID: String = String()
+
+  public var state: WireRecordingState = .unspecified
+
+  public var tracks: [WireRecordedTrack] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct WireRecordingList: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var recordings: [WireRecordingSummary] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Send a file of a recording from `offset` on. Replied to with FileChunk messages in order, the last
+/// with `last` set (or an Error). Each carries a payload: the file's bytes from its offset.
+public nonisolated struct WireFetchRecordingFile: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var recordingID: String = String()
+
+  public var name: String = String()
+
+  public var offset: UInt64 = 0
+
+  /// 0: as fast as the connection takes them
+  public var maxBytesPerSecond: UInt64 = 0
+
+  /// 0: 1 MiB; at most 4 MiB and below the client's max_frame_length
+  public var chunkBytes: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct WireFileChunk: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var name: String = String()
+
+  /// of this chunk's first byte in the file
+  public var offset: UInt64 = 0
+
+  /// the file's whole size
+  public var size: UInt64 = 0
+
+  public var last: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// The client has stored these files of a recording (all of them when `names` is empty); the agent
+/// deletes them, and the recording's folder once it is empty. Replied to with Ok, or NOT_FOUND.
+public nonisolated struct WireAcknowledgeRecording: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var recordingID: String = String()
+
+  public var names: [String] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 // MARK: - Code below here is support for the SwiftProtobuf runtime.
 
 fileprivate nonisolated let _protobuf_package = "camrig.v1"
@@ -3914,9 +4600,17 @@ nonisolated extension WirePhaseLockMethod: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0PHASE_LOCK_METHOD_UNSPECIFIED\0\u{1}PHASE_LOCK_METHOD_TRIGGERED\0\u{1}PHASE_LOCK_METHOD_FRAME_DURATION\0\u{1}PHASE_LOCK_METHOD_RESTART\0")
 }
 
+nonisolated extension WireRecordingCodec: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0RECORDING_CODEC_UNSPECIFIED\0\u{1}RECORDING_CODEC_COPY\0\u{1}RECORDING_CODEC_MJPEG\0\u{1}RECORDING_CODEC_FFV1\0\u{1}RECORDING_CODEC_H264\0\u{1}RECORDING_CODEC_RAW\0")
+}
+
+nonisolated extension WireRecordingState: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0RECORDING_STATE_UNSPECIFIED\0\u{1}RECORDING_STATE_RECORDING\0\u{1}RECORDING_STATE_COMPLETE\0\u{1}RECORDING_STATE_CUT_SHORT\0\u{1}RECORDING_STATE_FAILED\0")
+}
+
 nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Envelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{2}\u{9}hello\0\u{1}welcome\0\u{1}error\0\u{1}goodbye\0\u{1}ping\0\u{1}pong\0\u{3}clock_probe\0\u{3}clock_probe_reply\0\u{1}ok\0\u{3}open_clock_channel\0\u{3}list_devices\0\u{3}discovery_query\0\u{3}device_list\0\u{3}describe_device\0\u{3}device_description\0\u{2}\u{6}lock\0\u{1}lease\0\u{3}renew_lease\0\u{1}unlock\0\u{1}configure\0\u{3}device_state\0\u{4}\u{5}start_stream\0\u{3}stream_started\0\u{3}stop_stream\0\u{3}stream_ended\0\u{3}video_frame\0\u{4}\u{6}capture_photo\0\u{3}schedule_trigger\0\u{3}trigger_scheduled\0\u{3}trigger_fired\0\u{3}fetch_results\0\u{3}photo_result\0\u{3}results_end\0\u{3}acknowledge_results\0\u{3}prepare_photo_settings\0\u{3}photo_stage\0\u{1}subscribe\0\u{1}event\0\u{3}clock_channel\0\u{3}finalize_photos\0\u{3}get_spool_status\0\u{3}spool_status\0\u{4}\u{5}lock_phase\0\u{3}unlock_phase\0\u{3}get_phase_status\0\u{3}phase_status\0\u{3}phase_status_list\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{2}\u{9}hello\0\u{1}welcome\0\u{1}error\0\u{1}goodbye\0\u{1}ping\0\u{1}pong\0\u{3}clock_probe\0\u{3}clock_probe_reply\0\u{1}ok\0\u{3}open_clock_channel\0\u{3}list_devices\0\u{3}discovery_query\0\u{3}device_list\0\u{3}describe_device\0\u{3}device_description\0\u{2}\u{6}lock\0\u{1}lease\0\u{3}renew_lease\0\u{1}unlock\0\u{1}configure\0\u{3}device_state\0\u{4}\u{5}start_stream\0\u{3}stream_started\0\u{3}stop_stream\0\u{3}stream_ended\0\u{3}video_frame\0\u{4}\u{6}capture_photo\0\u{3}schedule_trigger\0\u{3}trigger_scheduled\0\u{3}trigger_fired\0\u{3}fetch_results\0\u{3}photo_result\0\u{3}results_end\0\u{3}acknowledge_results\0\u{3}prepare_photo_settings\0\u{3}photo_stage\0\u{1}subscribe\0\u{1}event\0\u{3}clock_channel\0\u{3}finalize_photos\0\u{3}get_spool_status\0\u{3}spool_status\0\u{4}\u{5}lock_phase\0\u{3}unlock_phase\0\u{3}get_phase_status\0\u{3}phase_status\0\u{3}phase_status_list\0\u{4}\u{6}check_recording\0\u{3}recording_check\0\u{3}start_recording\0\u{3}recording_started\0\u{3}recording_progress\0\u{3}recording_ended\0\u{3}stop_recording\0\u{3}list_recordings\0\u{3}recording_list\0\u{3}fetch_recording_file\0\u{3}file_chunk\0\u{3}acknowledge_recording\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4536,6 +5230,162 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
           self.body = .phaseStatusList(v)
         }
       }()
+      case 80: try {
+        var v: WireCheckRecording?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .checkRecording(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .checkRecording(v)
+        }
+      }()
+      case 81: try {
+        var v: WireRecordingCheck?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .recordingCheck(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .recordingCheck(v)
+        }
+      }()
+      case 82: try {
+        var v: WireStartRecording?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .startRecording(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .startRecording(v)
+        }
+      }()
+      case 83: try {
+        var v: WireRecordingStarted?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .recordingStarted(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .recordingStarted(v)
+        }
+      }()
+      case 84: try {
+        var v: WireRecordingProgress?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .recordingProgress(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .recordingProgress(v)
+        }
+      }()
+      case 85: try {
+        var v: WireRecordingEnded?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .recordingEnded(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .recordingEnded(v)
+        }
+      }()
+      case 86: try {
+        var v: WireStopRecording?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .stopRecording(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .stopRecording(v)
+        }
+      }()
+      case 87: try {
+        var v: WireListRecordings?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .listRecordings(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .listRecordings(v)
+        }
+      }()
+      case 88: try {
+        var v: WireRecordingList?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .recordingList(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .recordingList(v)
+        }
+      }()
+      case 89: try {
+        var v: WireFetchRecordingFile?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .fetchRecordingFile(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .fetchRecordingFile(v)
+        }
+      }()
+      case 90: try {
+        var v: WireFileChunk?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .fileChunk(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .fileChunk(v)
+        }
+      }()
+      case 91: try {
+        var v: WireAcknowledgeRecording?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .acknowledgeRecording(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .acknowledgeRecording(v)
+        }
+      }()
       default: break
       }
     }
@@ -4737,6 +5587,54 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
     case .phaseStatusList?: try {
       guard case .phaseStatusList(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 74)
+    }()
+    case .checkRecording?: try {
+      guard case .checkRecording(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 80)
+    }()
+    case .recordingCheck?: try {
+      guard case .recordingCheck(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 81)
+    }()
+    case .startRecording?: try {
+      guard case .startRecording(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 82)
+    }()
+    case .recordingStarted?: try {
+      guard case .recordingStarted(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 83)
+    }()
+    case .recordingProgress?: try {
+      guard case .recordingProgress(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 84)
+    }()
+    case .recordingEnded?: try {
+      guard case .recordingEnded(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 85)
+    }()
+    case .stopRecording?: try {
+      guard case .stopRecording(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 86)
+    }()
+    case .listRecordings?: try {
+      guard case .listRecordings(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 87)
+    }()
+    case .recordingList?: try {
+      guard case .recordingList(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 88)
+    }()
+    case .fetchRecordingFile?: try {
+      guard case .fetchRecordingFile(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 89)
+    }()
+    case .fileChunk?: try {
+      guard case .fileChunk(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 90)
+    }()
+    case .acknowledgeRecording?: try {
+      guard case .acknowledgeRecording(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 91)
     }()
     case nil: break
     }
@@ -8418,6 +9316,921 @@ nonisolated extension WirePhaseStatusList: SwiftProtobuf.Message, SwiftProtobuf.
 
   public static func ==(lhs: WirePhaseStatusList, rhs: WirePhaseStatusList) -> Bool {
     if lhs.devices != rhs.devices {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireClockMapping: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ClockMapping"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}agent_reference_ns\0\u{3}rig_reference_ns\0\u{3}rig_per_agent\0\u{3}uncertainty_ns\0\u{3}uncertainty_growth_ppm\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularInt64Field(value: &self.agentReferenceNs) }()
+      case 2: try { try decoder.decodeSingularInt64Field(value: &self.rigReferenceNs) }()
+      case 3: try { try decoder.decodeSingularDoubleField(value: &self.rigPerAgent) }()
+      case 4: try { try decoder.decodeSingularDoubleField(value: &self.uncertaintyNs) }()
+      case 5: try { try decoder.decodeSingularDoubleField(value: &self.uncertaintyGrowthPpm) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.agentReferenceNs != 0 {
+      try visitor.visitSingularInt64Field(value: self.agentReferenceNs, fieldNumber: 1)
+    }
+    if self.rigReferenceNs != 0 {
+      try visitor.visitSingularInt64Field(value: self.rigReferenceNs, fieldNumber: 2)
+    }
+    if self.rigPerAgent.bitPattern != 0 {
+      try visitor.visitSingularDoubleField(value: self.rigPerAgent, fieldNumber: 3)
+    }
+    if self.uncertaintyNs.bitPattern != 0 {
+      try visitor.visitSingularDoubleField(value: self.uncertaintyNs, fieldNumber: 4)
+    }
+    if self.uncertaintyGrowthPpm.bitPattern != 0 {
+      try visitor.visitSingularDoubleField(value: self.uncertaintyGrowthPpm, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireClockMapping, rhs: WireClockMapping) -> Bool {
+    if lhs.agentReferenceNs != rhs.agentReferenceNs {return false}
+    if lhs.rigReferenceNs != rhs.rigReferenceNs {return false}
+    if lhs.rigPerAgent != rhs.rigPerAgent {return false}
+    if lhs.uncertaintyNs != rhs.uncertaintyNs {return false}
+    if lhs.uncertaintyGrowthPpm != rhs.uncertaintyGrowthPpm {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireRecordingTrack: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RecordingTrack"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}device_id\0\u{1}codec\0\u{3}file_stem\0\u{3}jpeg_quality\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.deviceID) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.codec) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.fileStem) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.jpegQuality) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.deviceID.isEmpty {
+      try visitor.visitSingularStringField(value: self.deviceID, fieldNumber: 1)
+    }
+    if self.codec != .unspecified {
+      try visitor.visitSingularEnumField(value: self.codec, fieldNumber: 2)
+    }
+    if !self.fileStem.isEmpty {
+      try visitor.visitSingularStringField(value: self.fileStem, fieldNumber: 3)
+    }
+    if self.jpegQuality != 0 {
+      try visitor.visitSingularUInt32Field(value: self.jpegQuality, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireRecordingTrack, rhs: WireRecordingTrack) -> Bool {
+    if lhs.deviceID != rhs.deviceID {return false}
+    if lhs.codec != rhs.codec {return false}
+    if lhs.fileStem != rhs.fileStem {return false}
+    if lhs.jpegQuality != rhs.jpegQuality {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireCheckRecording: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".CheckRecording"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}tracks\0\u{3}duration_ns\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.tracks) }()
+      case 2: try { try decoder.decodeSingularInt64Field(value: &self.durationNs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.tracks.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.tracks, fieldNumber: 1)
+    }
+    if self.durationNs != 0 {
+      try visitor.visitSingularInt64Field(value: self.durationNs, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireCheckRecording, rhs: WireCheckRecording) -> Bool {
+    if lhs.tracks != rhs.tracks {return false}
+    if lhs.durationNs != rhs.durationNs {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireTrackCheck: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".TrackCheck"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}device_id\0\u{1}codec\0\u{1}format\0\u{3}bytes_per_second\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.deviceID) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.codec) }()
+      case 3: try { try decoder.decodeSingularMessageField(value: &self._format) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.bytesPerSecond) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if !self.deviceID.isEmpty {
+      try visitor.visitSingularStringField(value: self.deviceID, fieldNumber: 1)
+    }
+    if self.codec != .unspecified {
+      try visitor.visitSingularEnumField(value: self.codec, fieldNumber: 2)
+    }
+    try { if let v = self._format {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    } }()
+    if self.bytesPerSecond != 0 {
+      try visitor.visitSingularUInt64Field(value: self.bytesPerSecond, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireTrackCheck, rhs: WireTrackCheck) -> Bool {
+    if lhs.deviceID != rhs.deviceID {return false}
+    if lhs.codec != rhs.codec {return false}
+    if lhs._format != rhs._format {return false}
+    if lhs.bytesPerSecond != rhs.bytesPerSecond {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireRecordingCheck: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RecordingCheck"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}tracks\0\u{3}needed_bytes\0\u{3}available_bytes\0\u{1}refusal\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.tracks) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.neededBytes) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.availableBytes) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.refusal) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.tracks.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.tracks, fieldNumber: 1)
+    }
+    if self.neededBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.neededBytes, fieldNumber: 2)
+    }
+    if self.availableBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.availableBytes, fieldNumber: 3)
+    }
+    if !self.refusal.isEmpty {
+      try visitor.visitSingularStringField(value: self.refusal, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireRecordingCheck, rhs: WireRecordingCheck) -> Bool {
+    if lhs.tracks != rhs.tracks {return false}
+    if lhs.neededBytes != rhs.neededBytes {return false}
+    if lhs.availableBytes != rhs.availableBytes {return false}
+    if lhs.refusal != rhs.refusal {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireStartRecording: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".StartRecording"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}recording_id\0\u{3}session_id\0\u{1}tracks\0\u{3}start_at_ns\0\u{3}grid_period_ns\0\u{3}frame_count\0\u{1}clock\0\u{3}frame_duration\0\u{3}segment_bytes\0\u{3}progress_interval_ms\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.recordingID) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.sessionID) }()
+      case 3: try { try decoder.decodeRepeatedMessageField(value: &self.tracks) }()
+      case 4: try { try decoder.decodeSingularInt64Field(value: &self.startAtNs) }()
+      case 5: try { try decoder.decodeSingularDoubleField(value: &self.gridPeriodNs) }()
+      case 6: try { try decoder.decodeSingularUInt64Field(value: &self.frameCount) }()
+      case 7: try { try decoder.decodeSingularMessageField(value: &self._clock) }()
+      case 8: try { try decoder.decodeSingularMessageField(value: &self._frameDuration) }()
+      case 9: try { try decoder.decodeSingularUInt64Field(value: &self.segmentBytes) }()
+      case 10: try { try decoder.decodeSingularUInt32Field(value: &self.progressIntervalMs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if !self.recordingID.isEmpty {
+      try visitor.visitSingularStringField(value: self.recordingID, fieldNumber: 1)
+    }
+    if !self.sessionID.isEmpty {
+      try visitor.visitSingularStringField(value: self.sessionID, fieldNumber: 2)
+    }
+    if !self.tracks.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.tracks, fieldNumber: 3)
+    }
+    if self.startAtNs != 0 {
+      try visitor.visitSingularInt64Field(value: self.startAtNs, fieldNumber: 4)
+    }
+    if self.gridPeriodNs.bitPattern != 0 {
+      try visitor.visitSingularDoubleField(value: self.gridPeriodNs, fieldNumber: 5)
+    }
+    if self.frameCount != 0 {
+      try visitor.visitSingularUInt64Field(value: self.frameCount, fieldNumber: 6)
+    }
+    try { if let v = self._clock {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
+    } }()
+    try { if let v = self._frameDuration {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+    } }()
+    if self.segmentBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.segmentBytes, fieldNumber: 9)
+    }
+    if self.progressIntervalMs != 0 {
+      try visitor.visitSingularUInt32Field(value: self.progressIntervalMs, fieldNumber: 10)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireStartRecording, rhs: WireStartRecording) -> Bool {
+    if lhs.recordingID != rhs.recordingID {return false}
+    if lhs.sessionID != rhs.sessionID {return false}
+    if lhs.tracks != rhs.tracks {return false}
+    if lhs.startAtNs != rhs.startAtNs {return false}
+    if lhs.gridPeriodNs != rhs.gridPeriodNs {return false}
+    if lhs.frameCount != rhs.frameCount {return false}
+    if lhs._clock != rhs._clock {return false}
+    if lhs._frameDuration != rhs._frameDuration {return false}
+    if lhs.segmentBytes != rhs.segmentBytes {return false}
+    if lhs.progressIntervalMs != rhs.progressIntervalMs {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireRecordingStarted: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RecordingStarted"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}recording_id\0\u{1}tracks\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.recordingID) }()
+      case 2: try { try decoder.decodeRepeatedMessageField(value: &self.tracks) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.recordingID.isEmpty {
+      try visitor.visitSingularStringField(value: self.recordingID, fieldNumber: 1)
+    }
+    if !self.tracks.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.tracks, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireRecordingStarted, rhs: WireRecordingStarted) -> Bool {
+    if lhs.recordingID != rhs.recordingID {return false}
+    if lhs.tracks != rhs.tracks {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireTrackProgress: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".TrackProgress"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}device_id\0\u{1}frames\0\u{1}gaps\0\u{1}bytes\0\u{1}error\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.deviceID) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.frames) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.gaps) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.bytes) }()
+      case 5: try { try decoder.decodeSingularStringField(value: &self.error) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.deviceID.isEmpty {
+      try visitor.visitSingularStringField(value: self.deviceID, fieldNumber: 1)
+    }
+    if self.frames != 0 {
+      try visitor.visitSingularUInt64Field(value: self.frames, fieldNumber: 2)
+    }
+    if self.gaps != 0 {
+      try visitor.visitSingularUInt64Field(value: self.gaps, fieldNumber: 3)
+    }
+    if self.bytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.bytes, fieldNumber: 4)
+    }
+    if !self.error.isEmpty {
+      try visitor.visitSingularStringField(value: self.error, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireTrackProgress, rhs: WireTrackProgress) -> Bool {
+    if lhs.deviceID != rhs.deviceID {return false}
+    if lhs.frames != rhs.frames {return false}
+    if lhs.gaps != rhs.gaps {return false}
+    if lhs.bytes != rhs.bytes {return false}
+    if lhs.error != rhs.error {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireRecordingProgress: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RecordingProgress"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}recording_id\0\u{1}tracks\0\u{3}time_ns\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.recordingID) }()
+      case 2: try { try decoder.decodeRepeatedMessageField(value: &self.tracks) }()
+      case 3: try { try decoder.decodeSingularInt64Field(value: &self.timeNs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.recordingID.isEmpty {
+      try visitor.visitSingularStringField(value: self.recordingID, fieldNumber: 1)
+    }
+    if !self.tracks.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.tracks, fieldNumber: 2)
+    }
+    if self.timeNs != 0 {
+      try visitor.visitSingularInt64Field(value: self.timeNs, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireRecordingProgress, rhs: WireRecordingProgress) -> Bool {
+    if lhs.recordingID != rhs.recordingID {return false}
+    if lhs.tracks != rhs.tracks {return false}
+    if lhs.timeNs != rhs.timeNs {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireRecordedFile: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RecordedFile"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}name\0\u{1}size\0\u{1}sha256\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.name) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.size) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.sha256) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.name.isEmpty {
+      try visitor.visitSingularStringField(value: self.name, fieldNumber: 1)
+    }
+    if self.size != 0 {
+      try visitor.visitSingularUInt64Field(value: self.size, fieldNumber: 2)
+    }
+    if !self.sha256.isEmpty {
+      try visitor.visitSingularBytesField(value: self.sha256, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireRecordedFile, rhs: WireRecordedFile) -> Bool {
+    if lhs.name != rhs.name {return false}
+    if lhs.size != rhs.size {return false}
+    if lhs.sha256 != rhs.sha256 {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireRecordedTrack: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RecordedTrack"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}device_id\0\u{3}file_stem\0\u{1}codec\0\u{1}state\0\u{1}frames\0\u{1}gaps\0\u{1}duplicates\0\u{3}first_grid_index\0\u{3}last_grid_index\0\u{1}files\0\u{1}error\0\u{1}format\0")
+
+  fileprivate class _StorageClass {
+    var _deviceID: String = String()
+    var _fileStem: String = String()
+    var _codec: WireRecordingCodec = .unspecified
+    var _state: WireRecordingState = .unspecified
+    var _frames: UInt64 = 0
+    var _gaps: UInt64 = 0
+    var _duplicates: UInt64 = 0
+    var _firstGridIndex: Int64 = 0
+    var _lastGridIndex: Int64 = 0
+    var _files: [WireRecordedFile] = []
+    var _error: String = String()
+    var _format: WireFormat? = nil
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _deviceID = source._deviceID
+      _fileStem = source._fileStem
+      _codec = source._codec
+      _state = source._state
+      _frames = source._frames
+      _gaps = source._gaps
+      _duplicates = source._duplicates
+      _firstGridIndex = source._firstGridIndex
+      _lastGridIndex = source._lastGridIndex
+      _files = source._files
+      _error = source._error
+      _format = source._format
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularStringField(value: &_storage._deviceID) }()
+        case 2: try { try decoder.decodeSingularStringField(value: &_storage._fileStem) }()
+        case 3: try { try decoder.decodeSingularEnumField(value: &_storage._codec) }()
+        case 4: try { try decoder.decodeSingularEnumField(value: &_storage._state) }()
+        case 5: try { try decoder.decodeSingularUInt64Field(value: &_storage._frames) }()
+        case 6: try { try decoder.decodeSingularUInt64Field(value: &_storage._gaps) }()
+        case 7: try { try decoder.decodeSingularUInt64Field(value: &_storage._duplicates) }()
+        case 8: try { try decoder.decodeSingularInt64Field(value: &_storage._firstGridIndex) }()
+        case 9: try { try decoder.decodeSingularInt64Field(value: &_storage._lastGridIndex) }()
+        case 10: try { try decoder.decodeRepeatedMessageField(value: &_storage._files) }()
+        case 11: try { try decoder.decodeSingularStringField(value: &_storage._error) }()
+        case 12: try { try decoder.decodeSingularMessageField(value: &_storage._format) }()
+        default: break
+        }
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if !_storage._deviceID.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._deviceID, fieldNumber: 1)
+      }
+      if !_storage._fileStem.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._fileStem, fieldNumber: 2)
+      }
+      if _storage._codec != .unspecified {
+        try visitor.visitSingularEnumField(value: _storage._codec, fieldNumber: 3)
+      }
+      if _storage._state != .unspecified {
+        try visitor.visitSingularEnumField(value: _storage._state, fieldNumber: 4)
+      }
+      if _storage._frames != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._frames, fieldNumber: 5)
+      }
+      if _storage._gaps != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._gaps, fieldNumber: 6)
+      }
+      if _storage._duplicates != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._duplicates, fieldNumber: 7)
+      }
+      if _storage._firstGridIndex != 0 {
+        try visitor.visitSingularInt64Field(value: _storage._firstGridIndex, fieldNumber: 8)
+      }
+      if _storage._lastGridIndex != 0 {
+        try visitor.visitSingularInt64Field(value: _storage._lastGridIndex, fieldNumber: 9)
+      }
+      if !_storage._files.isEmpty {
+        try visitor.visitRepeatedMessageField(value: _storage._files, fieldNumber: 10)
+      }
+      if !_storage._error.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._error, fieldNumber: 11)
+      }
+      try { if let v = _storage._format {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
+      } }()
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireRecordedTrack, rhs: WireRecordedTrack) -> Bool {
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._deviceID != rhs_storage._deviceID {return false}
+        if _storage._fileStem != rhs_storage._fileStem {return false}
+        if _storage._codec != rhs_storage._codec {return false}
+        if _storage._state != rhs_storage._state {return false}
+        if _storage._frames != rhs_storage._frames {return false}
+        if _storage._gaps != rhs_storage._gaps {return false}
+        if _storage._duplicates != rhs_storage._duplicates {return false}
+        if _storage._firstGridIndex != rhs_storage._firstGridIndex {return false}
+        if _storage._lastGridIndex != rhs_storage._lastGridIndex {return false}
+        if _storage._files != rhs_storage._files {return false}
+        if _storage._error != rhs_storage._error {return false}
+        if _storage._format != rhs_storage._format {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireRecordingEnded: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RecordingEnded"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}recording_id\0\u{1}tracks\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.recordingID) }()
+      case 2: try { try decoder.decodeRepeatedMessageField(value: &self.tracks) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.recordingID.isEmpty {
+      try visitor.visitSingularStringField(value: self.recordingID, fieldNumber: 1)
+    }
+    if !self.tracks.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.tracks, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireRecordingEnded, rhs: WireRecordingEnded) -> Bool {
+    if lhs.recordingID != rhs.recordingID {return false}
+    if lhs.tracks != rhs.tracks {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireStopRecording: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".StopRecording"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}recording_id\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.recordingID) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.recordingID.isEmpty {
+      try visitor.visitSingularStringField(value: self.recordingID, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireStopRecording, rhs: WireStopRecording) -> Bool {
+    if lhs.recordingID != rhs.recordingID {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireListRecordings: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ListRecordings"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}session_id\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.sessionID) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.sessionID.isEmpty {
+      try visitor.visitSingularStringField(value: self.sessionID, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireListRecordings, rhs: WireListRecordings) -> Bool {
+    if lhs.sessionID != rhs.sessionID {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireRecordingSummary: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RecordingSummary"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}recording_id\0\u{3}session_id\0\u{1}state\0\u{1}tracks\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.recordingID) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.sessionID) }()
+      case 3: try { try decoder.decodeSingularEnumField(value: &self.state) }()
+      case 4: try { try decoder.decodeRepeatedMessageField(value: &self.tracks) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.recordingID.isEmpty {
+      try visitor.visitSingularStringField(value: self.recordingID, fieldNumber: 1)
+    }
+    if !self.sessionID.isEmpty {
+      try visitor.visitSingularStringField(value: self.sessionID, fieldNumber: 2)
+    }
+    if self.state != .unspecified {
+      try visitor.visitSingularEnumField(value: self.state, fieldNumber: 3)
+    }
+    if !self.tracks.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.tracks, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireRecordingSummary, rhs: WireRecordingSummary) -> Bool {
+    if lhs.recordingID != rhs.recordingID {return false}
+    if lhs.sessionID != rhs.sessionID {return false}
+    if lhs.state != rhs.state {return false}
+    if lhs.tracks != rhs.tracks {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireRecordingList: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RecordingList"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}recordings\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.recordings) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.recordings.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.recordings, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireRecordingList, rhs: WireRecordingList) -> Bool {
+    if lhs.recordings != rhs.recordings {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireFetchRecordingFile: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".FetchRecordingFile"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}recording_id\0\u{1}name\0\u{1}offset\0\u{3}max_bytes_per_second\0\u{3}chunk_bytes\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.recordingID) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.name) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.offset) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.maxBytesPerSecond) }()
+      case 5: try { try decoder.decodeSingularUInt32Field(value: &self.chunkBytes) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.recordingID.isEmpty {
+      try visitor.visitSingularStringField(value: self.recordingID, fieldNumber: 1)
+    }
+    if !self.name.isEmpty {
+      try visitor.visitSingularStringField(value: self.name, fieldNumber: 2)
+    }
+    if self.offset != 0 {
+      try visitor.visitSingularUInt64Field(value: self.offset, fieldNumber: 3)
+    }
+    if self.maxBytesPerSecond != 0 {
+      try visitor.visitSingularUInt64Field(value: self.maxBytesPerSecond, fieldNumber: 4)
+    }
+    if self.chunkBytes != 0 {
+      try visitor.visitSingularUInt32Field(value: self.chunkBytes, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireFetchRecordingFile, rhs: WireFetchRecordingFile) -> Bool {
+    if lhs.recordingID != rhs.recordingID {return false}
+    if lhs.name != rhs.name {return false}
+    if lhs.offset != rhs.offset {return false}
+    if lhs.maxBytesPerSecond != rhs.maxBytesPerSecond {return false}
+    if lhs.chunkBytes != rhs.chunkBytes {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireFileChunk: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".FileChunk"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}name\0\u{1}offset\0\u{1}size\0\u{1}last\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.name) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.offset) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.size) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.last) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.name.isEmpty {
+      try visitor.visitSingularStringField(value: self.name, fieldNumber: 1)
+    }
+    if self.offset != 0 {
+      try visitor.visitSingularUInt64Field(value: self.offset, fieldNumber: 2)
+    }
+    if self.size != 0 {
+      try visitor.visitSingularUInt64Field(value: self.size, fieldNumber: 3)
+    }
+    if self.last != false {
+      try visitor.visitSingularBoolField(value: self.last, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireFileChunk, rhs: WireFileChunk) -> Bool {
+    if lhs.name != rhs.name {return false}
+    if lhs.offset != rhs.offset {return false}
+    if lhs.size != rhs.size {return false}
+    if lhs.last != rhs.last {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireAcknowledgeRecording: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AcknowledgeRecording"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}recording_id\0\u{1}names\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.recordingID) }()
+      case 2: try { try decoder.decodeRepeatedStringField(value: &self.names) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.recordingID.isEmpty {
+      try visitor.visitSingularStringField(value: self.recordingID, fieldNumber: 1)
+    }
+    if !self.names.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.names, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireAcknowledgeRecording, rhs: WireAcknowledgeRecording) -> Bool {
+    if lhs.recordingID != rhs.recordingID {return false}
+    if lhs.names != rhs.names {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -2,5 +2,5 @@ import ArgumentParser
 
 /// `camrig captures list|show|recover|finalize`: the catalog.
 struct Captures: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "The capture catalog.", subcommands: [List.self, Show.self, Recover.self, Finalize.self])
+    static let configuration = CommandConfiguration(abstract: "The capture catalog.", subcommands: [List.self, Show.self, Recover.self, Finalize.self, Offload.self, Export.self])
 }

@@ -1,0 +1,130 @@
+import CamRigFiles
+import CamRigMedia
+import CamRigWire
+import Foundation
+
+extension AgentRecordings {
+    /// Closes the recordings a previous run of the agent left open (it was killed or lost power while
+    /// recording): every video segment is rewritten as a closed file with what could be read of it, the
+    /// frame table loses the rows of frames that did not reach the disk (flagged `lost`), and the track is
+    /// marked cut short. Tracks that had closed before keep what they were.
+    func closeCutShortRecordings() {
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []).sorted()
+        for name in names {
+            let folder = directory.appendingPathComponent(name)
+            guard let data = try? Data(contentsOf: folder.appendingPathComponent("state.pb")),
+                let summary = try? WireRecordingSummary(serializedBytes: data), summary.state == .recording,
+                let requestData = try? Data(contentsOf: folder.appendingPathComponent("request.pb")),
+                let request = try? WireStartRecording(serializedBytes: requestData)
+            else { continue }
+            let grid = RecordingGrid(start: request.startAtNs, period: max(request.gridPeriodNs, 1), count: Int64(max(request.frameCount, 1)))
+            var tracks: [WireRecordedTrack] = []
+            for track in request.tracks {
+                if let closed = summary.tracks.first(where: { $0.deviceID == track.deviceID }) {
+                    tracks.append(closed)
+                    continue
+                }
+                tracks.append(Self.repair(track, in: folder, grid: grid, clock: RigClockMapping(request.clock)))
+            }
+            do {
+                try Self.writeState(.cutShort, tracks: tracks, of: request, in: folder)
+            } catch {
+                continue
+            }
+            let logger = self.logger
+            logger.warning(
+                "closed a recording cut short by the agent's stop",
+                metadata: ["recording": "\(name)", "frames": "\(tracks.map(\.frames))", "errors": "\(tracks.map(\.error).filter { !$0.isEmpty })"])
+        }
+    }
+
+    /// Closes one track left open.
+    static func repair(_ track: WireRecordingTrack, in folder: URL, grid: RecordingGrid, clock: RigClockMapping) -> WireRecordedTrack {
+        let stem = track.fileStem
+        var recorded = WireRecordedTrack()
+        recorded.deviceID = track.deviceID
+        recorded.fileStem = stem
+        recorded.codec = track.codec
+        recorded.state = .cutShort
+        var problems: [String] = []
+        // Segments in order; the frames each kept.
+        var segments: [String] = []
+        var kept: [Int] = []
+        var segment = 0
+        while FileManager.default.fileExists(atPath: folder.appendingPathComponent(TrackFiles.segmentName(stem: stem, segment: segment)).path) {
+            let name = TrackFiles.segmentName(stem: stem, segment: segment)
+            let url = folder.appendingPathComponent(name)
+            let repaired = folder.appendingPathComponent(".\(name).repaired")
+            try? FileManager.default.removeItem(at: repaired)
+            do {
+                let frames = try MediaFile.repair(url.path, into: repaired.path)
+                _ = try FileManager.default.replaceItemAt(url, withItemAt: repaired)
+                segments.append(name)
+                kept.append(frames)
+            } catch {
+                // Nothing of it could be read (the agent stopped before its first cluster reached the disk).
+                try? FileManager.default.removeItem(at: repaired)
+                try? FileManager.default.removeItem(at: url)
+                problems.append("\(name): \(error)")
+                kept.append(0)
+            }
+            segment += 1
+        }
+        // The frame table: rows for frames beyond what the videos kept become `lost`.
+        let tableURL = folder.appendingPathComponent("\(stem).frames.csv")
+        let timecodesURL = folder.appendingPathComponent("\(stem).timecodes.txt")
+        let text = (try? String(contentsOf: tableURL, encoding: .utf8)) ?? FrameSidecar.header
+        var lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        // A torn last line (the agent stopped mid-write) is not a row.
+        if !text.hasSuffix("\n") { lines.removeLast() } else if lines.last == "" { lines.removeLast() }
+        var table = FrameSidecar.header
+        var timecodes = FrameSidecar.timecodeHeader
+        var frames: UInt64 = 0
+        var gaps: UInt64 = 0
+        var duplicates: UInt64 = 0
+        var first: Int64 = -1
+        var last: Int64 = -1
+        var lastIndex: Int64 = -1
+        for line in lines.dropFirst() {
+            let fields = line.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+            guard fields.count == 8, let index = Int64(fields[0]) else { continue }
+            lastIndex = max(lastIndex, index)
+            guard let frame = Int(fields[1]), let file = Int(fields[2]), file < kept.count,
+                frame - kept[..<file].reduce(0, +) < kept[file]
+            else {
+                if fields[7] != "duplicate" { gaps += 1 }
+                let flag = fields[7] == "gap" ? "gap" : "lost"
+                table += "\(index),,,\(fields[3]),,,,\(flag)\n"
+                continue
+            }
+            frames += 1
+            if fields[7] == "duplicate" { duplicates += 1 }
+            if first < 0 { first = index }
+            last = index
+            table += line + "\n"
+            if let rigTime = Int64(fields[3]) { timecodes += FrameSidecar.timecode(rigTime: rigTime) }
+        }
+        // Grid indexes the agent never reached.
+        if lastIndex + 1 < grid.count {
+            for index in (lastIndex + 1)..<grid.count {
+                table += "\(index),,,\(clock.rigTime(ofAgent: grid.instant(index))),,,,lost\n"
+                gaps += 1
+            }
+        }
+        do {
+            try DurableFile.write(Data(table.utf8), to: tableURL)
+            try DurableFile.write(Data(timecodes.utf8), to: timecodesURL)
+        } catch {
+            problems.append("the frame table: \(error)")
+        }
+        recorded.frames = frames
+        recorded.gaps = gaps
+        recorded.duplicates = duplicates
+        recorded.firstGridIndex = first
+        recorded.lastGridIndex = last
+        recorded.files = TrackSummary.files(in: folder, names: segments + ["\(stem).frames.csv", "\(stem).timecodes.txt"])
+        recorded.error = (["the agent stopped during the recording; the track was closed at its next start"] + problems).joined(separator: "; ")
+        try? TrackSummary(recorded, grid: grid, clock: clock, cutShort: true).write(to: folder)
+        return recorded
+    }
+}

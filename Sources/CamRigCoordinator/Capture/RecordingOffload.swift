@@ -1,0 +1,292 @@
+import CamRigCapture
+import CamRigClock
+import CamRigWire
+import CamRigWireModel
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+
+/// Gathers an on-host recording's files from the hosts that made them, exactly once.
+///
+/// Each file is fetched from where the capture's copy ends (an interrupted offload resumes), checked
+/// against the SHA-256 its agent recorded, flushed to the disk under its name, and only then
+/// acknowledged, so that its agent deletes it. Agents are offloaded in parallel, each one's files one
+/// after another, at most `maxBytesPerSecond` from each when set (so an offload never starves a running
+/// capture). Once every file is here, the sync sets are built from the frame tables.
+public struct RecordingOffload<Sink: CaptureSink>: Sendable {
+    public let pool: AgentPool
+    public let sink: Sink
+    public let logger: Logger
+    /// Per agent; 0: as fast as the link goes.
+    public var maxBytesPerSecond: UInt64
+    public var chunkBytes: UInt32
+
+    public init(pool: AgentPool, sink: Sink, logger: Logger, maxBytesPerSecond: UInt64 = 0, chunkBytes: UInt32 = 1 << 20) {
+        self.pool = pool
+        self.sink = sink
+        self.logger = logger
+        self.maxBytesPerSecond = maxBytesPerSecond
+        self.chunkBytes = chunkBytes
+    }
+
+    /// What an offload did.
+    public struct Outcome: Sendable, Encodable {
+        public var id: String
+        public var directory: String
+        /// The manifest's state after it: `complete`, `incomplete`, or `offloading` while files remain on hosts.
+        public var state: String
+        /// Files fetched now (`AGENT: NAME`).
+        public var offloaded: [String] = []
+        /// Files still on their hosts, with why they were not fetched.
+        public var waiting: [String] = []
+        /// Bytes fetched now, and how long the fetching took.
+        public var bytes: UInt64 = 0
+        public var seconds: Double = 0
+    }
+
+    /// Offload progress: bytes here of bytes to fetch.
+    public typealias Progress = @Sendable (_ done: UInt64, _ total: UInt64) -> Void
+
+    /// Brings `manifest`'s tracks up to date with their agents, fetches every file still on a host, and
+    /// writes the manifest (with its sync sets once every file is here).
+    public func offload(_ manifest: CaptureManifest, capture: CaptureHandle, progress: Progress? = nil) async -> (CaptureManifest, Outcome) {
+        guard var recording = manifest.hostRecording else {
+            return (manifest, Outcome(id: manifest.id, directory: capture.location.path, state: (manifest.state ?? .complete).rawValue))
+        }
+        var manifest = manifest
+        var outcome = Outcome(id: manifest.id, directory: capture.location.path, state: "")
+        let started = ContinuousClock.now
+        let agents = Array(Set(recording.tracks.map(\.agent))).sorted()
+        let total = recording.onHosts.reduce(UInt64(0)) { $0 + $1.file.size }
+        let counter = ByteCounter(total: total, progress: progress)
+        let (recordingID, sessionID, allTracks) = (recording.recordingId, manifest.sessionId, recording.tracks)
+        let results = await withTaskGroup(of: AgentResult.self) { group in
+            for agent in agents {
+                let tracks = allTracks.filter { $0.agent == agent }
+                group.addTask {
+                    await self.offload(agent: agent, tracks: tracks, recordingID: recordingID, sessionID: sessionID, capture: capture, counter: counter)
+                }
+            }
+            var results: [AgentResult] = []
+            for await result in group { results.append(result) }
+            return results
+        }
+        for result in results {
+            for track in result.tracks {
+                if let index = recording.tracks.firstIndex(where: { $0.camera == track.camera }) { recording.tracks[index] = track }
+            }
+            outcome.offloaded += result.offloaded
+            outcome.waiting += result.waiting
+            outcome.bytes += result.bytes
+        }
+        outcome.seconds = (ContinuousClock.now - started).seconds
+        manifest.hostRecording = recording
+        for track in recording.tracks where manifest.cameras.indices.contains(track.camera) {
+            manifest.cameras[track.camera].framesDelivered = track.frames
+            manifest.cameras[track.camera].framesDropped = track.gaps
+            manifest.cameras[track.camera].error = track.error
+        }
+        if recording.isOffloaded {
+            await buildSets(&manifest, recording: recording, capture: capture)
+        } else {
+            manifest.state = .offloading
+        }
+        do {
+            try await sink.finish(manifest, in: capture)
+        } catch {
+            logger.error("cannot write the manifest", metadata: ["capture": "\(manifest.id)", "error": "\(error)"])
+        }
+        outcome.state = (manifest.state ?? .complete).rawValue
+        return (manifest, outcome)
+    }
+
+    struct AgentResult: Sendable {
+        var tracks: [CaptureManifest.HostRecording.Track]
+        var offloaded: [String] = []
+        var waiting: [String] = []
+        var bytes: UInt64 = 0
+    }
+
+    /// One agent's tracks: their state from the agent, then their files.
+    private func offload(
+        agent: String, tracks: [CaptureManifest.HostRecording.Track], recordingID: String, sessionID: String, capture: CaptureHandle,
+        counter: ByteCounter
+    ) async -> AgentResult {
+        var result = AgentResult(tracks: tracks)
+        let client: AgentClient
+        do {
+            guard let remote = pool.agent(named: agent) ?? pool.agents.first(where: { $0.snapshot.agentID == agent }) else {
+                throw AgentClientError(.connectionClosed, agent: agent, "is not in this rig's agent list")
+            }
+            client = try remote.client()
+        } catch {
+            result.waiting = tracks.flatMap { track in track.files.filter { !$0.offloaded }.map { "\(agent): \($0.name) (\(RigSession.message(error)))" } }
+            if result.waiting.isEmpty, tracks.contains(where: { $0.state == "recording" || $0.state == "unknown" }) {
+                result.waiting = ["\(agent): how the recording ended (\(RigSession.message(error)))"]
+            }
+            return result
+        }
+        // What the agent holds of the recording now.
+        if tracks.contains(where: { $0.state == "recording" || $0.state == "unknown" }) {
+            var list = WireListRecordings()
+            list.sessionID = sessionID
+            do {
+                let reply = try await client.request(.listRecordings(list))
+                guard case .recordingList(let recordings) = reply.frame.envelope.body else { throw AgentClientError(.protocolViolation, agent: agent, "answered ListRecordings with \(reply.frame.envelope.messageName)") }
+                if let summary = recordings.recordings.first(where: { $0.recordingID == recordingID }) {
+                    for index in result.tracks.indices {
+                        guard let held = summary.tracks.first(where: { $0.deviceID == result.tracks[index].device }) else { continue }
+                        result.tracks[index].update(from: held)
+                    }
+                    if summary.state == .recording {
+                        result.waiting.append("\(agent): still recording")
+                        return result
+                    }
+                } else {
+                    for index in result.tracks.indices where result.tracks[index].state == "recording" || result.tracks[index].state == "unknown" {
+                        result.tracks[index].state = "failed"
+                        result.tracks[index].error = "agent \(agent) holds no recording '\(recordingID)' (it never started there, or its files were acknowledged)"
+                    }
+                }
+            } catch {
+                result.waiting.append("\(agent): how the recording ended (\(RigSession.message(error)))")
+                return result
+            }
+        }
+        for trackIndex in result.tracks.indices {
+            for fileIndex in result.tracks[trackIndex].files.indices where !result.tracks[trackIndex].files[fileIndex].offloaded {
+                let file = result.tracks[trackIndex].files[fileIndex]
+                do {
+                    result.bytes += try await fetch(file, recordingID: recordingID, from: client, agent: agent, capture: capture, counter: counter)
+                    var acknowledge = WireAcknowledgeRecording()
+                    acknowledge.recordingID = recordingID
+                    acknowledge.names = [file.name]
+                    do {
+                        _ = try await client.request(.acknowledgeRecording(acknowledge))
+                    } catch let error as AgentClientError where error.code == .notFound {
+                        // Acknowledged before (an offload cut off after its acknowledgement): nothing to delete.
+                    }
+                    result.tracks[trackIndex].files[fileIndex].offloaded = true
+                    result.offloaded.append("\(agent): \(file.name)")
+                } catch {
+                    logger.warning("offload of a file failed", metadata: ["agent": "\(agent)", "file": "\(file.name)", "error": "\(error)"])
+                    result.waiting.append("\(agent): \(file.name) (\(RigSession.message(error)))")
+                }
+            }
+        }
+        return result
+    }
+
+    /// Fetches `file` into the capture from where its copy ends; returns the bytes fetched.
+    private func fetch(
+        _ file: CaptureManifest.HostRecording.File, recordingID: String, from client: AgentClient, agent: String, capture: CaptureHandle,
+        counter: ByteCounter
+    ) async throws -> UInt64 {
+        var offset = try await sink.receivedBytes(of: file.name, in: capture)
+        if offset > file.size { offset = 0 }
+        counter.add(offset)
+        var fetched: UInt64 = 0
+        if offset < file.size || file.size == 0 {
+            var request = WireFetchRecordingFile()
+            request.recordingID = recordingID
+            request.name = file.name
+            request.offset = offset
+            request.maxBytesPerSecond = maxBytesPerSecond
+            request.chunkBytes = chunkBytes
+            for try await frame in client.stream(.fetchRecordingFile(request)) {
+                guard case .fileChunk(let chunk) = frame.envelope.body else { continue }
+                if let payload = frame.payload, payload.readableBytes > 0 {
+                    try await sink.receive(PayloadBytes(payload), into: file.name, at: chunk.offset, in: capture)
+                    fetched += UInt64(payload.readableBytes)
+                    counter.add(UInt64(payload.readableBytes))
+                }
+            }
+        }
+        try await sink.completeFile(file.name, size: file.size, sha256: file.sha256, in: capture)
+        return fetched
+    }
+
+    /// Every file is here: the sets, from each camera's frame table, and the capture's final state.
+    private func buildSets(_ manifest: inout CaptureManifest, recording: CaptureManifest.HostRecording, capture: CaptureHandle) async {
+        var tables: [(camera: Int, videos: [String], table: RecordedFrameTable)] = []
+        var problems: [String] = []
+        for track in recording.tracks {
+            let name = "\(track.stem).frames.csv"
+            guard track.files.contains(where: { $0.name == name }) else { continue }
+            do {
+                let bytes = try await sink.readFile(name, in: capture)
+                tables.append((track.camera, track.videos.map(\.name), try RecordedFrameTable(parsing: String(decoding: bytes, as: UTF8.self))))
+            } catch {
+                problems.append("\(name): \(error)")
+            }
+        }
+        manifest.sets = RecordedFrameTable.sets(tables: tables, cameraCount: manifest.cameras.count, recording: recording)
+        manifest.summary = CaptureManifest.Summary(
+            sets: manifest.sets, framesDelivered: recording.tracks.map(\.frames).reduce(0, +), droppedFrames: recording.tracks.map(\.gaps).reduce(0, +),
+            unmatchedFrames: 0)
+        let whole = problems.isEmpty && recording.tracks.allSatisfy { $0.state == "complete" } && manifest.summary.incompleteSets == 0
+        manifest.state = whole ? .complete : .incomplete
+        for problem in problems { logger.error("cannot read a frame table", metadata: ["capture": "\(manifest.id)", "problem": "\(problem)"]) }
+    }
+}
+
+/// Bytes of an offload so far, across agents, for its progress.
+final class ByteCounter: Sendable {
+    private let done = NIOLockedValueBox<UInt64>(0)
+    private let total: UInt64
+    private let progress: (@Sendable (UInt64, UInt64) -> Void)?
+
+    init(total: UInt64, progress: (@Sendable (UInt64, UInt64) -> Void)?) {
+        self.total = total
+        self.progress = progress
+    }
+
+    func add(_ bytes: UInt64) {
+        guard bytes > 0 else { return }
+        let now = done.withLockedValue { done -> UInt64 in
+            done += bytes
+            return done
+        }
+        progress?(min(now, total), total)
+    }
+}
+
+extension CaptureManifest.HostRecording.Track {
+    /// Takes what the agent says of the track, keeping which files are here already.
+    mutating func update(from held: WireRecordedTrack) {
+        state = Self.stateName(held.state)
+        frames = Int(held.frames)
+        gaps = Int(held.gaps)
+        duplicates = Int(held.duplicates)
+        firstGridIndex = held.firstGridIndex >= 0 ? Int(held.firstGridIndex) : nil
+        lastGridIndex = held.lastGridIndex >= 0 ? Int(held.lastGridIndex) : nil
+        error = held.error.isEmpty ? nil : held.error
+        let here = Set(files.filter(\.offloaded).map(\.name))
+        files = held.files.map {
+            CaptureManifest.HostRecording.File(
+                name: $0.name, size: $0.size, sha256: $0.sha256.map { String(format: "%02x", $0) }.joined(), offloaded: here.contains($0.name))
+        } + files.filter { file in file.offloaded && !held.files.contains { $0.name == file.name } }
+        if held.codec != .unspecified { codec = Self.codecName(held.codec) }
+    }
+
+    static func stateName(_ state: WireRecordingState) -> String {
+        switch state {
+        case .recording: "recording"
+        case .complete: "complete"
+        case .cutShort: "cut_short"
+        case .failed: "failed"
+        default: "unknown"
+        }
+    }
+
+    static func codecName(_ codec: WireRecordingCodec) -> String {
+        switch codec {
+        case .copy: "copy"
+        case .mjpeg: "mjpeg"
+        case .ffv1: "ffv1"
+        case .h264: "h264"
+        case .raw: "raw"
+        default: "unspecified"
+        }
+    }
+}

@@ -1,0 +1,77 @@
+import ArgumentParser
+import CamRigCLI
+import CamRigCoordinator
+import CamRigCapture
+import CamRigStorage
+import Foundation
+
+extension Captures {
+    /// `camrig captures offload ID`: an on-host recording's files, from their hosts.
+    struct Offload: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Fetch an on-host recording's files from the hosts that recorded them.",
+            discussion: """
+                Each file is fetched from where the capture's copy ends (an interrupted offload resumes), checked \
+                against the SHA-256 its host recorded, flushed to the disk, and only then deleted from its host. \
+                Once every file is here the recording's sync sets are built from the frame tables. Exit status 2 \
+                while files remain on hosts (a host down, or still recording).
+                """
+        )
+
+        @Argument(help: "Capture id (or a unique prefix).")
+        var id: String
+        @Option(name: .long, help: ArgumentHelp("Fetch at most this many MB/s from each host (default: as fast as the link goes).", valueName: "MB/s"))
+        var rate: Double?
+        @OptionGroup var captures: CaptureOptions
+        @OptionGroup var rig: RigOptions
+        @OptionGroup var output: OutputOptions
+
+        func validate() throws {
+            if let rate, rate <= 0 { throw ValidationError("--rate must be positive") }
+        }
+
+        func run() async throws {
+            let logger = output.makeLogger()
+            do {
+                let store = try captures.store()
+                guard let entry = try store.catalog.entry(id) else {
+                    throw CommandFailure("no capture '\(id)' in \(store.catalog.path); `camrig captures list` shows them")
+                }
+                let manifest = try store.manifest(of: entry)
+                guard manifest.hostRecording != nil else {
+                    throw CommandFailure("\(manifest.id) is not a recording made on the hosts: it has no files to offload")
+                }
+                let handle = CaptureHandle(id: manifest.id, kind: .recording, location: store.root.appendingPathComponent(entry.directory))
+                let quiet = output.json
+                let outcome = try await rig.withPool(logger: logger, clockSamples: 2) { pool -> RecordingOffload<CaptureStore>.Outcome in
+                    guard let claim = await store.claim(handle) else {
+                        throw CommandFailure("\(manifest.id) is being written by another camrig process; try again when it has finished")
+                    }
+                    defer { claim.release() }
+                    let offload = RecordingOffload(pool: pool, sink: store, logger: logger, maxBytesPerSecond: rate.map { UInt64($0 * 1e6) } ?? 0)
+                    return await offload.offload(manifest, capture: handle) { done, total in
+                        guard !quiet else { return }
+                        Record.showProgress(
+                            RecordingProgress(elapsed: .zero, duration: .zero, framesPerCamera: [], sets: 0, offloadedBytes: done, offloadTotalBytes: total))
+                    }.1
+                }
+                if !quiet && isatty(STDERR_FILENO) == 1 { FileHandle.standardError.write(Data("\n".utf8)) }
+                if output.json {
+                    try printJSON(outcome, snakeCase: true)
+                } else {
+                    for name in outcome.offloaded { print("offloaded \(name)") }
+                    for name in outcome.waiting { print("still on its host: \(name)") }
+                    print(
+                        String(
+                            format: "%@: %@; %.1f MB in %.1f s (%.1f MB/s)", manifest.id, outcome.state, Double(outcome.bytes) / 1e6, outcome.seconds,
+                            outcome.seconds > 0 ? Double(outcome.bytes) / 1e6 / outcome.seconds : 0))
+                }
+                if !outcome.waiting.isEmpty { throw ExitCode(2) }
+            } catch let exit as ExitCode {
+                throw exit
+            } catch {
+                throw userFacing(error)
+            }
+        }
+    }
+}
