@@ -305,3 +305,24 @@ size_t camrig_align_merge(
     free(motion);
     return merged;
 }
+
+void camrig_yuyv_to_jpeg_planes(const uint8_t *yuyv, size_t pitch, size_t width, size_t rows, uint8_t *y, uint8_t *u, uint8_t *v) {
+    uint8_t luma[256], chroma[256];
+    for (int value = 0; value < 256; value++) {
+        int l = (value - 16) * 255 / 219;
+        int c = (value - 128) * 255 / 224 + 128;
+        luma[value] = (uint8_t)(l < 0 ? 0 : l > 255 ? 255 : l);
+        chroma[value] = (uint8_t)(c < 0 ? 0 : c > 255 ? 255 : c);
+    }
+    size_t pairs = width / 2;
+    for (size_t row = 0; row < rows; row++) {
+        const uint8_t *line = yuyv + row * pitch;
+        uint8_t *yl = y + row * width, *ul = u + row * pairs, *vl = v + row * pairs;
+        for (size_t pair = 0; pair < pairs; pair++) {
+            yl[2 * pair] = luma[line[4 * pair]];
+            ul[pair] = chroma[line[4 * pair + 1]];
+            yl[2 * pair + 1] = luma[line[4 * pair + 2]];
+            vl[pair] = chroma[line[4 * pair + 3]];
+        }
+    }
+}

@@ -30,4 +30,9 @@ size_t camrig_align_merge(
 /// The sum of squared differences of `count` samples of `a` and `b`, taken every `stride` bytes.
 double camrig_squared_error(const uint8_t *a, const uint8_t *b, size_t count, size_t stride);
 
+/// Splits `rows` rows of YUYV (`width` pixels, even, each row `pitch` bytes apart) into the planes of a
+/// full-range 4:2:2 JPEG: `y` (width × rows), `u` and `v` (width/2 × rows), stretching BT.601 video range
+/// (16–235 luma, 16–240 chroma) to 0–255.
+void camrig_yuyv_to_jpeg_planes(const uint8_t *yuyv, size_t pitch, size_t width, size_t rows, uint8_t *y, uint8_t *u, uint8_t *v);
+
 #endif

@@ -231,6 +231,16 @@ public final class AgentRecordings: Sendable {
             $0.active[request.recordingID] = Active(request: resolved, recorders: recorders, watchers: [(requestID, connection)])
         }
         for recorder in recorders {
+            // A camera that starts exposing on command starts on a grid instant of the recording (the
+            // next one a few milliseconds from now), as cameras on the other hosts do: its frames then lie
+            // on the rig's grid as a phase-locked camera's do.
+            if streams.watcherCount(deviceID: recorder.plan.deviceID) == 0,
+                let device = streams.devices.discovery.device(uniqueID: recorder.plan.deviceID)
+            {
+                let soon = clock.now() + 5_000_000
+                let k = Int64((Double(soon - grid.start) / grid.period).rounded(.up))
+                device.alignNextStream(toMonotonic: clock.monotonic(atReading: grid.instant(k)))
+            }
             if case .failed(let error) = await streams.startAfterPreviousStream(deviceID: recorder.plan.deviceID, subscriber: recorder) {
                 recorder.close(error: "the camera did not stream: \(error.message)")
             }
@@ -241,14 +251,29 @@ public final class AgentRecordings: Sendable {
         reply(.recordingStarted(started))
         logger.info("recording", metadata: ["recording": "\(request.recordingID)", "tracks": "\(recorders.count)", "frames": "\(request.frameCount)"])
         let progress = progressTask(recording: request.recordingID, interval: request.progressIntervalMs == 0 ? 1000 : Int(request.progressIntervalMs))
-        // The tracks close at their last grid instant's frame; a camera that stops delivering is closed
-        // a second after the recording's end all the same.
-        let end = grid.instant(grid.count) + Int64(grid.period) + 1_000_000_000
+        // The tracks close at their last grid instant's frame. A camera that stops delivering is closed a
+        // second after the recording's end all the same; one still delivering (behind) gets up to ten.
+        let end = grid.instant(grid.count) + Int64(grid.period)
         let deadline = Task { [clock] in
-            let wait = end - clock.now()
+            let wait = end + 1_000_000_000 - clock.now()
             if wait > 0 { try? await Task.sleep(for: .nanoseconds(wait)) }
-            guard !Task.isCancelled else { return }
-            for recorder in recorders { recorder.close() }
+            var open = recorders
+            while !Task.isCancelled {
+                let now = HostClock.monotonicNow()
+                let (late, behind) = open.reduce(into: ([TrackRecorder](), [TrackRecorder]())) { split, recorder in
+                    let progress = recorder.progress
+                    guard progress.finished == nil else { return }
+                    if now - progress.lastDelivery < 1_000_000_000 && clock.now() < end + 10_000_000_000 {
+                        split.1.append(recorder)
+                    } else {
+                        split.0.append(recorder)
+                    }
+                }
+                for recorder in late { recorder.close() }
+                open = behind
+                if open.isEmpty { return }
+                try? await Task.sleep(for: .milliseconds(250))
+            }
         }
         state.withLockedValue { $0.active[request.recordingID]?.tasks = [progress, deadline] }
     }

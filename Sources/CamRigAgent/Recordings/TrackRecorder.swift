@@ -1,3 +1,4 @@
+import CamRigClock
 import CamRigDevices
 import CamRigFiles
 import CamRigMedia
@@ -7,13 +8,14 @@ import Crypto
 import Dispatch
 import Foundation
 import NIOConcurrencyHelpers
+import NIOCore
 
 /// One camera's part of an on-host recording: takes the device's frames as a stream subscriber, places
 /// each on the recording's grid, and writes it to the track's Matroska file with a row in its sidecars.
 ///
 /// Frames are handed from the device's stream to the track's own queue, which owns the files: the
-/// stream never waits for the disk or an encoder. At most `maxQueued` frames wait; a frame beyond that
-/// is not written, and its grid index becomes a gap (counted, never a shift).
+/// stream never waits for the disk or an encoder. At most `maxQueued` frames wait (about a second at
+/// 30 fps); a frame beyond that is not written, and its grid index becomes a gap (counted, never a shift).
 final class TrackRecorder: FrameSink, @unchecked Sendable {
     struct Plan: Sendable {
         var deviceID: String
@@ -38,6 +40,8 @@ final class TrackRecorder: FrameSink, @unchecked Sendable {
         var error: String?
         var queued = 0
         var finished: WireRecordedTrack?
+        /// When the stream last handed the track a frame of the recording (agent clock).
+        var lastDelivery: Int64 = 0
     }
 
     let plan: Plan
@@ -51,7 +55,10 @@ final class TrackRecorder: FrameSink, @unchecked Sendable {
     private let maxQueued: Int
     private let onFinish: @Sendable (WireRecordedTrack) -> Void
 
-    init(plan: Plan, maxQueued: Int = 8, onFinish: @escaping @Sendable (WireRecordedTrack) -> Void) throws {
+    /// Frames that may wait in the driver's own buffers; more are copied.
+    static let lentFrames = 2
+
+    init(plan: Plan, maxQueued: Int = 32, onFinish: @escaping @Sendable (WireRecordedTrack) -> Void) throws {
         self.plan = plan
         self.grid = plan.grid
         self.maxQueued = maxQueued
@@ -68,12 +75,21 @@ final class TrackRecorder: FrameSink, @unchecked Sendable {
     func deliver(_ frame: CapturedFrame) {
         // Frames well before the first instant are not the recording's: not even queued.
         if frame.exposureStart < plan.grid.start &- Int64(plan.grid.period) { return }
-        let accepted = snapshot.withLockedValue { state -> Bool in
-            guard state.finished == nil, state.queued < maxQueued else { return false }
+        let now = HostClock.monotonicNow()
+        let depth = snapshot.withLockedValue { state -> Int? in
+            state.lastDelivery = now
+            guard state.finished == nil, state.queued < maxQueued else { return nil }
             state.queued += 1
-            return true
+            return state.queued
         }
-        guard accepted else { return }
+        guard let depth else { return }
+        var kept = frame
+        if depth > Self.lentFrames {
+            // The driver lends a few buffers only: a frame that waits behind others is copied out, so the
+            // camera keeps its buffers while the disk or the encoder catches up.
+            kept.bytes = ByteBuffer(bytes: frame.bytes.readableBytesView)
+        }
+        let frame = kept
         queue.async {
             self.snapshot.withLockedValue { $0.queued -= 1 }
             self.write(frame)

@@ -1,3 +1,4 @@
+import CImageKernels
 import CTurboJPEG
 import NIOCore
 
@@ -40,15 +41,11 @@ public enum PhotoEncoder {
                 var y = [UInt8](repeating: 0, count: width * height)
                 var u = [UInt8](repeating: 0, count: width / 2 * height)
                 var v = [UInt8](repeating: 0, count: width / 2 * height)
-                func luma(_ value: UInt8) -> UInt8 { UInt8(clamping: (Int(value) - 16) * 255 / 219) }
-                func chroma(_ value: UInt8) -> UInt8 { UInt8(clamping: (Int(value) - 128) * 255 / 224 + 128) }
-                for row in 0..<height {
-                    let line = row * pitch
-                    for pair in 0..<(width / 2) {
-                        y[row * width + 2 * pair] = luma(source[line + 4 * pair])
-                        u[row * width / 2 + pair] = chroma(source[line + 4 * pair + 1])
-                        y[row * width + 2 * pair + 1] = luma(source[line + 4 * pair + 2])
-                        v[row * width / 2 + pair] = chroma(source[line + 4 * pair + 3])
+                y.withUnsafeMutableBufferPointer { y in
+                    u.withUnsafeMutableBufferPointer { u in
+                        v.withUnsafeMutableBufferPointer { v in
+                            camrig_yuyv_to_jpeg_planes(source.baseAddress, pitch, width, height, y.baseAddress, u.baseAddress, v.baseAddress)
+                        }
                     }
                 }
                 return y.withUnsafeBufferPointer { y in
