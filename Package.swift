@@ -334,7 +334,7 @@ let package = Package(
         ),
         .testTarget(
             name: "CamRigStorageTests",
-            dependencies: ["CamRigStorage", "CamRigCapture", "CamRigFiles", "CamRigDevices", "CZlib"]
+            dependencies: ["CamRigStorage", "CamRigCapture", "CamRigFiles", "CamRigDevices", "CZlib", .product(name: "Crypto", package: "swift-crypto")]
         ),
         .testTarget(
             name: "CamRigServiceTests",

@@ -7,6 +7,8 @@ CAMRIG_PACKAGES=(
     libturbojpeg0-dev # JPEG photos, encoded on the agent
     libraw-bin        # LibRaw's raw-identify and dcraw_emu: the tests read CamRig's DNG files with them
     libsqlite3-dev    # the capture catalog (GRDB)
+    libavformat-dev libavcodec-dev libswscale-dev libavutil-dev  # on-host recordings: Matroska files through FFmpeg's libraries
+    ffmpeg            # ffprobe and ffmpeg: the tests read the recorded files with FFmpeg's own tools
     v4l-utils         # v4l2-ctl, v4l2-compliance
     protobuf-compiler # protoc, to regenerate proto/ and for the interoperability test
     python3-protobuf  # the interoperability test's independent Python client

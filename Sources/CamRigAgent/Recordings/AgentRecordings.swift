@@ -33,6 +33,13 @@ public final class AgentRecordings: Sendable {
         var request: WireStartRecording
         var recorders: [TrackRecorder]
         var finished: [String: WireRecordedTrack] = [:]
+
+        /// Every track as the state file keeps it: closed ones as they closed, the others as recording.
+        var tracks: [WireRecordedTrack] {
+            recorders.map { recorder in
+                finished[recorder.plan.deviceID] ?? AgentRecordings.recordingTrack(recorder.plan)
+            }
+        }
         var watchers: [(requestID: UInt64, connection: AgentRequestRouter.Connection)] = []
         var tasks: [Task<Void, Never>] = []
     }
@@ -227,9 +234,9 @@ public final class AgentRecordings: Sendable {
             try? FileManager.default.removeItem(at: folder)
             return reply(.error(WireError(.internal, agent: agentID, "agent \(agentID) cannot open the recording's files: \(error)")))
         }
-        state.withLockedValue {
-            $0.active[request.recordingID] = Active(request: resolved, recorders: recorders, watchers: [(requestID, connection)])
-        }
+        let active = Active(request: resolved, recorders: recorders, watchers: [(requestID, connection)])
+        try? Self.writeState(.recording, tracks: active.tracks, of: resolved, in: folder)
+        state.withLockedValue { $0.active[request.recordingID] = active }
         for recorder in recorders {
             // A camera that starts exposing on command starts on a grid instant of the recording (the
             // next one a few milliseconds from now), as cameras on the other hosts do: its frames then lie
@@ -323,7 +330,7 @@ public final class AgentRecordings: Sendable {
         let folder = directory.appendingPathComponent(recording)
         if !done {
             // Closed tracks are remembered as they close: a crash later leaves them as they are.
-            try? Self.writeState(.recording, tracks: active.recorders.compactMap { active.finished[$0.plan.deviceID] }, of: active.request, in: folder)
+            try? Self.writeState(.recording, tracks: active.tracks, of: active.request, in: folder)
         }
         if let recorder = active.recorders.first(where: { $0.plan.deviceID == track.deviceID }) {
             streams.devices.queue.async { self.streams.stop(streamID: recorder.streamID, reason: .stopped) }
@@ -356,6 +363,19 @@ public final class AgentRecordings: Sendable {
 
     // MARK: State on disk
 
+    /// A track still recording, as the state file and listings show it.
+    static func recordingTrack(_ plan: TrackRecorder.Plan) -> WireRecordedTrack {
+        var track = WireRecordedTrack()
+        track.deviceID = plan.deviceID
+        track.fileStem = plan.stem
+        track.codec = plan.codec
+        track.format = WireFormat(plan.format)
+        track.state = .recording
+        track.firstGridIndex = -1
+        track.lastGridIndex = -1
+        return track
+    }
+
     static func writeState(_ recordingState: WireRecordingState, tracks: [WireRecordedTrack], of request: WireStartRecording, in folder: URL) throws {
         var summary = WireRecordingSummary()
         summary.recordingID = request.recordingID
@@ -378,11 +398,7 @@ public final class AgentRecordings: Sendable {
                 summary.sessionID = request.sessionID
                 summary.state = .recording
                 summary.tracks = recorders.map { recorder in
-                    var track = WireRecordedTrack()
-                    track.deviceID = recorder.plan.deviceID
-                    track.fileStem = recorder.plan.stem
-                    track.codec = recorder.plan.codec
-                    track.state = .recording
+                    var track = Self.recordingTrack(recorder.plan)
                     track.frames = recorder.progress.frames
                     track.gaps = recorder.progress.gaps
                     return track

@@ -20,11 +20,12 @@ extension AgentRecordings {
             let grid = RecordingGrid(start: request.startAtNs, period: max(request.gridPeriodNs, 1), count: Int64(max(request.frameCount, 1)))
             var tracks: [WireRecordedTrack] = []
             for track in request.tracks {
-                if let closed = summary.tracks.first(where: { $0.deviceID == track.deviceID }) {
-                    tracks.append(closed)
+                let known = summary.tracks.first { $0.deviceID == track.deviceID }
+                if let known, known.state != .recording {
+                    tracks.append(known)
                     continue
                 }
-                tracks.append(Self.repair(track, in: folder, grid: grid, clock: RigClockMapping(request.clock)))
+                tracks.append(Self.repair(track, format: known?.format, in: folder, grid: grid, clock: RigClockMapping(request.clock)))
             }
             do {
                 try Self.writeState(.cutShort, tracks: tracks, of: request, in: folder)
@@ -39,13 +40,14 @@ extension AgentRecordings {
     }
 
     /// Closes one track left open.
-    static func repair(_ track: WireRecordingTrack, in folder: URL, grid: RecordingGrid, clock: RigClockMapping) -> WireRecordedTrack {
+    static func repair(_ track: WireRecordingTrack, format: WireFormat?, in folder: URL, grid: RecordingGrid, clock: RigClockMapping) -> WireRecordedTrack {
         let stem = track.fileStem
         var recorded = WireRecordedTrack()
         recorded.deviceID = track.deviceID
         recorded.fileStem = stem
         recorded.codec = track.codec
         recorded.state = .cutShort
+        if let format { recorded.format = format }
         var problems: [String] = []
         // Segments in order; the frames each kept.
         var segments: [String] = []
@@ -58,14 +60,17 @@ extension AgentRecordings {
             try? FileManager.default.removeItem(at: repaired)
             do {
                 let frames = try MediaFile.repair(url.path, into: repaired.path)
-                _ = try FileManager.default.replaceItemAt(url, withItemAt: repaired)
+                guard rename(repaired.path, url.path) == 0 else {
+                    throw MediaFileError("cannot put the closed file in place: \(String(cString: strerror(errno)))")
+                }
                 segments.append(name)
                 kept.append(frames)
             } catch {
-                // Nothing of it could be read (the agent stopped before its first cluster reached the disk).
+                // Nothing of it could be read (the agent stopped before its first cluster reached the
+                // disk), or it could not be closed: kept aside, never deleted, and not offered.
                 try? FileManager.default.removeItem(at: repaired)
-                try? FileManager.default.removeItem(at: url)
-                problems.append("\(name): \(error)")
+                _ = rename(url.path, url.path + ".unreadable")
+                problems.append("\(name) could not be closed (kept on the host as \(name).unreadable): \(error)")
                 kept.append(0)
             }
             segment += 1

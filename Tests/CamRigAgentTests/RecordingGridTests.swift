@@ -1,0 +1,98 @@
+import CamRigDevices
+import CamRigWire
+import Testing
+
+@testable import CamRigAgent
+
+/// Where an on-host recording puts each frame, what its sidecars say, and which codec a camera gets.
+@Suite("On-host recording: grid, sidecars, codecs", .timeLimit(.minutes(1)))
+struct RecordingGridTests {
+    /// A 30 fps grid from t = 1 s, ten instants.
+    func grid() -> RecordingGrid { RecordingGrid(start: 1_000_000_000, period: 33_333_333.3, count: 10) }
+
+    @Test("frames land on the nearest grid instant; a skipped instant is a gap, not a shift")
+    func gapsAreNotShifts() {
+        var grid = grid()
+        #expect(grid.place(exposureStart: 1_000_000_000 - 20_000_000) == .before, "more than half a period early")
+        #expect(grid.place(exposureStart: 1_000_000_000 - 10_000_000) == .frame(index: 0, gaps: 0..<0, duplicate: false), "within half a period of the first instant")
+        #expect(grid.place(exposureStart: grid.instant(1) + 900_000) == .frame(index: 1, gaps: 1..<1, duplicate: false))
+        // Instants 2 and 3 never got a frame.
+        #expect(grid.place(exposureStart: grid.instant(4) - 400_000) == .frame(index: 4, gaps: 2..<4, duplicate: false))
+        #expect(grid.frames == 3 && grid.gaps == 2)
+        #expect(grid.firstIndex == 0 && grid.lastIndex == 4)
+    }
+
+    @Test("a second frame on one instant is stored and flagged a duplicate; frames past the end close the track")
+    func duplicatesAndEnd() {
+        var grid = grid()
+        _ = grid.place(exposureStart: grid.instant(0))
+        #expect(grid.place(exposureStart: grid.instant(0) + 2_000_000) == .frame(index: 0, gaps: 1..<1, duplicate: true))
+        #expect(grid.duplicates == 1 && grid.frames == 2)
+        #expect(grid.place(exposureStart: grid.instant(10)) == .after)
+        #expect(grid.finish() == 1..<10, "the instants left are gaps")
+        #expect(grid.gaps == 9 && grid.isComplete)
+    }
+
+    @Test("a stop ends the grid after the instant it came at; instants already passed stay")
+    func stop() {
+        var grid = grid()
+        _ = grid.place(exposureStart: grid.instant(0))
+        _ = grid.place(exposureStart: grid.instant(1))
+        grid.end(before: 3)
+        #expect(grid.count == 3)
+        #expect(grid.place(exposureStart: grid.instant(3)) == .after)
+        grid.end(before: 0)
+        #expect(grid.count == 2, "never before what was recorded")
+    }
+
+    @Test("the frame table has a row per grid index; timecodes are milliseconds with every nanosecond")
+    func sidecarRows() {
+        #expect(
+            FrameSidecar.row(index: 7, frame: 5, segment: 0, rigTime: 12_345_678_901, uncertainty: 950, sensorTime: 12_345_000_000, marks: "start-of-exposure", duplicate: false)
+                == "7,5,0,12345678901,950,12345000000,start-of-exposure,\n")
+        #expect(FrameSidecar.gapRow(index: 8, rigTime: 12_379_012_234) == "8,,,12379012234,,,,gap\n")
+        #expect(FrameSidecar.timecode(rigTime: 12_345_678_901) == "12345.678901\n")
+        #expect(FrameSidecar.timecode(rigTime: 1_000_000_005) == "1000.000005\n")
+        #expect(FrameSidecar.header.split(separator: ",").count == 8)
+    }
+
+    @Test("the rig clock mapping applies the agent's offset and rate, and its bound grows away from the reference")
+    func clockMapping() {
+        let mapping = RigClockMapping(agentReference: 10_000, rigReference: 2_000, rigPerAgent: 1 - 50e-6, uncertainty: 800, uncertaintyGrowthPPM: 2)
+        #expect(mapping.rigTime(ofAgent: 10_000) == 2_000)
+        #expect(mapping.rigTime(ofAgent: 1_000_010_000) == 2_000 + 1_000_000_000 - 50_000)
+        #expect(mapping.uncertainty(atAgent: 1_000_010_000, stamp: 100) == 800 + 2_000 + 100)
+    }
+
+    static func format(_ pixelFormat: PixelFormat) -> DeviceFormat {
+        DeviceFormat(pixelFormat: pixelFormat, dimensions: Dimensions(width: 640, height: 480), frameRateRanges: [])
+    }
+
+    @Test("unspecified: compressed cameras are copied, Bayer kept losslessly, other raw formats made MJPEG; impossible choices say what to choose")
+    func codecs() throws {
+        #expect(try AgentRecordings.resolve(.unspecified, format: Self.format(.mjpeg)).get() == .copy)
+        #expect(try AgentRecordings.resolve(.unspecified, format: Self.format(.yuyv)).get() == .mjpeg)
+        #expect(try AgentRecordings.resolve(.unspecified, format: Self.format(.bayerRGGB8)).get() == .ffv1)
+        #expect(try AgentRecordings.resolve(.mjpeg, format: Self.format(.mjpeg)).get() == .copy, "a camera's JPEGs are MJPEG already")
+        #expect(try AgentRecordings.resolve(.raw, format: Self.format(.bayerRGGB8)).get() == .raw)
+        #expect(throws: CodecRefusal.self) { try AgentRecordings.resolve(.copy, format: Self.format(.yuyv)).get() }
+        #expect(throws: CodecRefusal.self) { try AgentRecordings.resolve(.ffv1, format: Self.format(.mjpeg)).get() }
+        #expect(throws: CodecRefusal.self) { try AgentRecordings.resolve(.mjpeg, format: Self.format(.bayerRGGB8)).get() }
+    }
+
+    @Test("an uncompressed 1080p30 camera needs more room raw than as MJPEG")
+    func estimates() {
+        let yuyv = DeviceFormat(pixelFormat: .yuyv, dimensions: Dimensions(width: 1920, height: 1080), frameRateRanges: [])
+        let rate = FrameDuration(framesPerSecond: 30)!
+        let raw = AgentRecordings.bytesPerSecond(.raw, format: yuyv, frameDuration: rate)
+        #expect(raw >= 1920 * 2 * 1080 * 30)
+        #expect(AgentRecordings.bytesPerSecond(.mjpeg, format: yuyv, frameDuration: rate) < raw / 2)
+    }
+
+    @Test("names that would leave the recordings folder are refused")
+    func names() {
+        #expect(AgentRecordings.isSafeName("20261125-203148-recording"))
+        #expect(AgentRecordings.isSafeName("cam0-agent-1_synthetic_SYN0001.mkv"))
+        for bad in ["", "../x", "a/b", ".hidden", "é", String(repeating: "a", count: 129)] { #expect(!AgentRecordings.isSafeName(bad), "\(bad)") }
+    }
+}
