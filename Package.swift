@@ -278,7 +278,7 @@ let package = Package(
             name: "camrig-bench",
             dependencies: [
                 "CamRigCLI", "CamRigClock", "CamRigCoordinator", "CamRigLocalRig", "CamRigWire",
-                "CamRigDevices", "CamRigCapture", "CamRigStorage", "CamRigWireModel", "CamRigViews",
+                "CamRigDevices", "CamRigCapture", "CamRigStorage", "CamRigWireModel", "CamRigViews", "CamRigMedia",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -120,13 +120,19 @@ extension RigService {
             // Progress reaches the job table in the order the recording reports it: one consumer, the
             // newest report waiting at most.
             if onHosts {
-                // The hosts record the streams the previews watch: nothing pauses.
+                // Previews pause until the hosts record (the first progress): cameras that start on
+                // command then start on a grid instant of the recording, on every host alike, and the
+                // previews join the streams the hosts record.
+                await previews.pause()
+                let resume = Self.once { previews.resume() }
+                defer { resume() }
                 let (reports, reporter) = AsyncStream.makeStream(of: (Double, String).self, bufferingPolicy: .bufferingNewest(1))
                 async let reported: Void = {
                     for await (fraction, message) in reports { await service.progress(job.id, fraction, message) }
                 }()
                 defer { reporter.finish() }
                 let report = try await session.recordOnHosts(duration: duration, options: options, into: store) { progress in
+                    if progress.framesPerCamera.contains(where: { $0 > 0 }) { resume() }
                     if progress.offloadTotalBytes > 0 {
                         let fraction = Double(progress.offloadedBytes) / Double(progress.offloadTotalBytes)
                         reporter.yield((0.6 + 0.38 * fraction, String(format: "offloading %.1f of %.1f MB", Double(progress.offloadedBytes) / 1e6, Double(progress.offloadTotalBytes) / 1e6)))
@@ -144,8 +150,7 @@ extension RigService {
             // Previews pause until the recording's streams run (its first progress): cameras then
             // start on the trigger's instant, and previews join those streams.
             await previews.pause()
-            let resumed = NIOLockedValueBox(false)
-            let resume: @Sendable () -> Void = { if resumed.withLockedValue({ value in defer { value = true }; return !value }) { previews.resume() } }
+            let resume = Self.once { previews.resume() }
             defer { resume() }
             // Progress reaches the job table in the order the recording reports it: one consumer, the
             // newest report waiting at most.
@@ -165,6 +170,12 @@ extension RigService {
             return report
         }
         return job
+    }
+
+    /// `action`, to be called any number of times and carried out the first time only.
+    static func once(_ action: @escaping @Sendable () -> Void) -> @Sendable () -> Void {
+        let done = NIOLockedValueBox(false)
+        return { if done.withLockedValue({ value in defer { value = true }; return !value }) { action() } }
     }
 
     func sessionForCapture() throws -> RigSession {

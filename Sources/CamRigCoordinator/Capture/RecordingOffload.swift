@@ -230,9 +230,15 @@ public struct RecordingOffload<Sink: CaptureSink>: Sendable {
     }
 }
 
-/// Bytes of an offload so far, across agents, for its progress.
+/// Bytes of an offload so far, across agents, for its progress: reported at most five times a second,
+/// and at the end.
 final class ByteCounter: Sendable {
-    private let done = NIOLockedValueBox<UInt64>(0)
+    private struct State {
+        var done: UInt64 = 0
+        var lastReport: ContinuousClock.Instant?
+    }
+
+    private let state = NIOLockedValueBox(State())
     private let total: UInt64
     private let progress: (@Sendable (UInt64, UInt64) -> Void)?
 
@@ -243,11 +249,15 @@ final class ByteCounter: Sendable {
 
     func add(_ bytes: UInt64) {
         guard bytes > 0 else { return }
-        let now = done.withLockedValue { done -> UInt64 in
-            done += bytes
-            return done
+        let now = ContinuousClock.now
+        let report = state.withLockedValue { state -> UInt64? in
+            state.done += bytes
+            let due = state.done >= total || state.lastReport.map { now - $0 >= .milliseconds(200) } ?? true
+            guard due else { return nil }
+            state.lastReport = now
+            return state.done
         }
-        progress?(min(now, total), total)
+        if let report { progress?(min(report, total), total) }
     }
 }
 

@@ -146,6 +146,20 @@ public final class HostNetwork: Sendable {
     /// Brings a cut-off host back.
     public func restore(_ host: Host) throws { try Self.ip("link", "set", host.bridgePort, "up") }
 
+    /// Limits `host`'s link to `megabitsPerSecond` each way (a token bucket on both ends of its veth), as a
+    /// gigabit Ethernet port would.
+    public func limitRate(_ host: Host, megabitsPerSecond: Int) throws {
+        let tc = ["/usr/sbin/tc", "/sbin/tc"].first { FileManager.default.isExecutableFile(atPath: $0) }
+        guard let tc else { throw HostNetworkError("iproute2's `tc` is not installed") }
+        let bucket = ["root", "tbf", "rate", "\(megabitsPerSecond)mbit", "burst", "\(max(64, megabitsPerSecond / 8))kb", "latency", "20ms"]
+        for arguments in [["qdisc", "replace", "dev", host.bridgePort] + bucket, ["-n", host.namespace, "qdisc", "replace", "dev", "eth0"] + bucket] {
+            let result = Self.run(tc, arguments)
+            guard result.status == 0 else {
+                throw HostNetworkError("`tc \(arguments.joined(separator: " "))` failed (status \(result.status)): \(result.output.trimmingCharacters(in: .whitespacesAndNewlines))")
+            }
+        }
+    }
+
     /// The command line that runs `executable` inside `host`'s namespace.
     public func command(on host: Host, _ executable: String, _ arguments: [String]) -> (executable: URL, arguments: [String]) {
         (URL(fileURLWithPath: Self.ipPath ?? "/usr/sbin/ip"), ["netns", "exec", host.namespace, executable] + arguments)
