@@ -379,6 +379,10 @@ extension CaptureStore: CaptureSink {
 
     // MARK: Recorded files, offloaded from their hosts
 
+    /// Files being received in order, by path: the SHA-256 of their bytes so far, so that a file received
+    /// from start to end is checked without reading it again.
+    private static let hashing = NIOLockedValueBox<[String: (length: UInt64, hasher: SHA256)]>([:])
+
     /// Where a file being received waits until it is whole: hidden, beside its final name.
     private static func partial(_ name: String, in directory: URL) throws -> (partial: URL, final: URL) {
         let final = try file(name, in: directory)
@@ -405,6 +409,16 @@ extension CaptureStore: CaptureSink {
             // Whatever lies past `offset` (a chunk cut short before) is written again.
             guard ftruncate(fd, off_t(offset)) == 0 else { throw StorageError("cannot write \(partial.path): \(String(cString: strerror(errno)))") }
             try bytes.withFrameBytes { raw in
+                Self.hashing.withLockedValue { files in
+                    if offset == 0 { files[partial.path] = (0, SHA256()) }
+                    guard var entry = files[partial.path], entry.length == offset else {
+                        files[partial.path] = nil
+                        return
+                    }
+                    entry.hasher.update(bufferPointer: raw)
+                    entry.length += UInt64(raw.count)
+                    files[partial.path] = entry
+                }
                 var done = 0
                 while done < raw.count {
                     let written = pwrite(fd, raw.baseAddress! + done, raw.count - done, off_t(offset) + off_t(done))
@@ -424,13 +438,22 @@ extension CaptureStore: CaptureSink {
             if FileManager.default.fileExists(atPath: final.path), !FileManager.default.fileExists(atPath: partial.path) { return }
             let handle = try FileHandle(forUpdating: partial)
             defer { try? handle.close() }
-            var hasher = SHA256()
             var total: UInt64 = 0
-            while let chunk = try handle.read(upToCount: 4 << 20), !chunk.isEmpty {
-                hasher.update(data: chunk)
-                total += UInt64(chunk.count)
+            let digest: String
+            let onDisk = try handle.seekToEnd()
+            if let hashed = Self.hashing.withLockedValue({ $0.removeValue(forKey: partial.path) }), hashed.length == onDisk {
+                // Received in order by this process: hashed on the way in.
+                total = hashed.length
+                digest = hashed.hasher.finalize().map { String(format: "%02x", $0) }.joined()
+            } else {
+                try handle.seek(toOffset: 0)
+                var hasher = SHA256()
+                while let chunk = try handle.read(upToCount: 4 << 20), !chunk.isEmpty {
+                    hasher.update(data: chunk)
+                    total += UInt64(chunk.count)
+                }
+                digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
             }
-            let digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
             guard total == size, digest == sha256 else {
                 try? FileManager.default.removeItem(at: partial)
                 throw StorageError(
