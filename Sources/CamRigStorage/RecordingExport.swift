@@ -137,6 +137,22 @@ public enum RecordingExport {
         }
     }
 
+    /// Camera `camera`'s frame of set `set` as an image: JPEG (as recorded for MJPEG videos, made for the
+    /// others) for viewing; nil when the set has no frame of that camera.
+    public static func setImage(of manifest: CaptureManifest, in capture: URL, set index: Int, camera: Int) throws -> [UInt8]? {
+        guard manifest.hostRecording != nil, manifest.sets.indices.contains(index),
+            let frame = manifest.sets[index].frames.first(where: { $0.camera == camera }), let number = frame.videoFrame, !frame.file.isEmpty
+        else { return nil }
+        let reader = try MediaReader(path: capture.appendingPathComponent(frame.file).path)
+        for _ in 0..<number {
+            guard try reader.skip() else { throw ExportError("\(frame.file) ends before frame \(number)") }
+        }
+        guard let (bytes, _) = try reader.next() else { throw ExportError("\(frame.file) ends before frame \(number)") }
+        if reader.info.codec == .mjpeg { return bytes }
+        let rgb = try reader.decodeRGB()
+        return Array(buffer: try PhotoEncoder.jpeg(rgb: rgb, width: reader.info.width, height: reader.info.height, quality: 85))
+    }
+
     /// Writes `DIR/STEM.mkv` per camera: its frames from the span's first set to its last (a camera's
     /// frames beyond one video segment give `STEM.partN.mkv` files).
     public static func videos(of manifest: CaptureManifest, in capture: URL, into directory: URL, selection: Selection = .all) throws -> Report {

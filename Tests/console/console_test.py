@@ -261,6 +261,23 @@ try:
     check(True, "the capture browser lists the catalog")
     events = browser.find_elements(By.CSS_SELECTOR, "#event-list li")
     check(any("photo" in e.text for e in events), "the events list shows the capture's progress from the WebSocket")
+
+    # The recording was made on the hosts: its per-camera files, and one set's frames side by side.
+    recording_link = [a for a in browser.find_elements(By.CSS_SELECTOR, "#captures a") if a.text.endswith("-recording")][0]
+    recording_link.click()
+    wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#capture-detail table tr")) == 3)
+    cells = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#capture-detail table tr")]
+    check(all(any(codec in c for codec in ("copy", "mjpeg", "ffv1")) and "complete" in c and ".mkv" in c for c in cells[1:]), f"the capture browser lists each camera's video file ({cells})")
+    check("every file is offloaded" in browser.find_element(By.ID, "capture-offload").text, "the capture browser says every file is offloaded")
+    picker = browser.find_element(By.ID, "set-picker")
+    picker.clear()
+    picker.send_keys("7")
+    browser.execute_script("arguments[0].dispatchEvent(new Event('change'))", picker)
+    wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#set-frames img")) == 2 and all(
+        b.execute_script("return arguments[0].complete && arguments[0].naturalWidth", img) for img in b.find_elements(By.CSS_SELECTOR, "#set-frames img")))
+    widths = [browser.execute_script("return arguments[0].naturalWidth", img) for img in browser.find_elements(By.CSS_SELECTOR, "#set-frames img")]
+    check(widths == [1280, 1280], f"set 7's frames of both cameras play side by side, decoded from the videos ({widths})")
+    browser.save_screenshot(os.path.join(SHOTS, "console-recording.png"))
 finally:
     browser.quit()
 

@@ -282,6 +282,42 @@ async function showCapture(id) {
   manifest.href = `/api/v1/captures/${id}/manifest`;
   manifest.textContent = "manifest.json";
   detail.appendChild(manifest);
+  if (summary.recording) {
+    // An on-host recording: each camera's files, gaps and offload, and one set's frames side by side.
+    const files = document.createElement("table");
+    detail.appendChild(files);
+    fillTable(files, ["camera", "codec", "state", "frames", "gaps", "MB", "files"],
+      summary.recording.map((t) => [t.camera, t.codec, t.state, t.frames, t.gaps, text(t.bytes / 1e6), t.videos.join(" ")]));
+    const note = document.createElement("p");
+    note.id = "capture-offload";
+    note.textContent = summary.files_on_hosts > 0
+      ? `${summary.files_on_hosts} file(s) still on their hosts (camrig captures offload ${summary.id})`
+      : "every file is offloaded";
+    detail.appendChild(note);
+    if (summary.files_on_hosts === 0 && summary.sets > 0) {
+      const label = document.createElement("label");
+      label.textContent = "set ";
+      const picker = document.createElement("input");
+      picker.type = "number"; picker.min = "0"; picker.max = String(summary.sets - 1); picker.value = "0"; picker.id = "set-picker";
+      label.appendChild(picker);
+      detail.appendChild(label);
+      const strip = document.createElement("div");
+      strip.id = "set-frames";
+      detail.appendChild(strip);
+      const show = () => {
+        strip.replaceChildren(...summary.recording.map((t, camera) => {
+          const img = document.createElement("img");
+          img.src = `/api/v1/captures/${id}/sets/${picker.value}/cameras/${camera}`;
+          img.alt = `${t.camera}, set ${picker.value}`;
+          img.title = img.alt;
+          img.style.width = `${Math.floor(96 / summary.recording.length)}%`;
+          return img;
+        }));
+      };
+      picker.addEventListener("change", show);
+      show();
+    }
+  }
   if (summary.kind === "photo") {
     const sheet = document.createElement("img");
     sheet.src = `/api/v1/captures/${id}/files/contact-sheet.png`;

@@ -53,6 +53,25 @@ struct CapturesController {
             // Streamed from disk in chunks: a recording's files may be large.
             return Response(status: .ok, headers: [.contentType: type], body: try await FileIO().loadFile(path: url.path, context: context))
         }
+        routes.get("captures/:capture/sets/:set/cameras/:camera") { _, context in
+            let entry = try await Self.entry(store, try context.parameters.require("capture"))
+            guard let set = Int(try context.parameters.require("set")), let camera = Int(try context.parameters.require("camera")) else {
+                throw ServiceError(.badRequest, "set and camera are numbers: the manifest's set index and camera index")
+            }
+            let directory = store.root.appendingPathComponent(entry.directory)
+            let image = try await BlockingWork.run { () -> [UInt8]? in
+                let manifest = try store.manifest(of: entry)
+                guard manifest.hostRecording != nil else {
+                    throw ServiceError(.notFound, "capture \(entry.id) is not a recording made on the hosts: its frames are files (GET …/files/NAME)")
+                }
+                guard manifest.hostRecording?.isOffloaded == true else {
+                    throw ServiceError(.conflict, "capture \(entry.id) still has files on its hosts; its sets are built once they are offloaded")
+                }
+                return try RecordingExport.setImage(of: manifest, in: directory, set: set, camera: camera)
+            }
+            guard let image else { throw ServiceError(.notFound, "capture \(entry.id) has no frame of camera \(camera) in set \(set)") }
+            return Response(status: .ok, headers: [.contentType: "image/jpeg"], body: .init(byteBuffer: ByteBuffer(bytes: image)))
+        }
         return routes
     }
 
