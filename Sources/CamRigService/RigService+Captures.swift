@@ -117,38 +117,9 @@ extension RigService {
                 }
                 if lockPhase { _ = await session.waitForPhaseLock(timeout: .seconds(5)) }
             }
-            // Progress reaches the job table in the order the recording reports it: one consumer, the
-            // newest report waiting at most.
-            if onHosts {
-                // Previews pause until the hosts record (the first progress): cameras that start on
-                // command then start on a grid instant of the recording, on every host alike, and the
-                // previews join the streams the hosts record.
-                await previews.pause()
-                let resume = Self.once { previews.resume() }
-                defer { resume() }
-                let (reports, reporter) = AsyncStream.makeStream(of: (Double, String).self, bufferingPolicy: .bufferingNewest(1))
-                async let reported: Void = {
-                    for await (fraction, message) in reports { await service.progress(job.id, fraction, message) }
-                }()
-                defer { reporter.finish() }
-                let report = try await session.recordOnHosts(duration: duration, options: options, into: store) { progress in
-                    if progress.framesPerCamera.contains(where: { $0 > 0 }) { resume() }
-                    if progress.offloadTotalBytes > 0 {
-                        let fraction = Double(progress.offloadedBytes) / Double(progress.offloadTotalBytes)
-                        reporter.yield((0.6 + 0.38 * fraction, String(format: "offloading %.1f of %.1f MB", Double(progress.offloadedBytes) / 1e6, Double(progress.offloadTotalBytes) / 1e6)))
-                        return
-                    }
-                    let (seconds, total) = (progress.elapsed.seconds, progress.duration.seconds)
-                    let fraction = total > 0 ? min(1, seconds / total) : 0
-                    let frames = progress.framesPerCamera.map(String.init).joined(separator: "/")
-                    reporter.yield((0.05 + 0.55 * fraction, String(format: "recording on the hosts %.1f of %.1f s, frames %@", seconds, total, frames)))
-                }
-                reporter.finish()
-                await reported
-                return report
-            }
-            // Previews pause until the recording's streams run (its first progress): cameras then
-            // start on the trigger's instant, and previews join those streams.
+            // Previews pause until the cameras record (the first progress): cameras that start on
+            // command then start on the recording's instant, on every host alike, and the previews join
+            // the streams being recorded.
             await previews.pause()
             let resume = Self.once { previews.resume() }
             defer { resume() }
@@ -159,17 +130,36 @@ extension RigService {
                 for await (fraction, message) in reports { await service.progress(job.id, fraction, message) }
             }()
             defer { reporter.finish() }
-            let report = try await session.record(duration: duration, into: store) { progress in
-                if progress.elapsed > .zero { resume() }
-                let (seconds, total) = (progress.elapsed.seconds, progress.duration.seconds)
-                let fraction = total > 0 ? min(1, seconds / total) : 0
-                reporter.yield((0.05 + 0.9 * fraction, String(format: "recording %.1f of %.1f s, %d sets", seconds, total, progress.sets)))
-            }
+            let report =
+                if onHosts {
+                    try await session.recordOnHosts(duration: duration, options: options, into: store) { progress in
+                        if progress.framesPerCamera.contains(where: { $0 > 0 }) { resume() }
+                        reporter.yield(Self.describe(progress, onHosts: true))
+                    }
+                } else {
+                    try await session.record(duration: duration, into: store) { progress in
+                        if progress.elapsed > .zero { resume() }
+                        reporter.yield(Self.describe(progress, onHosts: false))
+                    }
+                }
             reporter.finish()
             await reported
             return report
         }
         return job
+    }
+
+    /// A recording's progress as the job shows it: the fraction done and a line of text.
+    static func describe(_ progress: RecordingProgress, onHosts: Bool) -> (Double, String) {
+        if progress.offloadTotalBytes > 0 {
+            let fraction = Double(progress.offloadedBytes) / Double(progress.offloadTotalBytes)
+            return (0.6 + 0.38 * fraction, String(format: "offloading %.1f of %.1f MB", Double(progress.offloadedBytes) / 1e6, Double(progress.offloadTotalBytes) / 1e6))
+        }
+        let (seconds, total) = (progress.elapsed.seconds, progress.duration.seconds)
+        let fraction = total > 0 ? min(1, seconds / total) : 0
+        guard onHosts else { return (0.05 + 0.9 * fraction, String(format: "recording %.1f of %.1f s, %d sets", seconds, total, progress.sets)) }
+        let frames = progress.framesPerCamera.map(String.init).joined(separator: "/")
+        return (0.05 + 0.55 * fraction, String(format: "recording on the hosts %.1f of %.1f s, frames %@", seconds, total, frames))
     }
 
     /// `action`, to be called any number of times and carried out the first time only.

@@ -51,6 +51,9 @@ struct RecordBenchmark: AsyncParsableCommand {
         var agentCpuMsPerFrame: Double
         var bytesPerFrame: Double
         var offloadMegabytesPerSecond: Double?
+        /// The same bytes per host, at once from every host, over the same links: raw TCP and TLS (Python).
+        var rawTcpMegabytesPerSecond: Double?
+        var rawTlsMegabytesPerSecond: Double?
         /// From the recording's end until every file (or image) is on the coordinator.
         var secondsStopToAllHere: Double
         var error: String?
@@ -72,9 +75,6 @@ struct RecordBenchmark: AsyncParsableCommand {
         var fps: UInt32
         var linkMbit: Int
         var rows: [Row]
-        /// The same bytes each host's offload moved, sent over the same links by a raw TCP and a TLS pair (Python).
-        var rawTcpMegabytesPerSecond: Double
-        var rawTlsMegabytesPerSecond: Double
         var cameraOnlyCpuMsPerFrame: Double
         var writers: [Writer]
         var piFactor: Double
@@ -84,18 +84,20 @@ struct RecordBenchmark: AsyncParsableCommand {
                 "record: \(hosts) hosts in network namespaces on \(linkMbit) Mbit/s links (tbf), one synthetic 1920x1080 camera each at \(fps) fps, \(seconds) s; \(machine.text)"
             ]
             lines.append(table(
-                ["MODE", "CODEC", "FRAMES/CAMERA", "GAPS/DROPS", "SETS COMPLETE", "AGENT CPU ms/frame", "BYTES/frame", "OFFLOAD MB/s", "vs TCP", "vs TLS", "STOP→HERE s"],
+                ["MODE", "CODEC", "FRAMES/CAMERA", "GAPS/DROPS", "SETS COMPLETE", "AGENT CPU ms/frame", "BYTES/frame", "OFFLOAD MB/s", "TCP MB/s", "vs TCP", "TLS MB/s", "vs TLS", "STOP→HERE s"],
                 rows.map { row in
                     [
                         row.mode, row.codec, row.framesPerCamera.map(String.init).joined(separator: "/"), row.gapsPerCamera.map(String.init).joined(separator: "/"),
                         "\(row.completeSets)/\(row.sets)", String(format: "%.1f", row.agentCpuMsPerFrame), String(format: "%.0f", row.bytesPerFrame),
                         row.offloadMegabytesPerSecond.map { String(format: "%.1f", $0) } ?? "-",
-                        row.offloadMegabytesPerSecond.map { times(ratio($0, rawTcpMegabytesPerSecond)) } ?? "-",
-                        row.offloadMegabytesPerSecond.map { times(ratio($0, rawTlsMegabytesPerSecond)) } ?? "-",
+                        row.rawTcpMegabytesPerSecond.map { String(format: "%.1f", $0) } ?? "-",
+                        row.offloadMegabytesPerSecond.flatMap { offload in row.rawTcpMegabytesPerSecond.map { times(ratio(offload, $0)) } } ?? "-",
+                        row.rawTlsMegabytesPerSecond.map { String(format: "%.1f", $0) } ?? "-",
+                        row.offloadMegabytesPerSecond.flatMap { offload in row.rawTlsMegabytesPerSecond.map { times(ratio(offload, $0)) } } ?? "-",
                         String(format: "%.1f", row.secondsStopToAllHere),
                     ]
                 }))
-            lines.append(String(format: "baselines: raw TCP %.1f MB/s, raw TLS %.1f MB/s (aggregate over the hosts, the same bytes as the offloads); camera alone %.1f ms CPU/frame", rawTcpMegabytesPerSecond, rawTlsMegabytesPerSecond, cameraOnlyCpuMsPerFrame))
+            lines.append(String(format: "offload and its baselines: aggregate over the hosts, every host sending its own bytes at once (the baselines: as many bytes as the row's largest offload per host, at most 1 GB); the camera alone: %.1f ms agent CPU/frame", cameraOnlyCpuMsPerFrame))
             lines.append(table(
                 ["WRITER (in process)", "ms/frame here", String(format: "Pi est. ×%.0f", piFactor), "BYTES/frame", "KEEPS UP AT \(fps) fps ON A PI"],
                 writers.map { [$0.codec, String(format: "%.2f", $0.msPerFrame), String(format: "%.1f", $0.piMsPerFrame), String(format: "%.0f", $0.bytesPerFrame), $0.keepsUpAtFps ? "yes" : "no"] }))
@@ -132,10 +134,7 @@ struct RecordBenchmark: AsyncParsableCommand {
         let out = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-bench-record-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: out) }
 
-        // The camera alone: the agents' CPU while their cameras stream into an on-host recording that
-        // stores nothing would still write; so it is measured as a short recording's CPU minus its writer's.
         var rows: [Row] = []
-        var offloadBytesPerHost: [String: UInt64] = [:]
         for mode in modes.split(separator: ",").map(String.init) {
             let compressed = mode == "copy"
             let session = try await openSession(
@@ -173,14 +172,18 @@ struct RecordBenchmark: AsyncParsableCommand {
                     let (manifest, outcome) = await offload.offload(report.manifest, capture: handle)
                     let here = (ContinuousClock.now - stopped).seconds
                     let tracks = manifest.hostRecording?.tracks ?? []
-                    for track in tracks { offloadBytesPerHost[track.agent] = max(offloadBytesPerHost[track.agent] ?? 0, track.files.reduce(0) { $0 + $1.size }) }
                     let frames = tracks.map(\.frames)
+                    let perHost = min(Dictionary(grouping: tracks, by: \.agent).values.map { $0.flatMap(\.files).reduce(UInt64(0)) { $0 + $1.size } }.max() ?? 0, 1_000_000_000)
+                    options.say("\(mode): baselines, \(perHost / 1_000_000) MB from every host at once, raw TCP then TLS")
+                    let tcp = try await Self.rawTransfer(rig: rig, bytes: perHost, tls: false)
+                    let tlsRate = try await Self.rawTransfer(rig: rig, bytes: perHost, tls: true)
                     rows.append(Row(
                         mode: "on host", codec: tracks.first?.codec ?? mode, framesPerCamera: frames, gapsPerCamera: tracks.map(\.gaps),
                         sets: manifest.summary.sets, completeSets: manifest.summary.completeSets,
                         agentCpuMsPerFrame: (cpuAfter - cpuBefore) * 1000 / Double(max(1, frames.reduce(0, +))),
                         bytesPerFrame: Double(outcome.bytes) / Double(max(1, frames.reduce(0, +))),
-                        offloadMegabytesPerSecond: outcome.seconds > 0 ? Double(outcome.bytes) / 1e6 / outcome.seconds : nil, secondsStopToAllHere: here,
+                        offloadMegabytesPerSecond: outcome.seconds > 0 ? Double(outcome.bytes) / 1e6 / outcome.seconds : nil,
+                        rawTcpMegabytesPerSecond: tcp, rawTlsMegabytesPerSecond: tlsRate, secondsStopToAllHere: here,
                         error: outcome.waiting.isEmpty ? nil : outcome.waiting.joined(separator: "; ")))
                 }
             } catch {
@@ -194,14 +197,9 @@ struct RecordBenchmark: AsyncParsableCommand {
         options.say("camera alone: \(min(seconds, 10)) s of streaming into no recording")
         let cameraOnly = try await measureCameraAlone(pool: pool, logger: logger, cpu: cpu)
 
-        // Raw transfers of the biggest offload's bytes per host, over the same links.
-        let bytes = min(offloadBytesPerHost.values.max() ?? 200_000_000, 1_000_000_000)
-        options.say("baselines: \(bytes / 1_000_000) MB from every host at once, raw TCP then TLS")
-        let tcp = try await Self.rawTransfer(rig: rig, bytes: bytes, tls: false)
-        let tlsRate = try await Self.rawTransfer(rig: rig, bytes: bytes, tls: true)
         try options.emit(Result(
-            machine: .current, hosts: hosts, seconds: seconds, fps: fps, linkMbit: linkMbit, rows: rows, rawTcpMegabytesPerSecond: tcp,
-            rawTlsMegabytesPerSecond: tlsRate, cameraOnlyCpuMsPerFrame: cameraOnly, writers: writers, piFactor: piFactor))
+            machine: .current, hosts: hosts, seconds: seconds, fps: fps, linkMbit: linkMbit, rows: rows, cameraOnlyCpuMsPerFrame: cameraOnly,
+            writers: writers, piFactor: piFactor))
     }
 
     /// The agents' CPU per frame while their cameras stream and nobody records: a preview stream of

@@ -91,7 +91,7 @@ public final class AgentRecordings: Sendable {
         case .ffv1, .h264, .raw:
             return rawFormats.contains(format.pixelFormat)
                 ? .success(codec)
-                : .failure(CodecRefusal("\(RecordingCodecName.name(codec)) records uncompressed frames, and this camera delivers \(format.pixelFormat.fourCC): choose copy"))
+                : .failure(CodecRefusal("\(codec.name) records uncompressed frames, and this camera delivers \(format.pixelFormat.fourCC): choose copy"))
         case .UNRECOGNIZED(let value):
             return .failure(CodecRefusal("codec \(value) is not one this agent knows"))
         }

@@ -353,8 +353,8 @@ struct TrackSummary: Codable, Sendable {
     init(_ track: WireRecordedTrack, grid: RecordingGrid, clock: RigClockMapping, cutShort: Bool) {
         deviceID = track.deviceID
         stem = track.fileStem
-        codec = RecordingCodecName.name(track.codec)
-        state = cutShort ? "cut-short" : (track.state == .complete ? "complete" : "failed")
+        codec = track.codec.name
+        state = cutShort ? WireRecordingState.cutShort.name : track.state.name
         frames = track.frames
         gaps = track.gaps
         duplicates = track.duplicates
@@ -408,18 +408,5 @@ struct TrackSummary: Codable, Sendable {
             size += UInt64(chunk.count)
         }
         return (Array(hasher.finalize()), size)
-    }
-}
-
-enum RecordingCodecName {
-    static func name(_ codec: WireRecordingCodec) -> String {
-        switch codec {
-        case .copy: "copy"
-        case .mjpeg: "mjpeg"
-        case .ffv1: "ffv1"
-        case .h264: "h264"
-        case .raw: "raw"
-        default: "unspecified"
-        }
     }
 }

@@ -153,56 +153,81 @@ public struct RecordingOffload<Sink: CaptureSink>: Sendable {
                 return result
             }
         }
-        for trackIndex in result.tracks.indices {
-            for fileIndex in result.tracks[trackIndex].files.indices where !result.tracks[trackIndex].files[fileIndex].offloaded {
-                let file = result.tracks[trackIndex].files[fileIndex]
+        // The files one after another over the agent's link; each one's check, flush and acknowledgement
+        // run while the next one downloads, so the link never waits for the disk.
+        let files = result.tracks.indices.flatMap { track in
+            result.tracks[track].files.indices.filter { !result.tracks[track].files[$0].offloaded }.map { (track, $0, result.tracks[track].files[$0]) }
+        }
+        let finished = await withTaskGroup(of: (Int, Int, String?).self) { group in
+            for (trackIndex, fileIndex, file) in files {
                 do {
-                    result.bytes += try await fetch(file, recordingID: recordingID, from: client, agent: agent, capture: capture, counter: counter)
-                    var acknowledge = WireAcknowledgeRecording()
-                    acknowledge.recordingID = recordingID
-                    acknowledge.names = [file.name]
-                    do {
-                        _ = try await client.request(.acknowledgeRecording(acknowledge))
-                    } catch let error as AgentClientError where error.code == .notFound {
-                        // Acknowledged before (an offload cut off after its acknowledgement): nothing to delete.
-                    }
-                    result.tracks[trackIndex].files[fileIndex].offloaded = true
-                    result.offloaded.append("\(agent): \(file.name)")
+                    result.bytes += try await download(file, recordingID: recordingID, from: client, capture: capture, counter: counter)
                 } catch {
-                    logger.warning("offload of a file failed", metadata: ["agent": "\(agent)", "file": "\(file.name)", "error": "\(error)"])
-                    result.waiting.append("\(agent): \(file.name) (\(RigSession.message(error)))")
+                    group.addTask { (trackIndex, fileIndex, RigSession.message(error)) }
+                    continue
                 }
+                group.addTask {
+                    do {
+                        try await self.sink.completeFile(file.name, size: file.size, sha256: file.sha256, in: capture)
+                        var acknowledge = WireAcknowledgeRecording()
+                        acknowledge.recordingID = recordingID
+                        acknowledge.names = [file.name]
+                        do {
+                            _ = try await client.request(.acknowledgeRecording(acknowledge))
+                        } catch let error as AgentClientError where error.code == .notFound {
+                            // Acknowledged before (an offload cut off after its acknowledgement): nothing to delete.
+                        }
+                        return (trackIndex, fileIndex, nil)
+                    } catch {
+                        return (trackIndex, fileIndex, RigSession.message(error))
+                    }
+                }
+            }
+            var outcomes: [(Int, Int, String?)] = []
+            for await outcome in group { outcomes.append(outcome) }
+            return outcomes.sorted { ($0.0, $0.1) < ($1.0, $1.1) }
+        }
+        for (trackIndex, fileIndex, failure) in finished {
+            let name = result.tracks[trackIndex].files[fileIndex].name
+            if let failure {
+                logger.warning("offload of a file failed", metadata: ["agent": "\(agent)", "file": "\(name)", "error": "\(failure)"])
+                result.waiting.append("\(agent): \(name) (\(failure))")
+            } else {
+                result.tracks[trackIndex].files[fileIndex].offloaded = true
+                result.offloaded.append("\(agent): \(name)")
             }
         }
         return result
     }
 
-    /// Fetches `file` into the capture from where its copy ends; returns the bytes fetched.
-    private func fetch(
-        _ file: CaptureManifest.HostRecording.File, recordingID: String, from client: AgentClient, agent: String, capture: CaptureHandle,
-        counter: ByteCounter
+    /// Fetches `file`'s bytes into the capture from where its copy ends; returns the bytes fetched. The
+    /// file is not complete until `completeFile` has checked it.
+    private func download(
+        _ file: CaptureManifest.HostRecording.File, recordingID: String, from client: AgentClient, capture: CaptureHandle, counter: ByteCounter
     ) async throws -> UInt64 {
         var offset = try await sink.receivedBytes(of: file.name, in: capture)
         if offset > file.size { offset = 0 }
         counter.add(offset)
+        if file.size == 0 {
+            try await sink.receive([UInt8](), into: file.name, at: 0, in: capture)
+            return 0
+        }
+        guard offset < file.size else { return 0 }
         var fetched: UInt64 = 0
-        if offset < file.size || file.size == 0 {
-            var request = WireFetchRecordingFile()
-            request.recordingID = recordingID
-            request.name = file.name
-            request.offset = offset
-            request.maxBytesPerSecond = maxBytesPerSecond
-            request.chunkBytes = chunkBytes
-            for try await frame in client.stream(.fetchRecordingFile(request)) {
-                guard case .fileChunk(let chunk) = frame.envelope.body else { continue }
-                if let payload = frame.payload, payload.readableBytes > 0 {
-                    try await sink.receive(PayloadBytes(payload), into: file.name, at: chunk.offset, in: capture)
-                    fetched += UInt64(payload.readableBytes)
-                    counter.add(UInt64(payload.readableBytes))
-                }
+        var request = WireFetchRecordingFile()
+        request.recordingID = recordingID
+        request.name = file.name
+        request.offset = offset
+        request.maxBytesPerSecond = maxBytesPerSecond
+        request.chunkBytes = chunkBytes
+        for try await frame in client.stream(.fetchRecordingFile(request)) {
+            guard case .fileChunk(let chunk) = frame.envelope.body else { continue }
+            if let payload = frame.payload, payload.readableBytes > 0 {
+                try await sink.receive(PayloadBytes(payload), into: file.name, at: chunk.offset, in: capture)
+                fetched += UInt64(payload.readableBytes)
+                counter.add(UInt64(payload.readableBytes))
             }
         }
-        try await sink.completeFile(file.name, size: file.size, sha256: file.sha256, in: capture)
         return fetched
     }
 
@@ -264,7 +289,7 @@ final class ByteCounter: Sendable {
 extension CaptureManifest.HostRecording.Track {
     /// Takes what the agent says of the track, keeping which files are here already.
     mutating func update(from held: WireRecordedTrack) {
-        state = Self.stateName(held.state)
+        state = held.state.name
         frames = Int(held.frames)
         gaps = Int(held.gaps)
         duplicates = Int(held.duplicates)
@@ -276,27 +301,6 @@ extension CaptureManifest.HostRecording.Track {
             CaptureManifest.HostRecording.File(
                 name: $0.name, size: $0.size, sha256: $0.sha256.map { String(format: "%02x", $0) }.joined(), offloaded: here.contains($0.name))
         } + files.filter { file in file.offloaded && !held.files.contains { $0.name == file.name } }
-        if held.codec != .unspecified { codec = Self.codecName(held.codec) }
-    }
-
-    static func stateName(_ state: WireRecordingState) -> String {
-        switch state {
-        case .recording: "recording"
-        case .complete: "complete"
-        case .cutShort: "cut_short"
-        case .failed: "failed"
-        default: "unknown"
-        }
-    }
-
-    static func codecName(_ codec: WireRecordingCodec) -> String {
-        switch codec {
-        case .copy: "copy"
-        case .mjpeg: "mjpeg"
-        case .ffv1: "ffv1"
-        case .h264: "h264"
-        case .raw: "raw"
-        default: "unspecified"
-        }
+        if held.codec != .unspecified { codec = held.codec.name }
     }
 }

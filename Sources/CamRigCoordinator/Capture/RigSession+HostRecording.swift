@@ -139,7 +139,7 @@ extension RigSession {
                 let codec = resolved[rig.inputs[camera].agentID]?.tracks.first { $0.deviceID == rig.inputs[camera].deviceID }?.codec
                 return CaptureManifest.HostRecording.Track(
                     camera: camera, agent: rig.inputs[camera].agentID, device: rig.inputs[camera].deviceID, stem: rig.fileStem(camera: camera),
-                    codec: CaptureManifest.HostRecording.Track.codecName(codec ?? options.codec.wire), state: "unknown")
+                    codec: (codec ?? options.codec.wire).name, state: "unknown")
             })
         do {
             try await sink.started(manifest, in: capture)

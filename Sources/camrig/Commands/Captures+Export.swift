@@ -63,9 +63,7 @@ extension Captures {
         func run() async throws {
             do {
                 let store = try captures.store()
-                guard let entry = try store.catalog.entry(id) else {
-                    throw CommandFailure("no capture '\(id)' in \(store.catalog.path); `camrig captures list` shows them")
-                }
+                let entry = try CaptureOptions.entry(id, in: store)
                 let manifest = try store.manifest(of: entry)
                 let folder = store.root.appendingPathComponent(entry.directory)
                 let selection = try selection()

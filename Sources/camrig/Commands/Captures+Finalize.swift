@@ -29,9 +29,7 @@ extension Captures {
             let logger = output.makeLogger()
             do {
                 let store = try captures.store()
-                guard let entry = try store.catalog.entry(id) else {
-                    throw CommandFailure("no capture '\(id)' in \(store.catalog.path); `camrig captures list` shows them")
-                }
+                let entry = try CaptureOptions.entry(id, in: store)
                 let manifest = try store.manifest(of: entry)
                 let awaiting = manifest.awaitingFinals
                 let report = try await rig.withPool(logger: logger, clockSamples: 8) { pool in

@@ -34,9 +34,7 @@ extension Captures {
             let logger = output.makeLogger()
             do {
                 let store = try captures.store()
-                guard let entry = try store.catalog.entry(id) else {
-                    throw CommandFailure("no capture '\(id)' in \(store.catalog.path); `camrig captures list` shows them")
-                }
+                let entry = try CaptureOptions.entry(id, in: store)
                 let manifest = try store.manifest(of: entry)
                 guard manifest.hostRecording != nil else {
                     throw CommandFailure("\(manifest.id) is not a recording made on the hosts: it has no files to offload")

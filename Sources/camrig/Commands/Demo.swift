@@ -34,6 +34,9 @@ struct Demo: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Frame size, WxH.", valueName: "WxH"))
     var size = "640x480"
 
+    @Flag(name: .long, help: "Stream the recording's frames here as images instead of recording on the hosts.")
+    var stream = false
+
     @OptionGroup var captures: CaptureOptions
     @OptionGroup var output: OutputOptions
 
@@ -72,11 +75,16 @@ struct Demo: AsyncParsableCommand {
                     let session = try await options.makeSession(pool: pool, preset: .high, fps: FrameDuration(framesPerSecond: UInt32(fps)), logger: logger)
                     say("synchronized photo")
                     let photo = try await session.capturePhoto(into: store)
-                    say("synchronized recording, \(duration) s at \(fps) fps")
+                    say("synchronized recording, \(duration) s at \(fps) fps, \(stream ? "streamed here" : "on the hosts, then offloaded")")
                     let quiet = output.json
-                    let recording = try await session.record(duration: .milliseconds(Int64(duration * 1000)), into: store) { progress in
-                        if !quiet { Record.showProgress(progress) }
-                    }
+                    let length = Duration.milliseconds(Int64(duration * 1000))
+                    let show: @Sendable (RecordingProgress) -> Void = { progress in if !quiet { Record.showProgress(progress) } }
+                    let recording =
+                        if stream {
+                            try await session.record(duration: length, into: store, progress: show)
+                        } else {
+                            try await session.recordOnHosts(duration: length, into: store, progress: show)
+                        }
                     say("")
                     await session.stop()
                     let members = rig.members

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CamRigCLI
 import CamRigCoordinator
 import CamRigStorage
 import Foundation
@@ -11,6 +12,14 @@ struct CaptureOptions: ParsableArguments {
         help: ArgumentHelp("Captures directory: one folder per capture and catalog.sqlite (default $CAMRIG_CAPTURES or ./captures).", valueName: "dir")
     )
     var out: String?
+
+    /// The catalog's entry for capture `id` (or a unique prefix of it), or an error saying how to find one.
+    static func entry(_ id: String, in store: CaptureStore) throws -> CaptureCatalog.Entry {
+        guard let entry = try store.catalog.entry(id) else {
+            throw CommandFailure("no capture '\(id)' in \(store.catalog.path); `camrig captures list` shows them")
+        }
+        return entry
+    }
 
     func store() throws -> CaptureStore {
         let path = out ?? ProcessInfo.processInfo.environment["CAMRIG_CAPTURES"] ?? "captures"
