@@ -148,7 +148,7 @@ let package = Package(
         .target(
             name: "CamRigStorage",
             dependencies: [
-                "CZlib", "CamRigDevices", "CamRigCapture", "CamRigFiles", "CamRigMedia",
+                "CZlib", "CamRigDevices", "CamRigCapture", "CamRigFiles", "CamRigMedia", "CLinux",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -318,7 +318,7 @@ let package = Package(
             name: "CamRigAgentTests",
             dependencies: [
                 "CamRigAgent", "CamRigClock", "CamRigWire", "CamRigTestSupport", "CamRigDevices",
-                "CamRigCapture",
+                "CamRigCapture", "CamRigMedia",
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]

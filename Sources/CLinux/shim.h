@@ -1,5 +1,8 @@
 #ifndef CAMRIG_CLINUX_SHIM_H
 #define CAMRIG_CLINUX_SHIM_H
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE  // sync_file_range
+#endif
 // Linux interfaces Swift's Glibc module does not import: variadic calls (prctl) wrapped in functions,
 // and the socket timestamping constants of <linux/net_tstamp.h> and <linux/errqueue.h>.
 #include <errno.h>
@@ -122,5 +125,11 @@ static inline pid_t camrig_gettid(void) { return (pid_t)syscall(SYS_gettid); }
 
 /// A pipe whose two ends close at exec: `fds[0]` reads, `fds[1]` writes. Returns 0, or -1 with errno set.
 static inline int camrig_cloexec_pipe(int fds[2]) { return pipe2(fds, O_CLOEXEC); }
+
+// Starts writing a file's range to the disk without waiting for it (sync_file_range, SYNC_FILE_RANGE_WRITE):
+// a long file written in pieces is then mostly on the disk when it is finally flushed.
+static inline int camrig_start_writeback(int fd, long long offset, long long count) {
+    return sync_file_range(fd, offset, count, SYNC_FILE_RANGE_WRITE);
+}
 
 #endif

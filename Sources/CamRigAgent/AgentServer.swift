@@ -60,6 +60,7 @@ public final class AgentServer: Service, Sendable {
                 recordings = try AgentRecordings(
                     directory: directory, capacityBytes: configuration.recordingSpaceBytes, agentID: configuration.agentID,
                     streams: streams, threadPool: spoolThread, logger: logger)
+                recordings?.closeCutShortRecordingsInBackground()
             } catch {
                 logger.error("on-host recording is off: its folder cannot be made", metadata: ["folder": "\(directory.path)", "error": "\(error)"])
             }

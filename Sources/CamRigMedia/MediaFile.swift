@@ -121,7 +121,7 @@ public final class MediaWriter {
     }
 
     deinit {
-        // Not closed: the file is left as a crash would leave it (playable up to its last cluster).
+        // Dropped without `close()` (an error on the way): closed here, so the file gets its index.
         if let handle { _ = camrig_media_writer_close(handle, nil, 0) }
     }
 
@@ -215,6 +215,14 @@ public final class MediaReader {
 }
 
 public enum MediaFile {
+    /// How many frames a file holds, read to its end (a file cut short: up to its last readable frame).
+    public static func frameCount(_ path: String) throws -> Int {
+        let reader = try MediaReader(path: path)
+        var count = 0
+        while (try? reader.skip()) == true { count += 1 }
+        return count
+    }
+
     /// Rewrites a file cut short (its writer was killed) as a properly closed file at `output`; returns
     /// the frames it kept.
     public static func repair(_ input: String, into output: String) throws -> Int {

@@ -2,6 +2,7 @@ import Crypto
 import CamRigCapture
 import CamRigDevices
 import CamRigFiles
+import CLinux
 import Foundation
 import NIOConcurrencyHelpers
 
@@ -418,6 +419,10 @@ extension CaptureStore: CaptureSink {
                     entry.hasher.update(bufferPointer: raw)
                     entry.length += UInt64(raw.count)
                     files[partial.path] = entry
+                }
+                defer {
+                    // Its way to the disk begins now, so the flush at the end has little left to wait for.
+                    _ = camrig_start_writeback(fd, Int64(offset), Int64(raw.count))
                 }
                 var done = 0
                 while done < raw.count {

@@ -1,5 +1,8 @@
 import CamRigDevices
+import CamRigMedia
 import CamRigWire
+import Foundation
+import NIOCore
 import Testing
 
 @testable import CamRigAgent
@@ -94,5 +97,61 @@ struct RecordingGridTests {
         #expect(AgentRecordings.isSafeName("20261125-203148-recording"))
         #expect(AgentRecordings.isSafeName("cam0-agent-1_synthetic_SYN0001.mkv"))
         for bad in ["", "../x", "a/b", ".hidden", "é", String(repeating: "a", count: 129)] { #expect(!AgentRecordings.isSafeName(bad), "\(bad)") }
+    }
+}
+
+/// One camera's track written through the agent's own path (frame table, timecodes, segments), with no
+/// process and no network: frames handed in as a stream would, then the files read back.
+@Suite("On-host recording: a track's files", .timeLimit(.minutes(1)))
+struct TrackFilesTests {
+    static func frame(_ index: Int, at time: Int64, format: DeviceFormat) -> CapturedFrame {
+        var bytes = ByteBufferAllocator().buffer(capacity: Int(format.bytesPerLine * format.dimensions.height))
+        bytes.writeRepeatingByte(UInt8(truncatingIfNeeded: index * 10), count: Int(format.bytesPerLine * format.dimensions.height))
+        return CapturedFrame(
+            deviceID: "cam", sequence: UInt64(index), timestamp: time, timestampMarks: .startOfExposure, format: format, bytes: bytes,
+            metadata: CaptureMetadata(settings: CameraSettings()))
+    }
+
+    @Test("gaps, a duplicate stamped before its neighbour, and segments: every frame stored, the table in grid order, each file readable")
+    func writesTrack() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-track-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let format = DeviceFormat(pixelFormat: .grey, dimensions: Dimensions(width: 64, height: 48), frameRateRanges: [], bytesPerLine: 64)
+        let period = 33_333_333.0
+        let grid = RecordingGrid(start: 10_000_000_000, period: period, count: 12)
+        let plan = TrackRecorder.Plan(
+            deviceID: "cam", stem: "cam0-test", codec: .raw, format: format, jpegQuality: 90, grid: grid,
+            clock: RigClockMapping(agentReference: 0, rigReference: 5, rigPerAgent: 1, uncertainty: 100, uncertaintyGrowthPPM: 0),
+            frameDuration: FrameDuration(framesPerSecond: 30)!, segmentBytes: 12_000, folder: folder, metadata: [])
+        let (ended, finish) = AsyncStream.makeStream(of: WireRecordedTrack.self)
+        let recorder = try TrackRecorder(plan: plan) { finish.yield($0) }
+        // Instants 0, 1, 2, then 5 (3 and 4 never came), a duplicate of 5 stamped 0.2 ms before it, then 6…11.
+        var times = [0, 1, 2, 5].map { grid.instant($0) }
+        times.append(grid.instant(5) - 200_000)
+        times += (6...11).map { grid.instant($0) + 1_000 }
+        for (index, time) in times.enumerated() { recorder.deliver(Self.frame(index, at: time, format: format)) }
+        recorder.deliver(Self.frame(99, at: grid.instant(12), format: format))  // after the end: closes the track
+        var iterator = ended.makeAsyncIterator()
+        let track = try #require(await iterator.next())
+        #expect(track.state == .complete, "\(track.error)")
+        #expect(track.frames == 11 && track.gaps == 2 && track.duplicates == 1)
+        #expect(track.firstGridIndex == 0 && track.lastGridIndex == 11)
+        let videos = track.files.map(\.name).filter { $0.hasSuffix(".mkv") }
+        #expect(videos.count > 1, "3 KB frames and 12 KB segments make several files: \(videos)")
+        let perFile = try videos.map { try MediaFile.frameCount(folder.appendingPathComponent($0).path) }
+        #expect(perFile.reduce(0, +) == 11, "every frame is in a video: \(perFile)")
+        let csv = try String(contentsOf: folder.appendingPathComponent("cam0-test.frames.csv"), encoding: .utf8)
+        let rows = csv.split(separator: "\n").dropFirst().map { $0.split(separator: ",", omittingEmptySubsequences: false) }
+        #expect(rows.map { Int($0[0])! } == [0, 1, 2, 3, 4, 5, 5, 6, 7, 8, 9, 10, 11], "one row per instant, the duplicate beside its instant")
+        #expect(rows.filter { $0[7] == "gap" }.map { Int($0[0])! } == [3, 4])
+        #expect(rows.filter { $0[7] == "duplicate" }.count == 1)
+        #expect(rows[0][3] == "\(grid.instant(0) + 5)", "rig-clock times through the mapping")
+        // The frame numbers run across the segments, and each segment's first frame follows the last one's.
+        let segmentsOfFrames = rows.compactMap { row in Int(row[2]).map { ($0, Int(row[1])!) } }
+        #expect(segmentsOfFrames.map(\.1) == Array(0..<11))
+        #expect(Dictionary(grouping: segmentsOfFrames, by: \.0).mapValues(\.count).sorted { $0.key < $1.key }.map(\.value) == perFile)
+        let timecodes = try String(contentsOf: folder.appendingPathComponent("cam0-test.timecodes.txt"), encoding: .utf8)
+        #expect(timecodes.split(separator: "\n").count == 12, "the header and one line per stored frame")
     }
 }

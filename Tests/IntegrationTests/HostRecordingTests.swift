@@ -215,15 +215,15 @@ struct HostRecordingTests {
         let rig = try Rig([["--synthetic", "1"], ["--synthetic", "1", "--synthetic-seed", "2"]])
         defer { rig.remove() }
         let recording = try ChildProcess.spawn(
-            Executables.url("camrig").path, ["record", "--duration", "6", "--fps", "30", "--size", "640x480", "--json"] + rig.rigArguments,
+            Executables.url("camrig").path, ["record", "--duration", "6", "--fps", "30", "--size", "640x480", "--segment-mb", "2", "--json"] + rig.rigArguments,
             stdout: .null, stderr: .null)
         // Once agent-2 has been writing for a while, it dies.
         let writing = try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(50)) {
             guard let folder = rig.held(1).first else { return false }
-            let mkv = (try? FileManager.default.contentsOfDirectory(atPath: rig.spools[1] + "/recordings/" + folder))?.first { $0.hasSuffix(".mkv") }
-            guard let mkv, let size = try? FileManager.default.attributesOfItem(atPath: "\(rig.spools[1])/recordings/\(folder)/\(mkv)")[.size] as? NSNumber
-            else { return false }
-            return size.intValue > 6_000_000
+            let path = "\(rig.spools[1])/recordings/\(folder)"
+            let videos = ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).filter { $0.hasSuffix(".mkv") }
+            let bytes = videos.compactMap { (try? FileManager.default.attributesOfItem(atPath: "\(path)/\($0)")[.size] as? NSNumber)?.intValue }.reduce(0, +)
+            return videos.count >= 3 && bytes > 6_000_000
         }
         #expect(writing, "agent-2 began writing")
         rig.agents[1].crash()
@@ -233,7 +233,8 @@ struct HostRecordingTests {
         let (before, _) = try rig.manifest()
         #expect(before.state == .offloading, "agent-2's files are still to come")
         try rig.restart(1)
-        #expect(rig.agents[1].log().contains("closed a recording cut short"), "the next start closed the file: \(rig.agents[1].log())")
+        let closed = try await eventually(timeout: .seconds(30)) { rig.agents[1].log().contains("closed a recording cut short") }
+        #expect(closed, "the next start closed the file: \(rig.agents[1].log())")
         let offload = try await rig.camrig(["captures", "offload", before.id, "--json"])
         #expect(offload.status == 0, "\(offload.stdout)\n\(offload.stderr)")
         let (manifest, folder) = try rig.manifest()
@@ -244,6 +245,7 @@ struct HostRecordingTests {
         try Self.checkFiles(manifest, in: folder)
         let table = try RecordedFrameTable(parsing: String(contentsOf: folder.appendingPathComponent("\(track.stem).frames.csv"), encoding: .utf8))
         #expect(table.rows.last?.flags == "lost", "the grid instants the agent never reached are listed as lost")
+        #expect(track.videos.count >= 3, "the recording spans several segments: \(track.videos.map(\.name))")
         #expect(rig.held(1).isEmpty)
     }
 

@@ -125,7 +125,8 @@ struct AgentRequestRouter: Sendable {
             case .listRecordings(let list):
                 connection.work.enqueue { reply(.recordingList(recordings.list(session: list.sessionID))) }
             case .fetchRecordingFile(let fetch):
-                connection.work.enqueue { await recordings.fetch(fetch, requestID: requestID, connection: connection) }
+                // A file takes a while: its chunks are sent beside the connection's other work, never in its way.
+                Task { await recordings.fetch(fetch, requestID: requestID, connection: connection) }
             case .acknowledgeRecording(let acknowledge):
                 connection.work.enqueue { reply(await recordings.acknowledge(acknowledge)) }
             default:

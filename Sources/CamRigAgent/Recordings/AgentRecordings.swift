@@ -65,7 +65,12 @@ public final class AgentRecordings: Sendable {
         self.threadPool = threadPool
         self.logger = logger
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        closeCutShortRecordings()
+    }
+
+    /// Closes, on a thread of its own, the recordings a previous run left open; until each is closed it
+    /// lists as recording, so nobody fetches its files half-made.
+    func closeCutShortRecordingsInBackground() {
+        Thread.detachNewThread { [self] in closeCutShortRecordings() }
     }
 
     // MARK: Checking
@@ -74,6 +79,10 @@ public final class AgentRecordings: Sendable {
     static func resolve(_ codec: WireRecordingCodec, format: DeviceFormat) -> Result<WireRecordingCodec, CodecRefusal> {
         let compressed = format.pixelFormat == .mjpeg || format.pixelFormat == .jpeg
         let rawFormats: [PixelFormat] = [.yuyv, .rgb24, .grey, .bayerRGGB8]
+        guard compressed || rawFormats.contains(format.pixelFormat) else {
+            return .failure(CodecRefusal(
+                "its format \(format.pixelFormat.fourCC) cannot be recorded on the host (MJPEG, YUYV, RGB, grey and 8-bit Bayer can): choose one of those formats, or record with --stream"))
+        }
         switch codec {
         case .unspecified:
             if compressed { return .success(.copy) }
@@ -237,6 +246,10 @@ public final class AgentRecordings: Sendable {
         let active = Active(request: resolved, recorders: recorders, watchers: [(requestID, connection)])
         try? Self.writeState(.recording, tracks: active.tracks, of: resolved, in: folder)
         state.withLockedValue { $0.active[request.recordingID] = active }
+        var started = WireRecordingStarted()
+        started.recordingID = request.recordingID
+        started.tracks = check.tracks
+        reply(.recordingStarted(started))
         for recorder in recorders {
             // A camera that starts exposing on command starts on a grid instant of the recording (the
             // next one a few milliseconds from now), as cameras on the other hosts do: its frames then lie
@@ -252,10 +265,6 @@ public final class AgentRecordings: Sendable {
                 recorder.close(error: "the camera did not stream: \(error.message)")
             }
         }
-        var started = WireRecordingStarted()
-        started.recordingID = request.recordingID
-        started.tracks = check.tracks
-        reply(.recordingStarted(started))
         logger.info("recording", metadata: ["recording": "\(request.recordingID)", "tracks": "\(recorders.count)", "frames": "\(request.frameCount)"])
         let progress = progressTask(recording: request.recordingID, interval: request.progressIntervalMs == 0 ? 1000 : Int(request.progressIntervalMs))
         // The tracks close at their last grid instant's frame. A camera that stops delivering is closed a
@@ -282,7 +291,16 @@ public final class AgentRecordings: Sendable {
                 try? await Task.sleep(for: .milliseconds(250))
             }
         }
-        state.withLockedValue { $0.active[request.recordingID]?.tasks = [progress, deadline] }
+        let running = state.withLockedValue { state -> Bool in
+            guard state.active[request.recordingID] != nil else { return false }
+            state.active[request.recordingID]!.tasks = [progress, deadline]
+            return true
+        }
+        // Every track closed already (no camera streamed): nothing is left to wait for.
+        if !running {
+            progress.cancel()
+            deadline.cancel()
+        }
     }
 
     private func progressTask(recording: String, interval: Int) -> Task<Void, Never> {
@@ -358,6 +376,12 @@ public final class AgentRecordings: Sendable {
         }
         let now = clock.now()
         for recorder in recorders { recorder.stop(at: now) }
+        // A camera that has stopped delivering closes a second after the stop, not at the planned end.
+        let period = recorders.first?.plan.grid.period ?? 0
+        Task {
+            try? await Task.sleep(for: .nanoseconds(Int64(2 * period) + 1_000_000_000))
+            for recorder in recorders where recorder.progress.finished == nil { recorder.close() }
+        }
         return .ok(WireOk())
     }
 
@@ -446,7 +470,6 @@ public final class AgentRecordings: Sendable {
             try? await connection.send(WireFrame(requestID: requestID, .error(WireError(.notFound, agent: agentID, "cannot open \(url.path): \(error)"))))
             return
         }
-        defer { try? handle.close() }
         let pool = threadPool
         func read(_ offset: UInt64) -> Task<ByteBuffer?, Never> {
             Task {
@@ -470,13 +493,16 @@ public final class AgentRecordings: Sendable {
             }
         }
         var offset = request.offset
-        var next = read(offset)
+        // The chunk being read while the one before it is sent; awaited before the file is closed on every
+        // way out, so the descriptor is never closed under a read.
+        var next: Task<ByteBuffer?, Never>? = read(offset)
         let started = ContinuousClock.now
         var sent: UInt64 = 0
-        repeat {
-            guard let chunk = await next.value else {
+        while let reading = next {
+            next = nil
+            guard let chunk = await reading.value else {
                 try? await connection.send(WireFrame(requestID: requestID, .error(WireError(.internal, agent: agentID, "agent \(agentID) could not read '\(request.name)'"))))
-                return
+                break
             }
             let chunkOffset = offset
             offset += UInt64(chunk.readableBytes)
@@ -490,7 +516,8 @@ public final class AgentRecordings: Sendable {
             do {
                 try await connection.send(WireFrame(requestID: requestID, .fileChunk(message), payload: chunk))
             } catch {
-                return
+                // The connection is gone: the file stays for the next fetch.
+                break
             }
             sent += UInt64(chunk.readableBytes)
             if request.maxBytesPerSecond > 0 {
@@ -498,46 +525,53 @@ public final class AgentRecordings: Sendable {
                 let elapsed = ContinuousClock.now - started
                 if due > elapsed { try? await Task.sleep(for: due - elapsed) }
             }
-            if last { return }
-        } while true
+        }
+        if let next { _ = await next.value }
+        do {
+            try handle.close()
+        } catch {
+            logger.warning("cannot close a recorded file after sending it", metadata: ["file": "\(url.path)", "error": "\(error)"])
+        }
     }
 
     /// Deletes acknowledged files; the recording's folder goes with its last file.
     func acknowledge(_ request: WireAcknowledgeRecording) async -> WireEnvelope.OneOf_Body {
         let folder = directory.appendingPathComponent(request.recordingID)
-        guard Self.isSafeName(request.recordingID), state.withLockedValue({ $0.active[request.recordingID] == nil }),
-            let data = try? Data(contentsOf: folder.appendingPathComponent("state.pb")),
-            var summary = try? WireRecordingSummary(serializedBytes: data)
-        else {
+        guard Self.isSafeName(request.recordingID), state.withLockedValue({ $0.active[request.recordingID] == nil }) else {
             return .error(WireError(.notFound, agent: agentID, "agent \(agentID) holds no finished recording '\(request.recordingID)'"))
         }
-        let held = Set(summary.tracks.flatMap(\.files).map(\.name))
-        for index in summary.tracks.indices { summary.tracks[index].files.removeAll { Self.names(request, held).contains($0.name) } }
-        let remaining = summary
-        let names = Self.names(request, held)
-        let unknown = names.subtracting(held)
-        guard unknown.isEmpty else {
-            return .error(WireError(.notFound, agent: agentID, "recording '\(request.recordingID)' on agent \(agentID) has no file \(unknown.sorted().joined(separator: ", "))"))
-        }
-        let pool = threadPool
+        let agentID = self.agentID
         do {
-            try await pool.runIfActive {
-                for name in names { try? FileManager.default.removeItem(at: folder.appendingPathComponent(name)) }
-                if remaining.tracks.allSatisfy(\.files.isEmpty) {
-                    try FileManager.default.removeItem(at: folder)
-                    try DurableFile.flushDirectory(folder.deletingLastPathComponent())
-                } else {
-                    try DurableFile.write(try remaining.serializedBytes() as [UInt8], to: folder.appendingPathComponent("state.pb"))
+            // Read, changed and written on the spool's one thread: acknowledgements of one recording from
+            // several connections never undo each other.
+            return try await threadPool.runIfActive { () -> WireEnvelope.OneOf_Body in
+                guard let data = try? Data(contentsOf: folder.appendingPathComponent("state.pb")),
+                    var summary = try? WireRecordingSummary(serializedBytes: data), summary.state != .recording
+                else {
+                    return .error(WireError(.notFound, agent: agentID, "agent \(agentID) holds no finished recording '\(request.recordingID)'"))
                 }
+                let held = Set(summary.tracks.flatMap(\.files).map(\.name))
+                let names = request.names.isEmpty ? held : Set(request.names)
+                let unknown = names.subtracting(held)
+                guard unknown.isEmpty else {
+                    return .error(WireError(.notFound, agent: agentID, "recording '\(request.recordingID)' on agent \(agentID) has no file \(unknown.sorted().joined(separator: ", "))"))
+                }
+                for name in names { try? FileManager.default.removeItem(at: folder.appendingPathComponent(name)) }
+                for index in summary.tracks.indices { summary.tracks[index].files.removeAll { names.contains($0.name) } }
+                guard summary.tracks.allSatisfy(\.files.isEmpty) else {
+                    try DurableFile.write(try summary.serializedBytes() as [UInt8], to: folder.appendingPathComponent("state.pb"))
+                    return .ok(WireOk())
+                }
+                // The last file: the agent's own files go, and the folder with them when nothing else is left.
+                let own = Set(["request.pb", "state.pb"] + summary.tracks.map { "\($0.fileStem).json" })
+                for name in own { try? FileManager.default.removeItem(at: folder.appendingPathComponent(name)) }
+                _ = rmdir(folder.path)
+                try DurableFile.flushDirectory(folder.deletingLastPathComponent())
+                return .ok(WireOk())
             }
         } catch {
             return .error(WireError(.internal, agent: agentID, "agent \(agentID) could not delete acknowledged files: \(error)"))
         }
-        return .ok(WireOk())
-    }
-
-    private static func names(_ request: WireAcknowledgeRecording, _ held: Set<String>) -> Set<String> {
-        request.names.isEmpty ? held : Set(request.names)
     }
 
     /// Ends every recording (agent shutdown): each track closes its files as they are; returns once all have.

@@ -49,31 +49,39 @@ extension AgentRecordings {
         recorded.state = .cutShort
         if let format { recorded.format = format }
         var problems: [String] = []
-        // Segments in order; the frames each kept.
+        // Segments in order, and the frames each holds. Only the last can be open: the others were closed
+        // when the next one began.
         var segments: [String] = []
+        while FileManager.default.fileExists(atPath: folder.appendingPathComponent(TrackFiles.segmentName(stem: stem, segment: segments.count)).path) {
+            segments.append(TrackFiles.segmentName(stem: stem, segment: segments.count))
+        }
         var kept: [Int] = []
-        var segment = 0
-        while FileManager.default.fileExists(atPath: folder.appendingPathComponent(TrackFiles.segmentName(stem: stem, segment: segment)).path) {
-            let name = TrackFiles.segmentName(stem: stem, segment: segment)
+        for (index, name) in segments.enumerated() {
             let url = folder.appendingPathComponent(name)
+            if index < segments.count - 1 {
+                kept.append((try? MediaFile.frameCount(url.path)) ?? 0)
+                continue
+            }
             let repaired = folder.appendingPathComponent(".\(name).repaired")
             try? FileManager.default.removeItem(at: repaired)
             do {
+                let size = (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? NSNumber)?.uint64Value ?? 0
+                var stats = statvfs()
+                if statvfs(folder.path, &stats) == 0, UInt64(stats.f_bavail) * UInt64(stats.f_frsize) < size + (64 << 20) {
+                    throw MediaFileError("no room on the disk to rewrite it (\(size >> 20) MiB)")
+                }
                 let frames = try MediaFile.repair(url.path, into: repaired.path)
                 guard rename(repaired.path, url.path) == 0 else {
                     throw MediaFileError("cannot put the closed file in place: \(String(cString: strerror(errno)))")
                 }
-                segments.append(name)
+                try? DurableFile.flushDirectory(folder)
                 kept.append(frames)
             } catch {
-                // Nothing of it could be read (the agent stopped before its first cluster reached the
-                // disk), or it could not be closed: kept aside, never deleted, and not offered.
+                // Left as the agent's stop left it: readable up to its last whole cluster, and offered as it is.
                 try? FileManager.default.removeItem(at: repaired)
-                _ = rename(url.path, url.path + ".unreadable")
-                problems.append("\(name) could not be closed (kept on the host as \(name).unreadable): \(error)")
-                kept.append(0)
+                kept.append((try? MediaFile.frameCount(url.path)) ?? 0)
+                problems.append("\(name) was not rewritten (\(error)); it is offered as the agent's stop left it")
             }
-            segment += 1
         }
         // The frame table: rows for frames beyond what the videos kept become `lost`.
         let tableURL = folder.appendingPathComponent("\(stem).frames.csv")
@@ -90,13 +98,16 @@ extension AgentRecordings {
         var first: Int64 = -1
         var last: Int64 = -1
         var lastIndex: Int64 = -1
-        for line in lines.dropFirst() {
-            let fields = line.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+        let rows = lines.dropFirst().map { $0.split(separator: ",", omittingEmptySubsequences: false).map(String.init) }
+        // Each segment's first frame number: frames are numbered across the track's segments.
+        var base: [Int: Int] = [:]
+        for fields in rows where fields.count == 8 {
+            if let frame = Int(fields[1]), let file = Int(fields[2]) { base[file] = min(base[file] ?? frame, frame) }
+        }
+        for (line, fields) in zip(lines.dropFirst(), rows) {
             guard fields.count == 8, let index = Int64(fields[0]) else { continue }
             lastIndex = max(lastIndex, index)
-            guard let frame = Int(fields[1]), let file = Int(fields[2]), file < kept.count,
-                frame - kept[..<file].reduce(0, +) < kept[file]
-            else {
+            guard let frame = Int(fields[1]), let file = Int(fields[2]), file < kept.count, frame - (base[file] ?? 0) < kept[file] else {
                 if fields[7] != "duplicate" { gaps += 1 }
                 let flag = fields[7] == "gap" ? "gap" : "lost"
                 table += "\(index),,,\(fields[3]),,,,\(flag)\n"
@@ -128,6 +139,7 @@ extension AgentRecordings {
         recorded.firstGridIndex = first
         recorded.lastGridIndex = last
         recorded.files = TrackSummary.files(in: folder, names: segments + ["\(stem).frames.csv", "\(stem).timecodes.txt"])
+        try? DurableFile.flushDirectory(folder)
         recorded.error = (["the agent stopped during the recording; the track was closed at its next start"] + problems).joined(separator: "; ")
         try? TrackSummary(recorded, grid: grid, clock: clock, cutShort: true).write(to: folder)
         return recorded

@@ -105,7 +105,7 @@ final class TrackRecorder: FrameSink, @unchecked Sendable {
         }
     }
 
-    /// Records no grid index from the one nearest `agentTime` on (a stop); the track closes at its next frame.
+    /// Records no grid index after the one nearest `agentTime` (a stop); the track closes at its next frame.
     func stop(at agentTime: Int64) {
         queue.async {
             guard !self.ended else { return }
@@ -203,6 +203,8 @@ final class TrackFiles {
     private var pendingTable = ""
     private var pendingTimecodes = ""
     private var lastSync: Int64?
+    /// The last block's time, in rig-clock nanoseconds.
+    private var lastBlockTime: Int64?
 
     static func segmentName(stem: String, segment: Int) -> String {
         segment == 0 ? "\(stem).mkv" : "\(stem).\(String(format: "%03d", segment)).mkv"
@@ -249,20 +251,29 @@ final class TrackFiles {
 
     var bytes: Int64 { closedBytes + (writer?.bytesWritten ?? 0) }
 
+    static func fileSize(_ path: String) -> Int64 {
+        ((try? FileManager.default.attributesOfItem(atPath: path)[.size]) as? NSNumber)?.int64Value ?? 0
+    }
+
     func frame(_ frame: CapturedFrame, index: Int64, rigTime: Int64, uncertainty: Int64, duplicate: Bool) throws {
         guard var writer else { throw MediaFileError("the track's files are closed") }
         if writer.bytesWritten >= plan.segmentBytes {
             try writer.close()
-            closedBytes += writer.bytesWritten
+            closedBytes += Self.fileSize(writer.path)
             segment += 1
             writer = try openSegment()
             self.writer = writer
         }
+        // Matroska's blocks count milliseconds and must increase: a frame exposed within a millisecond of
+        // the one before (or before it: a duplicate after jitter) is stored a millisecond after it; the
+        // frame table keeps its exact time.
+        let blockTime = lastBlockTime.map { max(rigTime, $0 + 1_000_000) } ?? rigTime
+        lastBlockTime = blockTime
         if plan.codec == .mjpeg && frame.format.pixelFormat != .mjpeg {
             let jpeg = try PhotoEncoder.jpeg(frame, quality: plan.jpegQuality)
-            try jpeg.withUnsafeReadableBytes { try writer.write($0, at: rigTime) }
+            try jpeg.withUnsafeReadableBytes { try writer.write($0, at: blockTime) }
         } else {
-            try frame.bytes.withUnsafeReadableBytes { try writer.write($0, at: rigTime) }
+            try frame.bytes.withUnsafeReadableBytes { try writer.write($0, at: blockTime) }
         }
         pendingTable += FrameSidecar.row(
             index: index, frame: framesWritten, segment: segment, rigTime: rigTime, uncertainty: uncertainty,
@@ -296,7 +307,7 @@ final class TrackFiles {
         }
         if let writer {
             try writer.close()
-            closedBytes += writer.bytesWritten
+            closedBytes += Self.fileSize(writer.path)
             self.writer = nil
         }
         try table.write(contentsOf: Data(pendingTable.utf8))

@@ -42,6 +42,12 @@ public struct RecordingOffload<Sink: CaptureSink>: Sendable {
         /// Bytes fetched now, and how long the fetching took.
         public var bytes: UInt64 = 0
         public var seconds: Double = 0
+
+        public init(id: String, directory: String, state: String) {
+            self.id = id
+            self.directory = directory
+            self.state = state
+        }
     }
 
     /// Offload progress: bytes here of bytes to fetch.
@@ -49,6 +55,9 @@ public struct RecordingOffload<Sink: CaptureSink>: Sendable {
 
     /// Brings `manifest`'s tracks up to date with their agents, fetches every file still on a host, and
     /// writes the manifest (with its sync sets once every file is here).
+    ///
+    /// What the hosts hold (file names, sizes, checksums) is written to the manifest before any file is
+    /// acknowledged: a coordinator stopped at any point later finds every file, here or on its host.
     public func offload(_ manifest: CaptureManifest, capture: CaptureHandle, progress: Progress? = nil) async -> (CaptureManifest, Outcome) {
         guard var recording = manifest.hostRecording else {
             return (manifest, Outcome(id: manifest.id, directory: capture.location.path, state: (manifest.state ?? .complete).rawValue))
@@ -57,14 +66,46 @@ public struct RecordingOffload<Sink: CaptureSink>: Sendable {
         var outcome = Outcome(id: manifest.id, directory: capture.location.path, state: "")
         let started = ContinuousClock.now
         let agents = Array(Set(recording.tracks.map(\.agent))).sorted()
+        let (recordingID, sessionID) = (recording.recordingId, manifest.sessionId)
+
+        // What each host holds now.
+        let before = recording.tracks
+        let refreshed = await withTaskGroup(of: Refresh.self) { group in
+            for agent in agents {
+                let tracks = before.filter { $0.agent == agent }
+                group.addTask { await self.refresh(agent: agent, tracks: tracks, recordingID: recordingID, sessionID: sessionID) }
+            }
+            var results: [Refresh] = []
+            for await result in group { results.append(result) }
+            return results
+        }
+        for result in refreshed {
+            for track in result.tracks {
+                if let index = recording.tracks.firstIndex(where: { $0.camera == track.camera }) { recording.tracks[index] = track }
+            }
+            outcome.waiting += result.waiting
+        }
+        manifest.hostRecording = recording
+        if recording.tracks != before {
+            manifest.state = .offloading
+            do {
+                try await sink.finish(manifest, in: capture)
+            } catch {
+                logger.error("cannot write the manifest; nothing is fetched", metadata: ["capture": "\(manifest.id)", "error": "\(error)"])
+                outcome.waiting.append("the manifest cannot be written: \(error)")
+                outcome.state = (manifest.state ?? .offloading).rawValue
+                return (manifest, outcome)
+            }
+        }
+
+        // Their files, every host at once.
         let total = recording.onHosts.reduce(UInt64(0)) { $0 + $1.file.size }
         let counter = ByteCounter(total: total, progress: progress)
-        let (recordingID, sessionID, allTracks) = (recording.recordingId, manifest.sessionId, recording.tracks)
         let results = await withTaskGroup(of: AgentResult.self) { group in
-            for agent in agents {
-                let tracks = allTracks.filter { $0.agent == agent }
+            for agent in refreshed where agent.client != nil {
+                let tracks = recording.tracks.filter { $0.agent == agent.agent }
                 group.addTask {
-                    await self.offload(agent: agent, tracks: tracks, recordingID: recordingID, sessionID: sessionID, capture: capture, counter: counter)
+                    await self.transfer(agent: agent.agent, client: agent.client!, tracks: tracks, recordingID: recordingID, capture: capture, counter: counter)
                 }
             }
             var results: [AgentResult] = []
@@ -107,12 +148,17 @@ public struct RecordingOffload<Sink: CaptureSink>: Sendable {
         var bytes: UInt64 = 0
     }
 
-    /// One agent's tracks: their state from the agent, then their files.
-    private func offload(
-        agent: String, tracks: [CaptureManifest.HostRecording.Track], recordingID: String, sessionID: String, capture: CaptureHandle,
-        counter: ByteCounter
-    ) async -> AgentResult {
-        var result = AgentResult(tracks: tracks)
+    /// One host's tracks as it holds them now, and its connection when its files can be fetched.
+    struct Refresh: Sendable {
+        var agent: String
+        var tracks: [CaptureManifest.HostRecording.Track]
+        var waiting: [String] = []
+        var client: AgentClient?
+    }
+
+    /// Asks `agent` how its tracks ended and what files it holds, when the manifest does not know yet.
+    private func refresh(agent: String, tracks: [CaptureManifest.HostRecording.Track], recordingID: String, sessionID: String) async -> Refresh {
+        var result = Refresh(agent: agent, tracks: tracks)
         let client: AgentClient
         do {
             guard let remote = pool.agent(named: agent) ?? pool.agents.first(where: { $0.snapshot.agentID == agent }) else {
@@ -126,33 +172,47 @@ public struct RecordingOffload<Sink: CaptureSink>: Sendable {
             }
             return result
         }
-        // What the agent holds of the recording now.
-        if tracks.contains(where: { $0.state == "recording" || $0.state == "unknown" }) {
-            var list = WireListRecordings()
-            list.sessionID = sessionID
-            do {
-                let reply = try await client.request(.listRecordings(list))
-                guard case .recordingList(let recordings) = reply.frame.envelope.body else { throw AgentClientError(.protocolViolation, agent: agent, "answered ListRecordings with \(reply.frame.envelope.messageName)") }
-                if let summary = recordings.recordings.first(where: { $0.recordingID == recordingID }) {
-                    for index in result.tracks.indices {
-                        guard let held = summary.tracks.first(where: { $0.deviceID == result.tracks[index].device }) else { continue }
-                        result.tracks[index].update(from: held)
-                    }
-                    if summary.state == .recording {
-                        result.waiting.append("\(agent): still recording")
-                        return result
-                    }
-                } else {
-                    for index in result.tracks.indices where result.tracks[index].state == "recording" || result.tracks[index].state == "unknown" {
-                        result.tracks[index].state = "failed"
-                        result.tracks[index].error = "agent \(agent) holds no recording '\(recordingID)' (it never started there, or its files were acknowledged)"
-                    }
-                }
-            } catch {
-                result.waiting.append("\(agent): how the recording ended (\(RigSession.message(error)))")
-                return result
-            }
+        guard tracks.contains(where: { $0.state == "recording" || $0.state == "unknown" }) else {
+            result.client = client
+            return result
         }
+        var list = WireListRecordings()
+        list.sessionID = sessionID
+        do {
+            let reply = try await client.request(.listRecordings(list))
+            guard case .recordingList(let recordings) = reply.frame.envelope.body else {
+                throw AgentClientError(.protocolViolation, agent: agent, "answered ListRecordings with \(reply.frame.envelope.messageName)")
+            }
+            if let summary = recordings.recordings.first(where: { $0.recordingID == recordingID }) {
+                for index in result.tracks.indices {
+                    guard let held = summary.tracks.first(where: { $0.deviceID == result.tracks[index].device }) else { continue }
+                    result.tracks[index].update(from: held)
+                }
+                if summary.state == .recording {
+                    result.waiting.append("\(agent): still recording (or closing a recording cut short)")
+                    return result
+                }
+            } else {
+                for index in result.tracks.indices where result.tracks[index].state == "recording" || result.tracks[index].state == "unknown" {
+                    result.tracks[index].state = "failed"
+                    result.tracks[index].error =
+                        result.tracks[index].error ?? "agent \(agent) holds no recording '\(recordingID)': it never started there"
+                }
+            }
+        } catch {
+            result.waiting.append("\(agent): how the recording ended (\(RigSession.message(error)))")
+            return result
+        }
+        result.client = client
+        return result
+    }
+
+    /// One host's files that are not here yet.
+    private func transfer(
+        agent: String, client: AgentClient, tracks: [CaptureManifest.HostRecording.Track], recordingID: String, capture: CaptureHandle,
+        counter: ByteCounter
+    ) async -> AgentResult {
+        var result = AgentResult(tracks: tracks)
         // The files one after another over the agent's link; each one's check, flush and acknowledgement
         // run while the next one downloads, so the link never waits for the disk.
         let files = result.tracks.indices.flatMap { track in

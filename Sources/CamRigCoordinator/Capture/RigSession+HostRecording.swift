@@ -211,6 +211,10 @@ extension RigSession {
                     recording.tracks[index].state = "failed"
                     recording.tracks[index].error = "agent \(track.agent) ended the recording without this camera's track"
                 }
+            case .failure(let error as AgentClientError)? where error.kind == .remoteError:
+                // The agent refused the recording: nothing was recorded there.
+                recording.tracks[index].state = "failed"
+                recording.tracks[index].error = "agent \(track.agent) refused the recording: \(error.message)"
             case .failure(let error)?:
                 // The agent may well have recorded: its files are asked for at the offload.
                 recording.tracks[index].error = "the coordinator lost the recording's answers: \(message(error)); the host's files are fetched when it is reachable"
@@ -241,8 +245,9 @@ extension RigSession {
                         elapsed: duration, duration: duration, framesPerCamera: frames, sets: 0, offloadedBytes: done, offloadTotalBytes: total))
             }
         }
-        if recording.tracks.allSatisfy({ $0.frames == 0 && $0.state != "unknown" }) {
-            let failures = recording.tracks.map { "  \(rig.inputs[$0.camera].name): \($0.error ?? "no frame")" }
+        let tracks = manifest.hostRecording?.tracks ?? recording.tracks
+        if tracks.allSatisfy({ $0.frames == 0 && $0.state != "unknown" && $0.state != "recording" }) {
+            let failures = tracks.map { "  \(rig.inputs[$0.camera].name): \($0.error ?? "no frame")" }
             throw CommitError(description: "no camera recorded a frame:\n" + failures.joined(separator: "\n"), failures: [], rollbackFailures: [])
         }
         return CaptureReport(manifest: manifest, directory: capture.location)

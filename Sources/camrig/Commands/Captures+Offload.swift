@@ -46,6 +46,11 @@ extension Captures {
                         throw CommandFailure("\(manifest.id) is being written by another camrig process; try again when it has finished")
                     }
                     defer { claim.release() }
+                    // Read again now that it is ours: another offload may have finished it meanwhile.
+                    guard let current = try await store.reread(handle)?.manifest else {
+                        return RecordingOffload<CaptureStore>.Outcome(id: manifest.id, directory: handle.location.path, state: "complete")
+                    }
+                    let manifest = current
                     let offload = RecordingOffload(pool: pool, sink: store, logger: logger, maxBytesPerSecond: rate.map { UInt64($0 * 1e6) } ?? 0)
                     return await offload.offload(manifest, capture: handle) { done, total in
                         guard !quiet else { return }

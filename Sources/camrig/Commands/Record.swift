@@ -82,7 +82,7 @@ struct Record: AsyncParsableCommand {
                 }
                 let job: CaptureJob = try await client.post(
                     "/api/v1/captures/recording",
-                    RecordRequest(duration: duration, fps: frameRate, size: session.size, stream: stream, codec: codec.rawValue))
+                    RecordRequest(duration: duration, fps: frameRate, size: session.size, stream: stream ? true : nil, codec: codec == .auto ? nil : codec.rawValue))
                 return try await ThroughService.finish(job, on: client, quiet: quiet)
             }) {
                 if output.json { try printJSON(summary, snakeCase: true) } else { print(summary.text) }
