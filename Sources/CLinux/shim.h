@@ -1,8 +1,5 @@
 #ifndef CAMRIG_CLINUX_SHIM_H
 #define CAMRIG_CLINUX_SHIM_H
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE  // sync_file_range
-#endif
 // Linux interfaces Swift's Glibc module does not import: variadic calls (prctl) wrapped in functions,
 // and the socket timestamping constants of <linux/net_tstamp.h> and <linux/errqueue.h>.
 #include <errno.h>
@@ -128,8 +125,10 @@ static inline int camrig_cloexec_pipe(int fds[2]) { return pipe2(fds, O_CLOEXEC)
 
 // Starts writing a file's range to the disk without waiting for it (sync_file_range, SYNC_FILE_RANGE_WRITE):
 // a long file written in pieces is then mostly on the disk when it is finally flushed.
+// (The system call itself: the libc wrapper needs _GNU_SOURCE, which this module cannot define without
+// clashing with Swift's own Glibc module. 2 is SYNC_FILE_RANGE_WRITE.)
 static inline int camrig_start_writeback(int fd, long long offset, long long count) {
-    return sync_file_range(fd, offset, count, SYNC_FILE_RANGE_WRITE);
+    return (int)syscall(SYS_sync_file_range, fd, offset, count, 2);
 }
 
 #endif
