@@ -154,4 +154,25 @@ struct TrackFilesTests {
         let timecodes = try String(contentsOf: folder.appendingPathComponent("cam0-test.timecodes.txt"), encoding: .utf8)
         #expect(timecodes.split(separator: "\n").count == 12, "the header and one line per stored frame")
     }
+
+    @Test("segments by length: a new file every N frames, whatever their size")
+    func segmentsByLength() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-track-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let format = DeviceFormat(pixelFormat: .grey, dimensions: Dimensions(width: 64, height: 48), frameRateRanges: [], bytesPerLine: 64)
+        let grid = RecordingGrid(start: 1_000_000_000, period: 33_333_333.0, count: 11)
+        var plan = TrackRecorder.Plan(
+            deviceID: "cam", stem: "cam0-long", codec: .raw, format: format, jpegQuality: 90, grid: grid, clock: .identity,
+            frameDuration: FrameDuration(framesPerSecond: 30)!, segmentBytes: 1 << 30, folder: folder, metadata: [])
+        plan.segmentFrames = 4
+        let (ended, finish) = AsyncStream.makeStream(of: WireRecordedTrack.self)
+        let recorder = try TrackRecorder(plan: plan) { finish.yield($0) }
+        for index in 0..<11 { recorder.deliver(Self.frame(index, at: grid.instant(Int64(index)), format: format)) }
+        var iterator = ended.makeAsyncIterator()
+        let track = try #require(await iterator.next())
+        let videos = track.files.map(\.name).filter { $0.hasSuffix(".mkv") }
+        #expect(videos == ["cam0-long.mkv", "cam0-long.001.mkv", "cam0-long.002.mkv"])
+        #expect(try videos.map { try MediaFile.frameCount(folder.appendingPathComponent($0).path) } == [4, 4, 3])
+    }
 }

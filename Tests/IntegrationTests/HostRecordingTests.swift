@@ -254,7 +254,7 @@ struct HostRecordingTests {
         let rig = try Rig([["--synthetic", "1"], ["--synthetic", "1", "--synthetic-seed", "2"]])
         defer { rig.remove() }
         let recording = try ChildProcess.spawn(
-            Executables.url("camrig").path, ["record", "--duration", "3", "--fps", "30", "--size", "640x480"] + rig.rigArguments,
+            Executables.url("camrig").path, ["record", "--duration", "3", "--fps", "30", "--size", "640x480", "--segment-seconds", "1"] + rig.rigArguments,
             stdout: .null, stderr: .null)
         let started = try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(20)) { !rig.held(0).isEmpty && !rig.held(1).isEmpty }
         #expect(started)
@@ -275,6 +275,7 @@ struct HostRecordingTests {
         let (manifest, folder) = try rig.manifest()
         #expect(manifest.state == .complete, "\(recovered.stdout)")
         #expect(manifest.hostRecording?.tracks.allSatisfy { $0.state == "complete" && $0.frames == 90 } == true, "\(String(describing: manifest.hostRecording?.tracks))")
+        #expect(manifest.hostRecording?.tracks.allSatisfy { $0.videos.count == 3 } == true, "a file a second: \(String(describing: manifest.hostRecording?.tracks.map { $0.videos.map(\.name) }))")
         try Self.checkFiles(manifest, in: folder)
         #expect(rig.held(0).isEmpty && rig.held(1).isEmpty)
     }

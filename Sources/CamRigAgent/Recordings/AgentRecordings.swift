@@ -229,7 +229,7 @@ public final class AgentRecordings: Sendable {
                     deviceID: track.deviceID, stem: track.fileStem, codec: track.codec, format: device.activeFormat,
                     jpegQuality: Int32(track.jpegQuality == 0 ? 90 : min(track.jpegQuality, 100)), grid: grid, clock: mapping,
                     frameDuration: frameDuration, segmentBytes: Int64(request.segmentBytes == 0 ? 4 << 30 : request.segmentBytes),
-                    folder: folder,
+                    segmentFrames: Int64(request.segmentFrames), folder: folder,
                     metadata: [
                         ("CAMRIG_RECORDING", request.recordingID), ("CAMRIG_SESSION", request.sessionID), ("CAMRIG_AGENT", agentID),
                         ("CAMRIG_DEVICE", track.deviceID), ("CAMRIG_CAMERA", device.identity.localizedName),

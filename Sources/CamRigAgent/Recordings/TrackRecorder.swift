@@ -27,6 +27,8 @@ final class TrackRecorder: FrameSink, @unchecked Sendable {
         var clock: RigClockMapping
         var frameDuration: FrameDuration
         var segmentBytes: Int64
+        /// A new segment after this many frames too (0: no limit by length).
+        var segmentFrames: Int64 = 0
         var folder: URL
         var metadata: [(String, String)]
     }
@@ -198,6 +200,7 @@ final class TrackFiles {
     private var segmentNames: [String] = []
     private var closedBytes: Int64 = 0
     private var framesWritten: Int64 = 0
+    private var framesInSegment: Int64 = 0
     private let table: FileHandle
     private let timecodes: FileHandle
     private var pendingTable = ""
@@ -257,10 +260,11 @@ final class TrackFiles {
 
     func frame(_ frame: CapturedFrame, index: Int64, rigTime: Int64, uncertainty: Int64, duplicate: Bool) throws {
         guard var writer else { throw MediaFileError("the track's files are closed") }
-        if writer.bytesWritten >= plan.segmentBytes {
+        if writer.bytesWritten >= plan.segmentBytes || (plan.segmentFrames > 0 && framesInSegment >= plan.segmentFrames) {
             try writer.close()
             closedBytes += Self.fileSize(writer.path)
             segment += 1
+            framesInSegment = 0
             writer = try openSegment()
             self.writer = writer
         }
@@ -280,6 +284,7 @@ final class TrackFiles {
             sensorTime: frame.timestamp, marks: frame.timestampMarks.rawValue, duplicate: duplicate)
         pendingTimecodes += FrameSidecar.timecode(rigTime: rigTime)
         framesWritten += 1
+        framesInSegment += 1
         try flushSidecars(at: rigTime)
     }
 

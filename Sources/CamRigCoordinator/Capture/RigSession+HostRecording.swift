@@ -31,8 +31,10 @@ public struct HostRecordingOptions: Sendable {
     public var codec: RecordingCodec = .auto
     /// For codecs that make JPEGs: 1…100.
     public var jpegQuality = 90
-    /// A new file after this many bytes (0: the agent's default, 4 GiB).
+    /// A new file after this many bytes (0: the agent's default, 4 GiB)…
     public var segmentBytes: UInt64 = 0
+    /// …or after this long (nil: no limit by length).
+    public var segmentDuration: Duration?
     /// Offload the files as soon as the recording ends (otherwise `camrig captures offload` does).
     public var offload = true
     /// Per agent, while offloading; 0: as fast as the link goes.
@@ -163,6 +165,9 @@ extension RigSession {
                 request.frameCount = UInt64(count)
                 request.frameDuration = WireRational(frameDuration)
                 request.segmentBytes = options.segmentBytes
+                if let length = options.segmentDuration {
+                    request.segmentFrames = UInt64(max(1, (Double(length.nanoseconds) / period).rounded()))
+                }
                 request.progressIntervalMs = 500
                 var clock = WireClockMapping()
                 clock.rigReferenceNs = start

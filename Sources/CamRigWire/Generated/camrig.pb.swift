@@ -1317,7 +1317,7 @@ public nonisolated enum WireRecordingState: SwiftProtobuf.Enum, Swift.CaseIterab
 }
 
 /// The single top-level message of every wire frame.
-public nonisolated struct WireEnvelope: Sendable {
+public nonisolated struct WireEnvelope: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
@@ -1326,488 +1326,494 @@ public nonisolated struct WireEnvelope: Sendable {
   /// request: non-zero and unique among that sender's requests still waiting for their final reply on
   /// this connection. Replies and stream messages copy it. 0 marks a message that answers no request
   /// (a connection-level Error, Goodbye).
-  public var requestID: UInt64 = 0
+  public var requestID: UInt64 {
+    get {_storage._requestID}
+    set {_uniqueStorage()._requestID = newValue}
+  }
 
-  public var body: WireEnvelope.OneOf_Body? = nil
+  public var body: OneOf_Body? {
+    get {return _storage._body}
+    set {_uniqueStorage()._body = newValue}
+  }
 
   /// Connection
   public var hello: WireHello {
     get {
-      if case .hello(let v)? = body {return v}
+      if case .hello(let v)? = _storage._body {return v}
       return WireHello()
     }
-    set {body = .hello(newValue)}
+    set {_uniqueStorage()._body = .hello(newValue)}
   }
 
   public var welcome: WireWelcome {
     get {
-      if case .welcome(let v)? = body {return v}
+      if case .welcome(let v)? = _storage._body {return v}
       return WireWelcome()
     }
-    set {body = .welcome(newValue)}
+    set {_uniqueStorage()._body = .welcome(newValue)}
   }
 
   public var error: WireError {
     get {
-      if case .error(let v)? = body {return v}
+      if case .error(let v)? = _storage._body {return v}
       return WireError()
     }
-    set {body = .error(newValue)}
+    set {_uniqueStorage()._body = .error(newValue)}
   }
 
   public var goodbye: WireGoodbye {
     get {
-      if case .goodbye(let v)? = body {return v}
+      if case .goodbye(let v)? = _storage._body {return v}
       return WireGoodbye()
     }
-    set {body = .goodbye(newValue)}
+    set {_uniqueStorage()._body = .goodbye(newValue)}
   }
 
   public var ping: WirePing {
     get {
-      if case .ping(let v)? = body {return v}
+      if case .ping(let v)? = _storage._body {return v}
       return WirePing()
     }
-    set {body = .ping(newValue)}
+    set {_uniqueStorage()._body = .ping(newValue)}
   }
 
   public var pong: WirePong {
     get {
-      if case .pong(let v)? = body {return v}
+      if case .pong(let v)? = _storage._body {return v}
       return WirePong()
     }
-    set {body = .pong(newValue)}
+    set {_uniqueStorage()._body = .pong(newValue)}
   }
 
   public var clockProbe: WireClockProbe {
     get {
-      if case .clockProbe(let v)? = body {return v}
+      if case .clockProbe(let v)? = _storage._body {return v}
       return WireClockProbe()
     }
-    set {body = .clockProbe(newValue)}
+    set {_uniqueStorage()._body = .clockProbe(newValue)}
   }
 
   public var clockProbeReply: WireClockProbeReply {
     get {
-      if case .clockProbeReply(let v)? = body {return v}
+      if case .clockProbeReply(let v)? = _storage._body {return v}
       return WireClockProbeReply()
     }
-    set {body = .clockProbeReply(newValue)}
+    set {_uniqueStorage()._body = .clockProbeReply(newValue)}
   }
 
   public var ok: WireOk {
     get {
-      if case .ok(let v)? = body {return v}
+      if case .ok(let v)? = _storage._body {return v}
       return WireOk()
     }
-    set {body = .ok(newValue)}
+    set {_uniqueStorage()._body = .ok(newValue)}
   }
 
   public var openClockChannel: WireOpenClockChannel {
     get {
-      if case .openClockChannel(let v)? = body {return v}
+      if case .openClockChannel(let v)? = _storage._body {return v}
       return WireOpenClockChannel()
     }
-    set {body = .openClockChannel(newValue)}
+    set {_uniqueStorage()._body = .openClockChannel(newValue)}
   }
 
   public var clockChannel: WireClockChannel {
     get {
-      if case .clockChannel(let v)? = body {return v}
+      if case .clockChannel(let v)? = _storage._body {return v}
       return WireClockChannel()
     }
-    set {body = .clockChannel(newValue)}
+    set {_uniqueStorage()._body = .clockChannel(newValue)}
   }
 
   /// Devices
   public var listDevices: WireListDevices {
     get {
-      if case .listDevices(let v)? = body {return v}
+      if case .listDevices(let v)? = _storage._body {return v}
       return WireListDevices()
     }
-    set {body = .listDevices(newValue)}
+    set {_uniqueStorage()._body = .listDevices(newValue)}
   }
 
   public var discoveryQuery: WireDiscoveryQuery {
     get {
-      if case .discoveryQuery(let v)? = body {return v}
+      if case .discoveryQuery(let v)? = _storage._body {return v}
       return WireDiscoveryQuery()
     }
-    set {body = .discoveryQuery(newValue)}
+    set {_uniqueStorage()._body = .discoveryQuery(newValue)}
   }
 
   public var deviceList: WireDeviceList {
     get {
-      if case .deviceList(let v)? = body {return v}
+      if case .deviceList(let v)? = _storage._body {return v}
       return WireDeviceList()
     }
-    set {body = .deviceList(newValue)}
+    set {_uniqueStorage()._body = .deviceList(newValue)}
   }
 
   public var describeDevice: WireDescribeDevice {
     get {
-      if case .describeDevice(let v)? = body {return v}
+      if case .describeDevice(let v)? = _storage._body {return v}
       return WireDescribeDevice()
     }
-    set {body = .describeDevice(newValue)}
+    set {_uniqueStorage()._body = .describeDevice(newValue)}
   }
 
   public var deviceDescription: WireDeviceDescription {
     get {
-      if case .deviceDescription(let v)? = body {return v}
+      if case .deviceDescription(let v)? = _storage._body {return v}
       return WireDeviceDescription()
     }
-    set {body = .deviceDescription(newValue)}
+    set {_uniqueStorage()._body = .deviceDescription(newValue)}
   }
 
   /// Configuration
   public var lock: WireLock {
     get {
-      if case .lock(let v)? = body {return v}
+      if case .lock(let v)? = _storage._body {return v}
       return WireLock()
     }
-    set {body = .lock(newValue)}
+    set {_uniqueStorage()._body = .lock(newValue)}
   }
 
   public var lease: WireLease {
     get {
-      if case .lease(let v)? = body {return v}
+      if case .lease(let v)? = _storage._body {return v}
       return WireLease()
     }
-    set {body = .lease(newValue)}
+    set {_uniqueStorage()._body = .lease(newValue)}
   }
 
   public var renewLease: WireRenewLease {
     get {
-      if case .renewLease(let v)? = body {return v}
+      if case .renewLease(let v)? = _storage._body {return v}
       return WireRenewLease()
     }
-    set {body = .renewLease(newValue)}
+    set {_uniqueStorage()._body = .renewLease(newValue)}
   }
 
   public var unlock: WireUnlock {
     get {
-      if case .unlock(let v)? = body {return v}
+      if case .unlock(let v)? = _storage._body {return v}
       return WireUnlock()
     }
-    set {body = .unlock(newValue)}
+    set {_uniqueStorage()._body = .unlock(newValue)}
   }
 
   public var configure: WireConfigure {
     get {
-      if case .configure(let v)? = body {return v}
+      if case .configure(let v)? = _storage._body {return v}
       return WireConfigure()
     }
-    set {body = .configure(newValue)}
+    set {_uniqueStorage()._body = .configure(newValue)}
   }
 
   public var deviceState: WireDeviceState {
     get {
-      if case .deviceState(let v)? = body {return v}
+      if case .deviceState(let v)? = _storage._body {return v}
       return WireDeviceState()
     }
-    set {body = .deviceState(newValue)}
+    set {_uniqueStorage()._body = .deviceState(newValue)}
   }
 
   /// Streaming
   public var startStream: WireStartStream {
     get {
-      if case .startStream(let v)? = body {return v}
+      if case .startStream(let v)? = _storage._body {return v}
       return WireStartStream()
     }
-    set {body = .startStream(newValue)}
+    set {_uniqueStorage()._body = .startStream(newValue)}
   }
 
   public var streamStarted: WireStreamStarted {
     get {
-      if case .streamStarted(let v)? = body {return v}
+      if case .streamStarted(let v)? = _storage._body {return v}
       return WireStreamStarted()
     }
-    set {body = .streamStarted(newValue)}
+    set {_uniqueStorage()._body = .streamStarted(newValue)}
   }
 
   public var stopStream: WireStopStream {
     get {
-      if case .stopStream(let v)? = body {return v}
+      if case .stopStream(let v)? = _storage._body {return v}
       return WireStopStream()
     }
-    set {body = .stopStream(newValue)}
+    set {_uniqueStorage()._body = .stopStream(newValue)}
   }
 
   public var streamEnded: WireStreamEnded {
     get {
-      if case .streamEnded(let v)? = body {return v}
+      if case .streamEnded(let v)? = _storage._body {return v}
       return WireStreamEnded()
     }
-    set {body = .streamEnded(newValue)}
+    set {_uniqueStorage()._body = .streamEnded(newValue)}
   }
 
   public var videoFrame: WireVideoFrame {
     get {
-      if case .videoFrame(let v)? = body {return v}
+      if case .videoFrame(let v)? = _storage._body {return v}
       return WireVideoFrame()
     }
-    set {body = .videoFrame(newValue)}
+    set {_uniqueStorage()._body = .videoFrame(newValue)}
   }
 
   /// Capture, triggers and the result spool
   public var capturePhoto: WireCapturePhoto {
     get {
-      if case .capturePhoto(let v)? = body {return v}
+      if case .capturePhoto(let v)? = _storage._body {return v}
       return WireCapturePhoto()
     }
-    set {body = .capturePhoto(newValue)}
+    set {_uniqueStorage()._body = .capturePhoto(newValue)}
   }
 
   public var scheduleTrigger: WireScheduleTrigger {
     get {
-      if case .scheduleTrigger(let v)? = body {return v}
+      if case .scheduleTrigger(let v)? = _storage._body {return v}
       return WireScheduleTrigger()
     }
-    set {body = .scheduleTrigger(newValue)}
+    set {_uniqueStorage()._body = .scheduleTrigger(newValue)}
   }
 
   public var triggerScheduled: WireTriggerScheduled {
     get {
-      if case .triggerScheduled(let v)? = body {return v}
+      if case .triggerScheduled(let v)? = _storage._body {return v}
       return WireTriggerScheduled()
     }
-    set {body = .triggerScheduled(newValue)}
+    set {_uniqueStorage()._body = .triggerScheduled(newValue)}
   }
 
   public var triggerFired: WireTriggerFired {
     get {
-      if case .triggerFired(let v)? = body {return v}
+      if case .triggerFired(let v)? = _storage._body {return v}
       return WireTriggerFired()
     }
-    set {body = .triggerFired(newValue)}
+    set {_uniqueStorage()._body = .triggerFired(newValue)}
   }
 
   public var fetchResults: WireFetchResults {
     get {
-      if case .fetchResults(let v)? = body {return v}
+      if case .fetchResults(let v)? = _storage._body {return v}
       return WireFetchResults()
     }
-    set {body = .fetchResults(newValue)}
+    set {_uniqueStorage()._body = .fetchResults(newValue)}
   }
 
   public var photoResult: WirePhotoResult {
     get {
-      if case .photoResult(let v)? = body {return v}
+      if case .photoResult(let v)? = _storage._body {return v}
       return WirePhotoResult()
     }
-    set {body = .photoResult(newValue)}
+    set {_uniqueStorage()._body = .photoResult(newValue)}
   }
 
   public var resultsEnd: WireResultsEnd {
     get {
-      if case .resultsEnd(let v)? = body {return v}
+      if case .resultsEnd(let v)? = _storage._body {return v}
       return WireResultsEnd()
     }
-    set {body = .resultsEnd(newValue)}
+    set {_uniqueStorage()._body = .resultsEnd(newValue)}
   }
 
   public var acknowledgeResults: WireAcknowledgeResults {
     get {
-      if case .acknowledgeResults(let v)? = body {return v}
+      if case .acknowledgeResults(let v)? = _storage._body {return v}
       return WireAcknowledgeResults()
     }
-    set {body = .acknowledgeResults(newValue)}
+    set {_uniqueStorage()._body = .acknowledgeResults(newValue)}
   }
 
   public var preparePhotoSettings: WirePreparePhotoSettings {
     get {
-      if case .preparePhotoSettings(let v)? = body {return v}
+      if case .preparePhotoSettings(let v)? = _storage._body {return v}
       return WirePreparePhotoSettings()
     }
-    set {body = .preparePhotoSettings(newValue)}
+    set {_uniqueStorage()._body = .preparePhotoSettings(newValue)}
   }
 
   public var photoStage: WirePhotoStageEvent {
     get {
-      if case .photoStage(let v)? = body {return v}
+      if case .photoStage(let v)? = _storage._body {return v}
       return WirePhotoStageEvent()
     }
-    set {body = .photoStage(newValue)}
+    set {_uniqueStorage()._body = .photoStage(newValue)}
   }
 
   public var finalizePhotos: WireFinalizePhotos {
     get {
-      if case .finalizePhotos(let v)? = body {return v}
+      if case .finalizePhotos(let v)? = _storage._body {return v}
       return WireFinalizePhotos()
     }
-    set {body = .finalizePhotos(newValue)}
+    set {_uniqueStorage()._body = .finalizePhotos(newValue)}
   }
 
   public var getSpoolStatus: WireGetSpoolStatus {
     get {
-      if case .getSpoolStatus(let v)? = body {return v}
+      if case .getSpoolStatus(let v)? = _storage._body {return v}
       return WireGetSpoolStatus()
     }
-    set {body = .getSpoolStatus(newValue)}
+    set {_uniqueStorage()._body = .getSpoolStatus(newValue)}
   }
 
   public var spoolStatus: WireSpoolStatus {
     get {
-      if case .spoolStatus(let v)? = body {return v}
+      if case .spoolStatus(let v)? = _storage._body {return v}
       return WireSpoolStatus()
     }
-    set {body = .spoolStatus(newValue)}
+    set {_uniqueStorage()._body = .spoolStatus(newValue)}
   }
 
   /// Events
   public var subscribe: WireSubscribe {
     get {
-      if case .subscribe(let v)? = body {return v}
+      if case .subscribe(let v)? = _storage._body {return v}
       return WireSubscribe()
     }
-    set {body = .subscribe(newValue)}
+    set {_uniqueStorage()._body = .subscribe(newValue)}
   }
 
   public var event: WireEvent {
     get {
-      if case .event(let v)? = body {return v}
+      if case .event(let v)? = _storage._body {return v}
       return WireEvent()
     }
-    set {body = .event(newValue)}
+    set {_uniqueStorage()._body = .event(newValue)}
   }
 
   /// Phase lock of free-running cameras
   public var lockPhase: WireLockPhase {
     get {
-      if case .lockPhase(let v)? = body {return v}
+      if case .lockPhase(let v)? = _storage._body {return v}
       return WireLockPhase()
     }
-    set {body = .lockPhase(newValue)}
+    set {_uniqueStorage()._body = .lockPhase(newValue)}
   }
 
   public var unlockPhase: WireUnlockPhase {
     get {
-      if case .unlockPhase(let v)? = body {return v}
+      if case .unlockPhase(let v)? = _storage._body {return v}
       return WireUnlockPhase()
     }
-    set {body = .unlockPhase(newValue)}
+    set {_uniqueStorage()._body = .unlockPhase(newValue)}
   }
 
   public var getPhaseStatus: WireGetPhaseStatus {
     get {
-      if case .getPhaseStatus(let v)? = body {return v}
+      if case .getPhaseStatus(let v)? = _storage._body {return v}
       return WireGetPhaseStatus()
     }
-    set {body = .getPhaseStatus(newValue)}
+    set {_uniqueStorage()._body = .getPhaseStatus(newValue)}
   }
 
   public var phaseStatus: WirePhaseStatus {
     get {
-      if case .phaseStatus(let v)? = body {return v}
+      if case .phaseStatus(let v)? = _storage._body {return v}
       return WirePhaseStatus()
     }
-    set {body = .phaseStatus(newValue)}
+    set {_uniqueStorage()._body = .phaseStatus(newValue)}
   }
 
   public var phaseStatusList: WirePhaseStatusList {
     get {
-      if case .phaseStatusList(let v)? = body {return v}
+      if case .phaseStatusList(let v)? = _storage._body {return v}
       return WirePhaseStatusList()
     }
-    set {body = .phaseStatusList(newValue)}
+    set {_uniqueStorage()._body = .phaseStatusList(newValue)}
   }
 
   /// On-host recording and offload of its files
   public var checkRecording: WireCheckRecording {
     get {
-      if case .checkRecording(let v)? = body {return v}
+      if case .checkRecording(let v)? = _storage._body {return v}
       return WireCheckRecording()
     }
-    set {body = .checkRecording(newValue)}
+    set {_uniqueStorage()._body = .checkRecording(newValue)}
   }
 
   public var recordingCheck: WireRecordingCheck {
     get {
-      if case .recordingCheck(let v)? = body {return v}
+      if case .recordingCheck(let v)? = _storage._body {return v}
       return WireRecordingCheck()
     }
-    set {body = .recordingCheck(newValue)}
+    set {_uniqueStorage()._body = .recordingCheck(newValue)}
   }
 
   public var startRecording: WireStartRecording {
     get {
-      if case .startRecording(let v)? = body {return v}
+      if case .startRecording(let v)? = _storage._body {return v}
       return WireStartRecording()
     }
-    set {body = .startRecording(newValue)}
+    set {_uniqueStorage()._body = .startRecording(newValue)}
   }
 
   public var recordingStarted: WireRecordingStarted {
     get {
-      if case .recordingStarted(let v)? = body {return v}
+      if case .recordingStarted(let v)? = _storage._body {return v}
       return WireRecordingStarted()
     }
-    set {body = .recordingStarted(newValue)}
+    set {_uniqueStorage()._body = .recordingStarted(newValue)}
   }
 
   public var recordingProgress: WireRecordingProgress {
     get {
-      if case .recordingProgress(let v)? = body {return v}
+      if case .recordingProgress(let v)? = _storage._body {return v}
       return WireRecordingProgress()
     }
-    set {body = .recordingProgress(newValue)}
+    set {_uniqueStorage()._body = .recordingProgress(newValue)}
   }
 
   public var recordingEnded: WireRecordingEnded {
     get {
-      if case .recordingEnded(let v)? = body {return v}
+      if case .recordingEnded(let v)? = _storage._body {return v}
       return WireRecordingEnded()
     }
-    set {body = .recordingEnded(newValue)}
+    set {_uniqueStorage()._body = .recordingEnded(newValue)}
   }
 
   public var stopRecording: WireStopRecording {
     get {
-      if case .stopRecording(let v)? = body {return v}
+      if case .stopRecording(let v)? = _storage._body {return v}
       return WireStopRecording()
     }
-    set {body = .stopRecording(newValue)}
+    set {_uniqueStorage()._body = .stopRecording(newValue)}
   }
 
   public var listRecordings: WireListRecordings {
     get {
-      if case .listRecordings(let v)? = body {return v}
+      if case .listRecordings(let v)? = _storage._body {return v}
       return WireListRecordings()
     }
-    set {body = .listRecordings(newValue)}
+    set {_uniqueStorage()._body = .listRecordings(newValue)}
   }
 
   public var recordingList: WireRecordingList {
     get {
-      if case .recordingList(let v)? = body {return v}
+      if case .recordingList(let v)? = _storage._body {return v}
       return WireRecordingList()
     }
-    set {body = .recordingList(newValue)}
+    set {_uniqueStorage()._body = .recordingList(newValue)}
   }
 
   public var fetchRecordingFile: WireFetchRecordingFile {
     get {
-      if case .fetchRecordingFile(let v)? = body {return v}
+      if case .fetchRecordingFile(let v)? = _storage._body {return v}
       return WireFetchRecordingFile()
     }
-    set {body = .fetchRecordingFile(newValue)}
+    set {_uniqueStorage()._body = .fetchRecordingFile(newValue)}
   }
 
   public var fileChunk: WireFileChunk {
     get {
-      if case .fileChunk(let v)? = body {return v}
+      if case .fileChunk(let v)? = _storage._body {return v}
       return WireFileChunk()
     }
-    set {body = .fileChunk(newValue)}
+    set {_uniqueStorage()._body = .fileChunk(newValue)}
   }
 
   public var acknowledgeRecording: WireAcknowledgeRecording {
     get {
-      if case .acknowledgeRecording(let v)? = body {return v}
+      if case .acknowledgeRecording(let v)? = _storage._body {return v}
       return WireAcknowledgeRecording()
     }
-    set {body = .acknowledgeRecording(newValue)}
+    set {_uniqueStorage()._body = .acknowledgeRecording(newValue)}
   }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
@@ -1884,6 +1890,8 @@ public nonisolated struct WireEnvelope: Sendable {
   }
 
   public init() {}
+
+  fileprivate var _storage = _StorageClass.defaultInstance
 }
 
 /// First message on every connection, sent by the client. Nothing else may precede it.
@@ -4220,6 +4228,9 @@ public nonisolated struct WireStartRecording: Sendable {
   /// 0: 1000
   public var progressIntervalMs: UInt32 = 0
 
+  /// also a new file after this many frames; 0: no limit by length
+  public var segmentFrames: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -4612,1038 +4623,1076 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
   public static let protoMessageName: String = _protobuf_package + ".Envelope"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{2}\u{9}hello\0\u{1}welcome\0\u{1}error\0\u{1}goodbye\0\u{1}ping\0\u{1}pong\0\u{3}clock_probe\0\u{3}clock_probe_reply\0\u{1}ok\0\u{3}open_clock_channel\0\u{3}list_devices\0\u{3}discovery_query\0\u{3}device_list\0\u{3}describe_device\0\u{3}device_description\0\u{2}\u{6}lock\0\u{1}lease\0\u{3}renew_lease\0\u{1}unlock\0\u{1}configure\0\u{3}device_state\0\u{4}\u{5}start_stream\0\u{3}stream_started\0\u{3}stop_stream\0\u{3}stream_ended\0\u{3}video_frame\0\u{4}\u{6}capture_photo\0\u{3}schedule_trigger\0\u{3}trigger_scheduled\0\u{3}trigger_fired\0\u{3}fetch_results\0\u{3}photo_result\0\u{3}results_end\0\u{3}acknowledge_results\0\u{3}prepare_photo_settings\0\u{3}photo_stage\0\u{1}subscribe\0\u{1}event\0\u{3}clock_channel\0\u{3}finalize_photos\0\u{3}get_spool_status\0\u{3}spool_status\0\u{4}\u{5}lock_phase\0\u{3}unlock_phase\0\u{3}get_phase_status\0\u{3}phase_status\0\u{3}phase_status_list\0\u{4}\u{6}check_recording\0\u{3}recording_check\0\u{3}start_recording\0\u{3}recording_started\0\u{3}recording_progress\0\u{3}recording_ended\0\u{3}stop_recording\0\u{3}list_recordings\0\u{3}recording_list\0\u{3}fetch_recording_file\0\u{3}file_chunk\0\u{3}acknowledge_recording\0")
 
+  fileprivate class _StorageClass {
+    var _requestID: UInt64 = 0
+    var _body: WireEnvelope.OneOf_Body?
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _requestID = source._requestID
+      _body = source._body
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
+
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.requestID) }()
-      case 10: try {
-        var v: WireHello?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .hello(let m) = current {v = m}
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularUInt64Field(value: &_storage._requestID) }()
+        case 10: try {
+          var v: WireHello?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .hello(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .hello(v)
+          }
+        }()
+        case 11: try {
+          var v: WireWelcome?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .welcome(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .welcome(v)
+          }
+        }()
+        case 12: try {
+          var v: WireError?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .error(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .error(v)
+          }
+        }()
+        case 13: try {
+          var v: WireGoodbye?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .goodbye(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .goodbye(v)
+          }
+        }()
+        case 14: try {
+          var v: WirePing?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .ping(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .ping(v)
+          }
+        }()
+        case 15: try {
+          var v: WirePong?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .pong(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .pong(v)
+          }
+        }()
+        case 16: try {
+          var v: WireClockProbe?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .clockProbe(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .clockProbe(v)
+          }
+        }()
+        case 17: try {
+          var v: WireClockProbeReply?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .clockProbeReply(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .clockProbeReply(v)
+          }
+        }()
+        case 18: try {
+          var v: WireOk?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .ok(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .ok(v)
+          }
+        }()
+        case 19: try {
+          var v: WireOpenClockChannel?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .openClockChannel(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .openClockChannel(v)
+          }
+        }()
+        case 20: try {
+          var v: WireListDevices?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .listDevices(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .listDevices(v)
+          }
+        }()
+        case 21: try {
+          var v: WireDiscoveryQuery?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .discoveryQuery(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .discoveryQuery(v)
+          }
+        }()
+        case 22: try {
+          var v: WireDeviceList?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .deviceList(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .deviceList(v)
+          }
+        }()
+        case 23: try {
+          var v: WireDescribeDevice?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .describeDevice(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .describeDevice(v)
+          }
+        }()
+        case 24: try {
+          var v: WireDeviceDescription?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .deviceDescription(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .deviceDescription(v)
+          }
+        }()
+        case 30: try {
+          var v: WireLock?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .lock(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .lock(v)
+          }
+        }()
+        case 31: try {
+          var v: WireLease?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .lease(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .lease(v)
+          }
+        }()
+        case 32: try {
+          var v: WireRenewLease?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .renewLease(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .renewLease(v)
+          }
+        }()
+        case 33: try {
+          var v: WireUnlock?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .unlock(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .unlock(v)
+          }
+        }()
+        case 34: try {
+          var v: WireConfigure?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .configure(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .configure(v)
+          }
+        }()
+        case 35: try {
+          var v: WireDeviceState?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .deviceState(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .deviceState(v)
+          }
+        }()
+        case 40: try {
+          var v: WireStartStream?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .startStream(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .startStream(v)
+          }
+        }()
+        case 41: try {
+          var v: WireStreamStarted?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .streamStarted(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .streamStarted(v)
+          }
+        }()
+        case 42: try {
+          var v: WireStopStream?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .stopStream(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .stopStream(v)
+          }
+        }()
+        case 43: try {
+          var v: WireStreamEnded?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .streamEnded(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .streamEnded(v)
+          }
+        }()
+        case 44: try {
+          var v: WireVideoFrame?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .videoFrame(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .videoFrame(v)
+          }
+        }()
+        case 50: try {
+          var v: WireCapturePhoto?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .capturePhoto(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .capturePhoto(v)
+          }
+        }()
+        case 51: try {
+          var v: WireScheduleTrigger?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .scheduleTrigger(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .scheduleTrigger(v)
+          }
+        }()
+        case 52: try {
+          var v: WireTriggerScheduled?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .triggerScheduled(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .triggerScheduled(v)
+          }
+        }()
+        case 53: try {
+          var v: WireTriggerFired?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .triggerFired(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .triggerFired(v)
+          }
+        }()
+        case 54: try {
+          var v: WireFetchResults?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .fetchResults(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .fetchResults(v)
+          }
+        }()
+        case 55: try {
+          var v: WirePhotoResult?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .photoResult(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .photoResult(v)
+          }
+        }()
+        case 56: try {
+          var v: WireResultsEnd?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .resultsEnd(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .resultsEnd(v)
+          }
+        }()
+        case 57: try {
+          var v: WireAcknowledgeResults?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .acknowledgeResults(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .acknowledgeResults(v)
+          }
+        }()
+        case 58: try {
+          var v: WirePreparePhotoSettings?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .preparePhotoSettings(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .preparePhotoSettings(v)
+          }
+        }()
+        case 59: try {
+          var v: WirePhotoStageEvent?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .photoStage(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .photoStage(v)
+          }
+        }()
+        case 60: try {
+          var v: WireSubscribe?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .subscribe(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .subscribe(v)
+          }
+        }()
+        case 61: try {
+          var v: WireEvent?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .event(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .event(v)
+          }
+        }()
+        case 62: try {
+          var v: WireClockChannel?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .clockChannel(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .clockChannel(v)
+          }
+        }()
+        case 63: try {
+          var v: WireFinalizePhotos?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .finalizePhotos(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .finalizePhotos(v)
+          }
+        }()
+        case 64: try {
+          var v: WireGetSpoolStatus?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .getSpoolStatus(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .getSpoolStatus(v)
+          }
+        }()
+        case 65: try {
+          var v: WireSpoolStatus?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .spoolStatus(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .spoolStatus(v)
+          }
+        }()
+        case 70: try {
+          var v: WireLockPhase?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .lockPhase(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .lockPhase(v)
+          }
+        }()
+        case 71: try {
+          var v: WireUnlockPhase?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .unlockPhase(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .unlockPhase(v)
+          }
+        }()
+        case 72: try {
+          var v: WireGetPhaseStatus?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .getPhaseStatus(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .getPhaseStatus(v)
+          }
+        }()
+        case 73: try {
+          var v: WirePhaseStatus?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .phaseStatus(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .phaseStatus(v)
+          }
+        }()
+        case 74: try {
+          var v: WirePhaseStatusList?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .phaseStatusList(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .phaseStatusList(v)
+          }
+        }()
+        case 80: try {
+          var v: WireCheckRecording?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .checkRecording(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .checkRecording(v)
+          }
+        }()
+        case 81: try {
+          var v: WireRecordingCheck?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .recordingCheck(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .recordingCheck(v)
+          }
+        }()
+        case 82: try {
+          var v: WireStartRecording?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .startRecording(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .startRecording(v)
+          }
+        }()
+        case 83: try {
+          var v: WireRecordingStarted?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .recordingStarted(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .recordingStarted(v)
+          }
+        }()
+        case 84: try {
+          var v: WireRecordingProgress?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .recordingProgress(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .recordingProgress(v)
+          }
+        }()
+        case 85: try {
+          var v: WireRecordingEnded?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .recordingEnded(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .recordingEnded(v)
+          }
+        }()
+        case 86: try {
+          var v: WireStopRecording?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .stopRecording(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .stopRecording(v)
+          }
+        }()
+        case 87: try {
+          var v: WireListRecordings?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .listRecordings(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .listRecordings(v)
+          }
+        }()
+        case 88: try {
+          var v: WireRecordingList?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .recordingList(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .recordingList(v)
+          }
+        }()
+        case 89: try {
+          var v: WireFetchRecordingFile?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .fetchRecordingFile(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .fetchRecordingFile(v)
+          }
+        }()
+        case 90: try {
+          var v: WireFileChunk?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .fileChunk(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .fileChunk(v)
+          }
+        }()
+        case 91: try {
+          var v: WireAcknowledgeRecording?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .acknowledgeRecording(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .acknowledgeRecording(v)
+          }
+        }()
+        default: break
         }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .hello(v)
-        }
-      }()
-      case 11: try {
-        var v: WireWelcome?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .welcome(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .welcome(v)
-        }
-      }()
-      case 12: try {
-        var v: WireError?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .error(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .error(v)
-        }
-      }()
-      case 13: try {
-        var v: WireGoodbye?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .goodbye(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .goodbye(v)
-        }
-      }()
-      case 14: try {
-        var v: WirePing?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .ping(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .ping(v)
-        }
-      }()
-      case 15: try {
-        var v: WirePong?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .pong(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .pong(v)
-        }
-      }()
-      case 16: try {
-        var v: WireClockProbe?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .clockProbe(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .clockProbe(v)
-        }
-      }()
-      case 17: try {
-        var v: WireClockProbeReply?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .clockProbeReply(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .clockProbeReply(v)
-        }
-      }()
-      case 18: try {
-        var v: WireOk?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .ok(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .ok(v)
-        }
-      }()
-      case 19: try {
-        var v: WireOpenClockChannel?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .openClockChannel(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .openClockChannel(v)
-        }
-      }()
-      case 20: try {
-        var v: WireListDevices?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .listDevices(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .listDevices(v)
-        }
-      }()
-      case 21: try {
-        var v: WireDiscoveryQuery?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .discoveryQuery(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .discoveryQuery(v)
-        }
-      }()
-      case 22: try {
-        var v: WireDeviceList?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .deviceList(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .deviceList(v)
-        }
-      }()
-      case 23: try {
-        var v: WireDescribeDevice?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .describeDevice(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .describeDevice(v)
-        }
-      }()
-      case 24: try {
-        var v: WireDeviceDescription?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .deviceDescription(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .deviceDescription(v)
-        }
-      }()
-      case 30: try {
-        var v: WireLock?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .lock(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .lock(v)
-        }
-      }()
-      case 31: try {
-        var v: WireLease?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .lease(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .lease(v)
-        }
-      }()
-      case 32: try {
-        var v: WireRenewLease?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .renewLease(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .renewLease(v)
-        }
-      }()
-      case 33: try {
-        var v: WireUnlock?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .unlock(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .unlock(v)
-        }
-      }()
-      case 34: try {
-        var v: WireConfigure?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .configure(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .configure(v)
-        }
-      }()
-      case 35: try {
-        var v: WireDeviceState?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .deviceState(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .deviceState(v)
-        }
-      }()
-      case 40: try {
-        var v: WireStartStream?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .startStream(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .startStream(v)
-        }
-      }()
-      case 41: try {
-        var v: WireStreamStarted?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .streamStarted(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .streamStarted(v)
-        }
-      }()
-      case 42: try {
-        var v: WireStopStream?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .stopStream(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .stopStream(v)
-        }
-      }()
-      case 43: try {
-        var v: WireStreamEnded?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .streamEnded(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .streamEnded(v)
-        }
-      }()
-      case 44: try {
-        var v: WireVideoFrame?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .videoFrame(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .videoFrame(v)
-        }
-      }()
-      case 50: try {
-        var v: WireCapturePhoto?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .capturePhoto(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .capturePhoto(v)
-        }
-      }()
-      case 51: try {
-        var v: WireScheduleTrigger?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .scheduleTrigger(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .scheduleTrigger(v)
-        }
-      }()
-      case 52: try {
-        var v: WireTriggerScheduled?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .triggerScheduled(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .triggerScheduled(v)
-        }
-      }()
-      case 53: try {
-        var v: WireTriggerFired?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .triggerFired(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .triggerFired(v)
-        }
-      }()
-      case 54: try {
-        var v: WireFetchResults?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .fetchResults(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .fetchResults(v)
-        }
-      }()
-      case 55: try {
-        var v: WirePhotoResult?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .photoResult(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .photoResult(v)
-        }
-      }()
-      case 56: try {
-        var v: WireResultsEnd?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .resultsEnd(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .resultsEnd(v)
-        }
-      }()
-      case 57: try {
-        var v: WireAcknowledgeResults?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .acknowledgeResults(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .acknowledgeResults(v)
-        }
-      }()
-      case 58: try {
-        var v: WirePreparePhotoSettings?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .preparePhotoSettings(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .preparePhotoSettings(v)
-        }
-      }()
-      case 59: try {
-        var v: WirePhotoStageEvent?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .photoStage(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .photoStage(v)
-        }
-      }()
-      case 60: try {
-        var v: WireSubscribe?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .subscribe(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .subscribe(v)
-        }
-      }()
-      case 61: try {
-        var v: WireEvent?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .event(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .event(v)
-        }
-      }()
-      case 62: try {
-        var v: WireClockChannel?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .clockChannel(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .clockChannel(v)
-        }
-      }()
-      case 63: try {
-        var v: WireFinalizePhotos?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .finalizePhotos(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .finalizePhotos(v)
-        }
-      }()
-      case 64: try {
-        var v: WireGetSpoolStatus?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .getSpoolStatus(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .getSpoolStatus(v)
-        }
-      }()
-      case 65: try {
-        var v: WireSpoolStatus?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .spoolStatus(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .spoolStatus(v)
-        }
-      }()
-      case 70: try {
-        var v: WireLockPhase?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .lockPhase(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .lockPhase(v)
-        }
-      }()
-      case 71: try {
-        var v: WireUnlockPhase?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .unlockPhase(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .unlockPhase(v)
-        }
-      }()
-      case 72: try {
-        var v: WireGetPhaseStatus?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .getPhaseStatus(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .getPhaseStatus(v)
-        }
-      }()
-      case 73: try {
-        var v: WirePhaseStatus?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .phaseStatus(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .phaseStatus(v)
-        }
-      }()
-      case 74: try {
-        var v: WirePhaseStatusList?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .phaseStatusList(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .phaseStatusList(v)
-        }
-      }()
-      case 80: try {
-        var v: WireCheckRecording?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .checkRecording(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .checkRecording(v)
-        }
-      }()
-      case 81: try {
-        var v: WireRecordingCheck?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .recordingCheck(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .recordingCheck(v)
-        }
-      }()
-      case 82: try {
-        var v: WireStartRecording?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .startRecording(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .startRecording(v)
-        }
-      }()
-      case 83: try {
-        var v: WireRecordingStarted?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .recordingStarted(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .recordingStarted(v)
-        }
-      }()
-      case 84: try {
-        var v: WireRecordingProgress?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .recordingProgress(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .recordingProgress(v)
-        }
-      }()
-      case 85: try {
-        var v: WireRecordingEnded?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .recordingEnded(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .recordingEnded(v)
-        }
-      }()
-      case 86: try {
-        var v: WireStopRecording?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .stopRecording(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .stopRecording(v)
-        }
-      }()
-      case 87: try {
-        var v: WireListRecordings?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .listRecordings(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .listRecordings(v)
-        }
-      }()
-      case 88: try {
-        var v: WireRecordingList?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .recordingList(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .recordingList(v)
-        }
-      }()
-      case 89: try {
-        var v: WireFetchRecordingFile?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .fetchRecordingFile(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .fetchRecordingFile(v)
-        }
-      }()
-      case 90: try {
-        var v: WireFileChunk?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .fileChunk(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .fileChunk(v)
-        }
-      }()
-      case 91: try {
-        var v: WireAcknowledgeRecording?
-        var hadOneofValue = false
-        if let current = self.body {
-          hadOneofValue = true
-          if case .acknowledgeRecording(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.body = .acknowledgeRecording(v)
-        }
-      }()
-      default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    // The use of inline closures is to circumvent an issue where the compiler
-    // allocates stack space for every if/case branch local when no optimizations
-    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
-    // https://github.com/apple/swift-protobuf/issues/1182
-    if self.requestID != 0 {
-      try visitor.visitSingularUInt64Field(value: self.requestID, fieldNumber: 1)
-    }
-    switch self.body {
-    case .hello?: try {
-      guard case .hello(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
-    }()
-    case .welcome?: try {
-      guard case .welcome(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
-    }()
-    case .error?: try {
-      guard case .error(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
-    }()
-    case .goodbye?: try {
-      guard case .goodbye(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
-    }()
-    case .ping?: try {
-      guard case .ping(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 14)
-    }()
-    case .pong?: try {
-      guard case .pong(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 15)
-    }()
-    case .clockProbe?: try {
-      guard case .clockProbe(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 16)
-    }()
-    case .clockProbeReply?: try {
-      guard case .clockProbeReply(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 17)
-    }()
-    case .ok?: try {
-      guard case .ok(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 18)
-    }()
-    case .openClockChannel?: try {
-      guard case .openClockChannel(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 19)
-    }()
-    case .listDevices?: try {
-      guard case .listDevices(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 20)
-    }()
-    case .discoveryQuery?: try {
-      guard case .discoveryQuery(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 21)
-    }()
-    case .deviceList?: try {
-      guard case .deviceList(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 22)
-    }()
-    case .describeDevice?: try {
-      guard case .describeDevice(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 23)
-    }()
-    case .deviceDescription?: try {
-      guard case .deviceDescription(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 24)
-    }()
-    case .lock?: try {
-      guard case .lock(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 30)
-    }()
-    case .lease?: try {
-      guard case .lease(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 31)
-    }()
-    case .renewLease?: try {
-      guard case .renewLease(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 32)
-    }()
-    case .unlock?: try {
-      guard case .unlock(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 33)
-    }()
-    case .configure?: try {
-      guard case .configure(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 34)
-    }()
-    case .deviceState?: try {
-      guard case .deviceState(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 35)
-    }()
-    case .startStream?: try {
-      guard case .startStream(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 40)
-    }()
-    case .streamStarted?: try {
-      guard case .streamStarted(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 41)
-    }()
-    case .stopStream?: try {
-      guard case .stopStream(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 42)
-    }()
-    case .streamEnded?: try {
-      guard case .streamEnded(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 43)
-    }()
-    case .videoFrame?: try {
-      guard case .videoFrame(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 44)
-    }()
-    case .capturePhoto?: try {
-      guard case .capturePhoto(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 50)
-    }()
-    case .scheduleTrigger?: try {
-      guard case .scheduleTrigger(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 51)
-    }()
-    case .triggerScheduled?: try {
-      guard case .triggerScheduled(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 52)
-    }()
-    case .triggerFired?: try {
-      guard case .triggerFired(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 53)
-    }()
-    case .fetchResults?: try {
-      guard case .fetchResults(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 54)
-    }()
-    case .photoResult?: try {
-      guard case .photoResult(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 55)
-    }()
-    case .resultsEnd?: try {
-      guard case .resultsEnd(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 56)
-    }()
-    case .acknowledgeResults?: try {
-      guard case .acknowledgeResults(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 57)
-    }()
-    case .preparePhotoSettings?: try {
-      guard case .preparePhotoSettings(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 58)
-    }()
-    case .photoStage?: try {
-      guard case .photoStage(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 59)
-    }()
-    case .subscribe?: try {
-      guard case .subscribe(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 60)
-    }()
-    case .event?: try {
-      guard case .event(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 61)
-    }()
-    case .clockChannel?: try {
-      guard case .clockChannel(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 62)
-    }()
-    case .finalizePhotos?: try {
-      guard case .finalizePhotos(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 63)
-    }()
-    case .getSpoolStatus?: try {
-      guard case .getSpoolStatus(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 64)
-    }()
-    case .spoolStatus?: try {
-      guard case .spoolStatus(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 65)
-    }()
-    case .lockPhase?: try {
-      guard case .lockPhase(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 70)
-    }()
-    case .unlockPhase?: try {
-      guard case .unlockPhase(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 71)
-    }()
-    case .getPhaseStatus?: try {
-      guard case .getPhaseStatus(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 72)
-    }()
-    case .phaseStatus?: try {
-      guard case .phaseStatus(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 73)
-    }()
-    case .phaseStatusList?: try {
-      guard case .phaseStatusList(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 74)
-    }()
-    case .checkRecording?: try {
-      guard case .checkRecording(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 80)
-    }()
-    case .recordingCheck?: try {
-      guard case .recordingCheck(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 81)
-    }()
-    case .startRecording?: try {
-      guard case .startRecording(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 82)
-    }()
-    case .recordingStarted?: try {
-      guard case .recordingStarted(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 83)
-    }()
-    case .recordingProgress?: try {
-      guard case .recordingProgress(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 84)
-    }()
-    case .recordingEnded?: try {
-      guard case .recordingEnded(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 85)
-    }()
-    case .stopRecording?: try {
-      guard case .stopRecording(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 86)
-    }()
-    case .listRecordings?: try {
-      guard case .listRecordings(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 87)
-    }()
-    case .recordingList?: try {
-      guard case .recordingList(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 88)
-    }()
-    case .fetchRecordingFile?: try {
-      guard case .fetchRecordingFile(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 89)
-    }()
-    case .fileChunk?: try {
-      guard case .fileChunk(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 90)
-    }()
-    case .acknowledgeRecording?: try {
-      guard case .acknowledgeRecording(let v)? = self.body else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 91)
-    }()
-    case nil: break
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if _storage._requestID != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._requestID, fieldNumber: 1)
+      }
+      switch _storage._body {
+      case .hello?: try {
+        guard case .hello(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
+      }()
+      case .welcome?: try {
+        guard case .welcome(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
+      }()
+      case .error?: try {
+        guard case .error(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
+      }()
+      case .goodbye?: try {
+        guard case .goodbye(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
+      }()
+      case .ping?: try {
+        guard case .ping(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 14)
+      }()
+      case .pong?: try {
+        guard case .pong(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 15)
+      }()
+      case .clockProbe?: try {
+        guard case .clockProbe(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 16)
+      }()
+      case .clockProbeReply?: try {
+        guard case .clockProbeReply(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 17)
+      }()
+      case .ok?: try {
+        guard case .ok(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 18)
+      }()
+      case .openClockChannel?: try {
+        guard case .openClockChannel(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 19)
+      }()
+      case .listDevices?: try {
+        guard case .listDevices(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 20)
+      }()
+      case .discoveryQuery?: try {
+        guard case .discoveryQuery(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 21)
+      }()
+      case .deviceList?: try {
+        guard case .deviceList(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 22)
+      }()
+      case .describeDevice?: try {
+        guard case .describeDevice(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 23)
+      }()
+      case .deviceDescription?: try {
+        guard case .deviceDescription(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 24)
+      }()
+      case .lock?: try {
+        guard case .lock(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 30)
+      }()
+      case .lease?: try {
+        guard case .lease(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 31)
+      }()
+      case .renewLease?: try {
+        guard case .renewLease(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 32)
+      }()
+      case .unlock?: try {
+        guard case .unlock(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 33)
+      }()
+      case .configure?: try {
+        guard case .configure(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 34)
+      }()
+      case .deviceState?: try {
+        guard case .deviceState(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 35)
+      }()
+      case .startStream?: try {
+        guard case .startStream(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 40)
+      }()
+      case .streamStarted?: try {
+        guard case .streamStarted(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 41)
+      }()
+      case .stopStream?: try {
+        guard case .stopStream(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 42)
+      }()
+      case .streamEnded?: try {
+        guard case .streamEnded(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 43)
+      }()
+      case .videoFrame?: try {
+        guard case .videoFrame(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 44)
+      }()
+      case .capturePhoto?: try {
+        guard case .capturePhoto(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 50)
+      }()
+      case .scheduleTrigger?: try {
+        guard case .scheduleTrigger(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 51)
+      }()
+      case .triggerScheduled?: try {
+        guard case .triggerScheduled(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 52)
+      }()
+      case .triggerFired?: try {
+        guard case .triggerFired(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 53)
+      }()
+      case .fetchResults?: try {
+        guard case .fetchResults(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 54)
+      }()
+      case .photoResult?: try {
+        guard case .photoResult(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 55)
+      }()
+      case .resultsEnd?: try {
+        guard case .resultsEnd(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 56)
+      }()
+      case .acknowledgeResults?: try {
+        guard case .acknowledgeResults(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 57)
+      }()
+      case .preparePhotoSettings?: try {
+        guard case .preparePhotoSettings(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 58)
+      }()
+      case .photoStage?: try {
+        guard case .photoStage(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 59)
+      }()
+      case .subscribe?: try {
+        guard case .subscribe(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 60)
+      }()
+      case .event?: try {
+        guard case .event(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 61)
+      }()
+      case .clockChannel?: try {
+        guard case .clockChannel(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 62)
+      }()
+      case .finalizePhotos?: try {
+        guard case .finalizePhotos(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 63)
+      }()
+      case .getSpoolStatus?: try {
+        guard case .getSpoolStatus(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 64)
+      }()
+      case .spoolStatus?: try {
+        guard case .spoolStatus(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 65)
+      }()
+      case .lockPhase?: try {
+        guard case .lockPhase(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 70)
+      }()
+      case .unlockPhase?: try {
+        guard case .unlockPhase(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 71)
+      }()
+      case .getPhaseStatus?: try {
+        guard case .getPhaseStatus(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 72)
+      }()
+      case .phaseStatus?: try {
+        guard case .phaseStatus(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 73)
+      }()
+      case .phaseStatusList?: try {
+        guard case .phaseStatusList(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 74)
+      }()
+      case .checkRecording?: try {
+        guard case .checkRecording(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 80)
+      }()
+      case .recordingCheck?: try {
+        guard case .recordingCheck(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 81)
+      }()
+      case .startRecording?: try {
+        guard case .startRecording(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 82)
+      }()
+      case .recordingStarted?: try {
+        guard case .recordingStarted(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 83)
+      }()
+      case .recordingProgress?: try {
+        guard case .recordingProgress(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 84)
+      }()
+      case .recordingEnded?: try {
+        guard case .recordingEnded(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 85)
+      }()
+      case .stopRecording?: try {
+        guard case .stopRecording(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 86)
+      }()
+      case .listRecordings?: try {
+        guard case .listRecordings(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 87)
+      }()
+      case .recordingList?: try {
+        guard case .recordingList(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 88)
+      }()
+      case .fetchRecordingFile?: try {
+        guard case .fetchRecordingFile(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 89)
+      }()
+      case .fileChunk?: try {
+        guard case .fileChunk(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 90)
+      }()
+      case .acknowledgeRecording?: try {
+        guard case .acknowledgeRecording(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 91)
+      }()
+      case nil: break
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: WireEnvelope, rhs: WireEnvelope) -> Bool {
-    if lhs.requestID != rhs.requestID {return false}
-    if lhs.body != rhs.body {return false}
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._requestID != rhs_storage._requestID {return false}
+        if _storage._body != rhs_storage._body {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -9547,7 +9596,7 @@ nonisolated extension WireRecordingCheck: SwiftProtobuf.Message, SwiftProtobuf._
 
 nonisolated extension WireStartRecording: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".StartRecording"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}recording_id\0\u{3}session_id\0\u{1}tracks\0\u{3}start_at_ns\0\u{3}grid_period_ns\0\u{3}frame_count\0\u{1}clock\0\u{3}frame_duration\0\u{3}segment_bytes\0\u{3}progress_interval_ms\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}recording_id\0\u{3}session_id\0\u{1}tracks\0\u{3}start_at_ns\0\u{3}grid_period_ns\0\u{3}frame_count\0\u{1}clock\0\u{3}frame_duration\0\u{3}segment_bytes\0\u{3}progress_interval_ms\0\u{3}segment_frames\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -9565,6 +9614,7 @@ nonisolated extension WireStartRecording: SwiftProtobuf.Message, SwiftProtobuf._
       case 8: try { try decoder.decodeSingularMessageField(value: &self._frameDuration) }()
       case 9: try { try decoder.decodeSingularUInt64Field(value: &self.segmentBytes) }()
       case 10: try { try decoder.decodeSingularUInt32Field(value: &self.progressIntervalMs) }()
+      case 11: try { try decoder.decodeSingularUInt64Field(value: &self.segmentFrames) }()
       default: break
       }
     }
@@ -9605,6 +9655,9 @@ nonisolated extension WireStartRecording: SwiftProtobuf.Message, SwiftProtobuf._
     if self.progressIntervalMs != 0 {
       try visitor.visitSingularUInt32Field(value: self.progressIntervalMs, fieldNumber: 10)
     }
+    if self.segmentFrames != 0 {
+      try visitor.visitSingularUInt64Field(value: self.segmentFrames, fieldNumber: 11)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -9619,6 +9672,7 @@ nonisolated extension WireStartRecording: SwiftProtobuf.Message, SwiftProtobuf._
     if lhs._frameDuration != rhs._frameDuration {return false}
     if lhs.segmentBytes != rhs.segmentBytes {return false}
     if lhs.progressIntervalMs != rhs.progressIntervalMs {return false}
+    if lhs.segmentFrames != rhs.segmentFrames {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

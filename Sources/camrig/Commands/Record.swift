@@ -30,6 +30,9 @@ struct Record: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Start a new file after this many MiB (default 4096).", valueName: "MiB"))
     var segmentMb: Int?
 
+    @Option(name: .long, help: ArgumentHelp("Start a new file after this many seconds too (default: no limit by length).", valueName: "s"))
+    var segmentSeconds: Double?
+
     @Flag(name: .long, help: "Leave the files on the hosts (`camrig captures offload ID` fetches them later).")
     var noOffload = false
 
@@ -51,9 +54,10 @@ struct Record: AsyncParsableCommand {
         guard duration > 0, duration <= 3600 else { throw ValidationError("--duration must be within (0, 3600] seconds") }
         if let fps, DeviceSettingsParser.duration(ofRate: fps) == nil { throw ValidationError("--fps \(fps): give a rate like 30 or 30000/1001") }
         if let segmentMb, segmentMb < 1 { throw ValidationError("--segment-mb must be at least 1") }
+        if let segmentSeconds, segmentSeconds <= 0 { throw ValidationError("--segment-seconds must be positive") }
         if let offloadRate, offloadRate <= 0 { throw ValidationError("--offload-rate must be positive") }
-        if stream, codec != .auto || segmentMb != nil || noOffload || offloadRate != nil {
-            throw ValidationError("--stream stores images here: --codec, --segment-mb, --no-offload and --offload-rate are for on-host recordings")
+        if stream, codec != .auto || segmentMb != nil || segmentSeconds != nil || noOffload || offloadRate != nil {
+            throw ValidationError("--stream stores images here: --codec, --segment-mb, --segment-seconds, --no-offload and --offload-rate are for on-host recordings")
         }
     }
 
@@ -61,6 +65,7 @@ struct Record: AsyncParsableCommand {
         var options = HostRecordingOptions()
         options.codec = codec
         options.segmentBytes = segmentMb.map { UInt64($0) << 20 } ?? 0
+        options.segmentDuration = segmentSeconds.map { .milliseconds(Int64($0 * 1000)) }
         options.offload = !noOffload
         options.offloadBytesPerSecond = offloadRate.map { UInt64($0 * 1e6) } ?? 0
         return options
