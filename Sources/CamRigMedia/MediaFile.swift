@@ -184,23 +184,23 @@ public final class MediaReader {
 
     /// The next frame's stored bytes (a JPEG for MJPEG files) and time, or nil at the end.
     public func next() throws -> (bytes: [UInt8], nanoseconds: Int64)? {
+        try advance().map { packet in (Array(packet.bytes), packet.nanoseconds) }
+    }
+
+    /// Skips the next frame; false at the end.
+    public func skip() throws -> Bool {
+        try advance() != nil
+    }
+
+    /// Moves to the next frame: its bytes (valid until the next move) and time, or nil at the end.
+    private func advance() throws -> (bytes: UnsafeBufferPointer<UInt8>, nanoseconds: Int64)? {
         var data: UnsafePointer<UInt8>?
         var size = 0
         var pts: Int64 = 0
         let (status, message) = withErrorBuffer { camrig_media_reader_next(handle, &data, &size, &pts, $0, $1) }
         if status < 0 { throw MediaFileError("\(path): \(message)") }
         guard status > 0 else { return nil }
-        return (data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? [], pts)
-    }
-
-    /// Skips the next frame; false at the end.
-    public func skip() throws -> Bool {
-        var data: UnsafePointer<UInt8>?
-        var size = 0
-        var pts: Int64 = 0
-        let (status, message) = withErrorBuffer { camrig_media_reader_next(handle, &data, &size, &pts, $0, $1) }
-        if status < 0 { throw MediaFileError("\(path): \(message)") }
-        return status > 0
+        return (UnsafeBufferPointer(start: data, count: data == nil ? 0 : size), pts)
     }
 
     /// The frame last returned by `next` (or skipped) as packed RGB.

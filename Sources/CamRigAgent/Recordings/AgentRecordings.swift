@@ -201,9 +201,8 @@ public final class AgentRecordings: Sendable {
             return reply(.error(WireError(.invalidArgument, agent: agentID, "every track needs its own file_stem of letters, digits, '-', '_' or '.'")))
         }
         let duration = Int64(request.gridPeriodNs * Double(request.frameCount))
-        guard case .recordingCheck(let check) = self.check(request.tracks, duration: duration) else {
-            return reply(self.check(request.tracks, duration: duration))
-        }
+        let answer = self.check(request.tracks, duration: duration)
+        guard case .recordingCheck(let check) = answer else { return reply(answer) }
         guard check.refusal.isEmpty else { return reply(.error(WireError(.spoolFull, agent: agentID, check.refusal))) }
         let folder = directory.appendingPathComponent(request.recordingID)
         let taken = state.withLockedValue { $0.active[request.recordingID] != nil } || FileManager.default.fileExists(atPath: folder.path)

@@ -70,19 +70,11 @@ public struct RecordingOffload<Sink: CaptureSink>: Sendable {
 
         // What each host holds now.
         let before = recording.tracks
-        let refreshed = await withTaskGroup(of: Refresh.self) { group in
-            for agent in agents {
-                let tracks = before.filter { $0.agent == agent }
-                group.addTask { await self.refresh(agent: agent, tracks: tracks, recordingID: recordingID, sessionID: sessionID) }
-            }
-            var results: [Refresh] = []
-            for await result in group { results.append(result) }
-            return results
+        let refreshed = await Self.perAgent(agents) { agent in
+            await self.refresh(agent: agent, tracks: before.filter { $0.agent == agent }, recordingID: recordingID, sessionID: sessionID)
         }
         for result in refreshed {
-            for track in result.tracks {
-                if let index = recording.tracks.firstIndex(where: { $0.camera == track.camera }) { recording.tracks[index] = track }
-            }
+            recording.replace(result.tracks)
             outcome.waiting += result.waiting
         }
         manifest.hostRecording = recording
@@ -101,21 +93,15 @@ public struct RecordingOffload<Sink: CaptureSink>: Sendable {
         // Their files, every host at once.
         let total = recording.onHosts.reduce(UInt64(0)) { $0 + $1.file.size }
         let counter = ByteCounter(total: total, progress: progress)
-        let results = await withTaskGroup(of: AgentResult.self) { group in
-            for agent in refreshed where agent.client != nil {
-                let tracks = recording.tracks.filter { $0.agent == agent.agent }
-                group.addTask {
-                    await self.transfer(agent: agent.agent, client: agent.client!, tracks: tracks, recordingID: recordingID, capture: capture, counter: counter)
-                }
-            }
-            var results: [AgentResult] = []
-            for await result in group { results.append(result) }
-            return results
+        let reachable = Dictionary(uniqueKeysWithValues: refreshed.compactMap { result in result.client.map { (result.agent, $0) } })
+        let tracks = recording.tracks
+        let results = await Self.perAgent(reachable.keys.sorted()) { agent in
+            await self.transfer(
+                agent: agent, client: reachable[agent]!, tracks: tracks.filter { $0.agent == agent }, recordingID: recordingID, capture: capture,
+                counter: counter)
         }
         for result in results {
-            for track in result.tracks {
-                if let index = recording.tracks.firstIndex(where: { $0.camera == track.camera }) { recording.tracks[index] = track }
-            }
+            recording.replace(result.tracks)
             outcome.offloaded += result.offloaded
             outcome.waiting += result.waiting
             outcome.bytes += result.bytes
@@ -139,6 +125,16 @@ public struct RecordingOffload<Sink: CaptureSink>: Sendable {
         }
         outcome.state = (manifest.state ?? .complete).rawValue
         return (manifest, outcome)
+    }
+
+    /// `work` for every agent at once; the results in no particular order.
+    private static func perAgent<Result: Sendable>(_ agents: [String], _ work: @escaping @Sendable (String) async -> Result) async -> [Result] {
+        await withTaskGroup(of: Result.self) { group in
+            for agent in agents { group.addTask { await work(agent) } }
+            var results: [Result] = []
+            for await result in group { results.append(result) }
+            return results
+        }
     }
 
     struct AgentResult: Sendable {
@@ -343,6 +339,15 @@ final class ByteCounter: Sendable {
             return state.done
         }
         if let report { progress?(min(report, total), total) }
+    }
+}
+
+extension CaptureManifest.HostRecording {
+    /// Puts `tracks` in place of the tracks of the same cameras.
+    mutating func replace(_ tracks: [Track]) {
+        for track in tracks {
+            if let index = self.tracks.firstIndex(where: { $0.camera == track.camera }) { self.tracks[index] = track }
+        }
     }
 }
 
