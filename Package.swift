@@ -16,7 +16,9 @@
 //                      leases, the phase grid; no backend, no image code
 //   CamRigMedia        video files: Matroska written frame by frame through FFmpeg's libraries (CMediaFile),
 //                      crash-safe, read back, repaired after a crash and trimmed
-//   CamRigDevices      devices and their backends (synthetic, V4L2 through CLibV4L2), image kernels
+//   CLibcamera         libcamera's C++ API behind a small C interface (no libcamera type leaves it)
+//   CamRigDevices      devices and their backends (synthetic, V4L2 through CLibV4L2, libcamera through
+//                      CLibcamera), image kernels
 //                      (CImageKernels) and JPEG (CTurboJPEG)
 //   CamRigWireModel    the only mapping between wire messages and the device model
 //   CamRigCapture      what a capture produces: manifests, contact sheets, the sink protocol storage implements
@@ -39,7 +41,29 @@
 //   camrig-service     the HTTP server of `camrig serve`, which runs it (camrig itself links no HTTP server)
 //   camrig-bench       benchmarks against baselines measured in the same run (sync, throughput, latency, scale)
 //   CamRigTestSupport  helpers for the tests only: raw TLS peers, embedded agent connections, log capture
+import Foundation
 import PackageDescription
+
+/// libcamera's compiler and linker flags (pkg-config), when libcamera-dev is installed where the package is
+/// built (Debian 13, Raspberry Pi OS). Without it CLibcamera builds a stand-in that says so, and agents serve
+/// V4L2 and synthetic cameras only.
+let libcameraFlags: (compile: [String], link: [String])? = {
+    func pkgConfig(_ arguments: [String]) -> [String]? {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["pkg-config"] + arguments + ["libcamera"]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        guard (try? process.run()) != nil else { return nil }
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { return nil }
+        return String(decoding: data, as: UTF8.self).split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.filter { !$0.isEmpty }
+    }
+    guard let compile = pkgConfig(["--cflags"]), let link = pkgConfig(["--libs"]) else { return nil }
+    return (compile, link)
+}()
 
 let package = Package(
     name: "CamRig",
@@ -124,10 +148,17 @@ let package = Package(
             linkerSettings: [.linkedLibrary("avformat"), .linkedLibrary("avcodec"), .linkedLibrary("swscale"), .linkedLibrary("avutil")]
         ),
         .target(name: "CamRigMedia", dependencies: ["CMediaFile"]),
+        // libcamera's C++ API behind a C interface (Raspberry Pi cameras and libcamera's virtual cameras).
+        .target(
+            name: "CLibcamera",
+            cxxSettings: libcameraFlags.map { [.unsafeFlags($0.compile)] } ?? [],
+            linkerSettings: libcameraFlags.map { [.unsafeFlags($0.link)] } ?? []
+        ),
         .target(
             name: "CamRigDevices",
             dependencies: [
-                "CamRigDeviceModel", "CLibV4L2", "CImageKernels", "CTurboJPEG", "CamRigClock",
+                "CamRigDeviceModel", "CLibV4L2", "CLibcamera", "CImageKernels", "CTurboJPEG", "CamRigClock",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]

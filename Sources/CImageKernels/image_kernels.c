@@ -326,3 +326,19 @@ void camrig_yuyv_to_jpeg_planes(const uint8_t *yuyv, size_t pitch, size_t width,
         }
     }
 }
+
+void camrig_yuv420_to_yuyv(const uint8_t *luma, size_t luma_pitch, const uint8_t *u, const uint8_t *v, size_t chroma_pitch,
+                           size_t chroma_step, size_t width, size_t height, uint8_t *out, size_t out_pitch) {
+    size_t pairs = width / 2;
+    for (size_t row = 0; row < height; row++) {
+        const uint8_t *y = luma + row * luma_pitch;
+        const uint8_t *ur = u + (row / 2) * chroma_pitch, *vr = v + (row / 2) * chroma_pitch;
+        uint8_t *line = out + row * out_pitch;
+        for (size_t pair = 0; pair < pairs; pair++) {
+            line[4 * pair] = y[2 * pair];
+            line[4 * pair + 1] = ur[pair * chroma_step];
+            line[4 * pair + 2] = y[2 * pair + 1];
+            line[4 * pair + 3] = vr[pair * chroma_step];
+        }
+    }
+}

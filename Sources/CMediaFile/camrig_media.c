@@ -111,7 +111,13 @@ typedef struct {
     char *path;
 } out_file;
 
-static int out_write_cb(void *opaque, uint8_t *buf, int n) {
+/* FFmpeg 7 (libavformat 61) passes the bytes to write as const. */
+#if LIBAVFORMAT_VERSION_MAJOR >= 61
+#define CAMRIG_AVIO_WRITE_BYTES const uint8_t
+#else
+#define CAMRIG_AVIO_WRITE_BYTES uint8_t
+#endif
+static int out_write_cb(void *opaque, CAMRIG_AVIO_WRITE_BYTES *buf, int n) {
     out_file *o = opaque;
     int done = 0;
     while (done < n) {
@@ -272,7 +278,15 @@ static AVCodecContext *open_h264_encoder(int width, int height, AVRational rate,
                 c->framerate = rate;
                 c->gop_size = gop_for_rate(rate);
                 c->max_b_frames = 0;
-                c->pix_fmt = m2m->pix_fmts ? m2m->pix_fmts[0] : AV_PIX_FMT_YUV420P;
+                c->pix_fmt = AV_PIX_FMT_YUV420P;
+#if LIBAVCODEC_VERSION_INT >= AV_VERSION_INT(61, 13, 100)
+                /* FFmpeg 7.1 lists an encoder's formats through avcodec_get_supported_config. */
+                const void *formats = NULL;
+                if (avcodec_get_supported_config(c, m2m, AV_CODEC_CONFIG_PIX_FORMAT, 0, &formats, NULL) >= 0 && formats)
+                    c->pix_fmt = ((const enum AVPixelFormat *)formats)[0];
+#else
+                if (m2m->pix_fmts) c->pix_fmt = m2m->pix_fmts[0];
+#endif
                 if (global_header) c->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
                 if (avcodec_open2(c, m2m, NULL) >= 0) return c;
                 avcodec_free_context(&c);

@@ -38,6 +38,8 @@ public struct AgentConfigurationFile: Codable, Equatable, Sendable {
     public struct Devices: Codable, Equatable, Sendable {
         public var synthetic: Int?
         public var v4l2: [String]?
+        /// Serve libcamera's cameras (default: yes, unless synthetic cameras are asked for).
+        public var libcamera: Bool?
     }
 
     public struct Limits: Codable, Equatable, Sendable {

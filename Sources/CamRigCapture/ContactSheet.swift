@@ -95,6 +95,24 @@ public struct ContactSheet: Sendable {
                 let pair = base + y * bytesPerLine + (x / 2) * 4
                 return yuvToRGB(y: Int(pair[x % 2 == 0 ? 0 : 2]), u: Int(pair[1]), v: Int(pair[3]))
             }
+        case .nv12, .yuv420:
+            // The luma plane, then the chroma: interleaved U, V (NV12) or a U plane and a V plane (YU12).
+            let chromaLine = pixelFormat == .nv12 ? bytesPerLine : bytesPerLine / 2
+            let chromaRows = (height + 1) / 2
+            guard width >= 2, bytesPerLine >= width, bytesPerLine * height + chromaLine * chromaRows * (pixelFormat == .nv12 ? 1 : 2) <= bytes.count
+            else { return .failure(.init("\(pixelFormat) FRAME TOO SHORT")) }
+            (sourceWidth, sourceHeight) = (width, height)
+            let chroma = base + bytesPerLine * height
+            let vPlane = chroma + chromaLine * chromaRows
+            let interleaved = pixelFormat == .nv12
+            pixel = { x, y in
+                let luma = Int(base[y * bytesPerLine + x])
+                let row = (y / 2) * chromaLine
+                if interleaved {
+                    return yuvToRGB(y: luma, u: Int(chroma[row + (x / 2) * 2]), v: Int(chroma[row + (x / 2) * 2 + 1]))
+                }
+                return yuvToRGB(y: luma, u: Int(chroma[row + x / 2]), v: Int(vPlane[row + x / 2]))
+            }
         case .rgb24 where bytesPerLine >= width * 3 && bytesPerLine * height <= bytes.count:
             (sourceWidth, sourceHeight) = (width, height)
             pixel = { x, y in

@@ -30,6 +30,13 @@ public struct DeviceFormat: Hashable, Sendable, Identifiable, CustomStringConver
         self.supportedPhotoDimensions = supportedPhotoDimensions ?? [dimensions] + (PhotoPlan.binnedDimensions(pixelFormat, dimensions).map { [$0] } ?? [])
         self.maxZoomFactor = maxZoomFactor
         let bits = pixelFormat.bitsPerPixel
+        if pixelFormat.isPlanarYUV420 {
+            // The luma plane's line; the chroma planes add half as many bytes again.
+            let line = bytesPerLine ?? dimensions.width
+            self.bytesPerLine = line
+            self.imageSize = imageSize ?? line * dimensions.height * 3 / 2
+            return
+        }
         let line = bytesPerLine ?? bits.map { UInt32(Int(dimensions.width) * $0 / 8) } ?? 0
         self.bytesPerLine = line
         self.imageSize = imageSize ?? (line > 0 ? line * dimensions.height : UInt32(dimensions.pixelCount))

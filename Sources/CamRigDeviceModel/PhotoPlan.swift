@@ -23,8 +23,8 @@ public enum PhotoOutputType: Int, CaseIterable, Sendable, CustomStringConvertibl
         case .frame:
             return (.frame, nil)
         case .jpeg:
-            if [.yuyv, .rgb24, .grey, .mjpeg, .jpeg].contains(format.pixelFormat) { return (.jpeg, nil) }
-            return (.frame, "JPEG is made from YUYV, RGB or grey frames; \(format.pixelFormat) frames were delivered as they are")
+            if [.yuyv, .rgb24, .grey, .mjpeg, .jpeg, .nv12, .yuv420].contains(format.pixelFormat) { return (.jpeg, nil) }
+            return (.frame, "JPEG is made from YUYV, NV12, YU12, RGB or grey frames; \(format.pixelFormat) frames were delivered as they are")
         case .dng:
             if format.pixelFormat == .bayerRGGB8 { return (.dng, nil) }
             return (.frame, "DNG needs a Bayer format; \(format.pixelFormat) frames were delivered as they are (configure the camera's RGGB format for RAW)")

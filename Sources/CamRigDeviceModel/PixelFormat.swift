@@ -27,6 +27,12 @@ public struct PixelFormat: Hashable, Sendable, CustomStringConvertible {
     public static let rgb24 = PixelFormat(fourCC: "RGB3")!
     public static let grey = PixelFormat(fourCC: "GREY")!
     public static let bayerRGGB8 = PixelFormat(fourCC: "RGGB")!
+    /// 4:2:0 YUV in two planes: a luma plane (`bytesPerLine` apart) then one of interleaved U, V at half the
+    /// size each way (libcamera's NV12, the virtual cameras' only format).
+    public static let nv12 = PixelFormat(fourCC: "NV12")!
+    /// 4:2:0 YUV in three planes: luma, then U, then V, each chroma plane half the size each way and half
+    /// `bytesPerLine` apart (V4L2's YU12, libcamera's YUV420).
+    public static let yuv420 = PixelFormat(fourCC: "YU12")!
     /// Not a V4L2 format: a photo delivered as a DNG file (Bayer RAW), as CamRig agents make them.
     public static let dng = PixelFormat(fourCC: "DNG ")!
 
@@ -39,9 +45,13 @@ public struct PixelFormat: Hashable, Sendable, CustomStringConvertible {
         case .yuyv: 16
         case .rgb24: 24
         case .grey, .bayerRGGB8: 8
+        case .nv12, .yuv420: 12
         default: nil
         }
     }
+
+    /// 4:2:0 planar YUV (NV12, YU12): `bytesPerLine` is the luma plane's, and the chroma planes follow it.
+    public var isPlanarYUV420: Bool { self == .nv12 || self == .yuv420 }
 }
 
 /// Width and height in pixels.

@@ -24,7 +24,10 @@ public final class AgentProcess: @unchecked Sendable {
 
     /// Starts the agent with `arguments` plus `--listen 127.0.0.1:0` and waits for its `listening` line.
     /// Unless `arguments` name a `--spool-dir` or a `--config`, the agent gets a temporary spool of its own, removed with it.
-    public init(_ arguments: [String], startupTimeout: Double = 20) throws {
+    /// - Parameter launcher: a program that runs the agent, and its arguments before the agent's path (the
+    ///   libcamera tests start an agent built in the Debian 13 root through `scripts/in-libcamera-root`);
+    ///   `agent` is then that agent's path.
+    public init(_ arguments: [String], startupTimeout: Double = 20, launcher: (program: URL, arguments: [String], agent: URL)? = nil) throws {
         logFile = URL(fileURLWithPath: NSTemporaryDirectory() + "camrig-agent-\(UUID().uuidString).log")
         var arguments = arguments
         // A test that names the spool, or passes a configuration file that may, keeps its choice.
@@ -36,9 +39,10 @@ public final class AgentProcess: @unchecked Sendable {
             ownSpool = spool
         }
         do {
+            let agentArguments = ["--listen", "127.0.0.1:0"] + arguments
             local = try LocalAgentProcess.startBlocking(
-                executable: Executables.url("camrig-agent"),
-                arguments: ["--listen", "127.0.0.1:0"] + arguments,
+                executable: launcher?.program ?? Executables.url("camrig-agent"),
+                arguments: launcher.map { $0.arguments + [$0.agent.path] + agentArguments } ?? agentArguments,
                 logFile: logFile,
                 timeout: .milliseconds(Int64(startupTimeout * 1000))
             )
@@ -94,10 +98,12 @@ extension AgentProcess {
 extension AgentProcess {
     /// The set-up most integration tests start with: a scratch PKI and an agent over TLS with its
     /// certificate, started with `arguments` besides `--tls-dir`. Stop the agent and remove the PKI when done.
-    public static func secured(_ arguments: [String] = []) throws -> (TestPKI, AgentProcess) {
+    public static func secured(
+        _ arguments: [String] = [], launcher: (program: URL, arguments: [String], agent: URL)? = nil
+    ) throws -> (TestPKI, AgentProcess) {
         let pki = try TestPKI()
         do {
-            return (pki, try AgentProcess(["--tls-dir", pki.path] + arguments))
+            return (pki, try AgentProcess(["--tls-dir", pki.path] + arguments, launcher: launcher))
         } catch {
             pki.remove()
             throw error

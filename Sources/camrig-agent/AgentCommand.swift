@@ -64,6 +64,9 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("V4L2 device nodes to serve, as a glob (repeatable; default /dev/video* unless --synthetic is given).", valueName: "glob"))
     var v4l2: [String] = []
 
+    @Flag(inversion: .prefixedNo, help: "Serve the cameras libcamera lists (Raspberry Pi CSI cameras; default: yes unless --synthetic is given, when this agent was built with libcamera).")
+    var libcamera: Bool?
+
     @Flag(name: .long, help: "Copy each V4L2 frame out of the driver's buffer instead of sending it from there (for a driver whose buffers must not be held; costs a copy per frame).")
     var v4l2CopyFrames = false
 
@@ -155,6 +158,7 @@ struct AgentCommand: AsyncParsableCommand {
         var syntheticSeed: UInt64
         var syntheticHighSpeed = false
         var v4l2CopyFrames = false
+        var libcamera = false
         var clock: HostClock
     }
 
@@ -196,6 +200,7 @@ struct AgentCommand: AsyncParsableCommand {
         )
         settings.syntheticHighSpeed = syntheticHighSpeed
         settings.v4l2CopyFrames = v4l2CopyFrames
+        settings.libcamera = libcamera ?? file.devices?.libcamera ?? (settings.synthetic == 0 && LibcameraManager.isAvailable)
         guard (0...64).contains(settings.synthetic) else { throw ValidationError("synthetic cameras must be within 0…64") }
         if simulateClockOffsetUs != nil || simulateClockDriftPpm != nil || simulateClockStepUs != nil {
             let offset = simulateClockOffsetUs ?? 0
@@ -228,27 +233,49 @@ struct AgentCommand: AsyncParsableCommand {
     }
 
     /// The device sources the settings select.
-    static func providers(_ settings: Settings) -> (providers: [any DeviceProvider], v4l2: V4L2DeviceProvider?) {
+    /// The device sources the settings select, and why devices they found were skipped (by node or id).
+    static func providers(_ settings: Settings) -> (providers: [any DeviceProvider], skipped: @Sendable () -> [String: String]) {
         var providers: [any DeviceProvider] = []
         if settings.synthetic > 0 {
             providers.append(SyntheticDeviceProvider(count: settings.synthetic, seed: settings.syntheticSeed, clock: settings.clock, highSpeed: settings.syntheticHighSpeed))
         }
+        // libcamera first: the V4L2 nodes its cameras use are left to it.
+        var libcameraProvider: LibcameraDeviceProvider?
+        if settings.libcamera {
+            let provider = LibcameraDeviceProvider(clock: settings.clock, lendFrames: !settings.v4l2CopyFrames)
+            providers.append(provider)
+            libcameraProvider = provider
+        }
         var v4l2Provider: V4L2DeviceProvider?
         if !settings.v4l2.isEmpty || settings.synthetic == 0 {
+            var claimed: (@Sendable () -> Set<UInt64>)?
+            if let libcameraProvider { claimed = { libcameraProvider.claimedDevices } }
             let provider = V4L2DeviceProvider(
-                patterns: settings.v4l2.isEmpty ? ["/dev/video*"] : settings.v4l2, clock: settings.clock, lendFrames: !settings.v4l2CopyFrames)
+                patterns: settings.v4l2.isEmpty ? ["/dev/video*"] : settings.v4l2, clock: settings.clock, lendFrames: !settings.v4l2CopyFrames,
+                claimedElsewhere: claimed)
             providers.append(provider)
             v4l2Provider = provider
         }
-        return (providers, v4l2Provider)
+        let (v4l2, libcamera) = (v4l2Provider, libcameraProvider)
+        return (providers, {
+            var skipped = v4l2?.skipped ?? [:]
+            for (id, reason) in libcamera?.skipped ?? [:] { skipped["libcamera \(id)"] = reason }
+            return skipped
+        })
     }
 
     func run() async throws {
         let settings = try settings()
+        let level = settings.logLevel
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
         if listDevices {
-            let (providers, v4l2Provider) = Self.providers(settings)
+            let (providers, skipped) = Self.providers(settings)
             let discovery = DeviceDiscovery(providers: providers)
-            let listing = DeviceListing(devices: discovery.devices, skipped: v4l2Provider?.skipped ?? [:])
+            let listing = DeviceListing(devices: discovery.devices, skipped: skipped())
             if json {
                 let encoder = JSONEncoder()
                 encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
@@ -257,12 +284,6 @@ struct AgentCommand: AsyncParsableCommand {
                 print(listing.text)
             }
             return
-        }
-        let level = settings.logLevel
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
         }
         if let hosts {
             try await HostSimulation(settings: settings, count: hosts, first: firstHost, clockErrors: simulateHostClockErrors,

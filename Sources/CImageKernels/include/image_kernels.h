@@ -35,4 +35,11 @@ double camrig_squared_error(const uint8_t *a, const uint8_t *b, size_t count, si
 /// (16–235 luma, 16–240 chroma) to 0–255.
 void camrig_yuyv_to_jpeg_planes(const uint8_t *yuyv, size_t pitch, size_t width, size_t rows, uint8_t *y, uint8_t *u, uint8_t *v);
 
+/// Packs 4:2:0 planar YUV into YUYV (4:2:2): `height` rows of `width` pixels (even), luma rows `luma_pitch`
+/// apart; chroma rows `chroma_pitch` apart, each shared by two luma rows, with U and V samples `chroma_step`
+/// bytes apart along a row (2 for NV12's interleaved U, V; 1 for YU12's separate planes). Output rows are
+/// `out_pitch` apart.
+void camrig_yuv420_to_yuyv(const uint8_t *luma, size_t luma_pitch, const uint8_t *u, const uint8_t *v, size_t chroma_pitch,
+                           size_t chroma_step, size_t width, size_t height, uint8_t *out, size_t out_pitch);
+
 #endif

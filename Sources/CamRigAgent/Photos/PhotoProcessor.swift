@@ -127,6 +127,11 @@ enum PhotoProcessor {
     static func final(template: WirePhotoResult, frames: [CapturedFrame], plan: PhotoPlan, started: Int64) throws
         -> Made
     {
+        // 4:2:0 planar frames are packed as YUYV first: the merge, binning and JPEG take that.
+        let frames = try frames.map { frame in
+            guard let packed = PhotoProcessing.packed(frame) else { throw PhotoFrameTooShort(frame: frame) }
+            return packed
+        }
         let merged = plan.level == .quality ? PhotoProcessing.merge(frames) : nil
         var photo = merged?.frame ?? frames[0]
         if plan.dimensions != photo.format.dimensions, let binned = PhotoProcessing.bin(photo) { photo = binned }
@@ -151,6 +156,7 @@ enum PhotoProcessor {
     static func proxy(template: WirePhotoResult, reference: CapturedFrame, plan: PhotoPlan, started: Int64) throws
         -> Made
     {
+        guard let reference = PhotoProcessing.packed(reference) else { throw PhotoFrameTooShort(frame: reference) }
         let photo = PhotoProcessing.bin(reference) ?? reference
         let (file, pixelFormat) = try PhotoEncoder.encode(photo, as: plan.output, model: photo.deviceID)
         var result = template
@@ -180,5 +186,13 @@ enum PhotoProcessor {
         let note = why + "; delivered as its proxy"
         final.resolved.note = final.resolved.note.isEmpty ? note : final.resolved.note + "; " + note
         return final
+    }
+}
+
+/// A frame shorter than its format says (a 4:2:0 frame without all its chroma).
+struct PhotoFrameTooShort: Error, CustomStringConvertible {
+    var frame: CapturedFrame
+    var description: String {
+        "a \(frame.format.pixelFormat) \(frame.format.dimensions) frame of \(frame.deviceID) has \(frame.bytes.readableBytes) bytes, fewer than its format needs"
     }
 }

@@ -139,6 +139,42 @@ public enum PhotoProcessing {
         return Merged(frame: frame, frames: usable.count, noiseSigma: sigma, mergedShare: Double(merged) / Double(size - skip))
     }
 
+    /// A 4:2:0 planar frame (NV12, YU12) packed as YUYV, which binning, merging and JPEG encoding take (each
+    /// chroma sample shared by two rows, nothing lost); other frames as they are, and `nil` for a planar
+    /// frame too short for its format.
+    public static func packed(_ frame: CapturedFrame) -> CapturedFrame? {
+        let format = frame.format
+        guard format.pixelFormat.isPlanarYUV420 else { return frame }
+        let width = Int(format.dimensions.width)
+        let height = Int(format.dimensions.height)
+        let lumaPitch = Int(format.bytesPerLine)
+        let chromaPitch = format.pixelFormat == .nv12 ? lumaPitch : lumaPitch / 2
+        let chromaRows = (height + 1) / 2
+        let needed = lumaPitch * height + chromaPitch * chromaRows * (format.pixelFormat == .nv12 ? 1 : 2)
+        guard width >= 2, width % 2 == 0, lumaPitch >= width, frame.bytes.readableBytes >= needed else { return nil }
+        var packedFormat = DeviceFormat(
+            pixelFormat: .yuyv, dimensions: format.dimensions, frameRateRanges: format.frameRateRanges,
+            supportedPhotoDimensions: format.supportedPhotoDimensions)
+        packedFormat.maxZoomFactor = format.maxZoomFactor
+        let outPitch = Int(packedFormat.bytesPerLine)
+        var out = ByteBufferAllocator().buffer(capacity: outPitch * height)
+        out.writeWithUnsafeMutableBytes(minimumWritableBytes: outPitch * height) { target in
+            frame.bytes.withUnsafeReadableBytes { source in
+                let base = source.baseAddress!.assumingMemoryBound(to: UInt8.self)
+                let chroma = base + lumaPitch * height
+                let nv12 = format.pixelFormat == .nv12
+                camrig_yuv420_to_yuyv(
+                    base, lumaPitch, chroma, nv12 ? chroma + 1 : chroma + chromaPitch * chromaRows, chromaPitch, nv12 ? 2 : 1,
+                    width, height, target.baseAddress!.assumingMemoryBound(to: UInt8.self), outPitch)
+            }
+            return outPitch * height
+        }
+        var packedFrame = frame
+        packedFrame.format = packedFormat
+        packedFrame.bytes = out
+        return packedFrame
+    }
+
     /// The tile (in cells) a quality merge aligns as one, and how far (in cells) it looks for its motion.
     static let alignmentTile = 16
     static let alignmentSearch = 32

@@ -700,11 +700,19 @@ public final class V4L2DeviceProvider: DeviceProvider {
     ///   - patterns: glob patterns of the nodes to serve.
     ///   - clock: the agent's host clock; a simulated host's clock shifts V4L2 stamps as it does everything else.
     ///   - lendFrames: hand frames on in the driver's buffers; false copies each frame out.
-    public init(patterns: [String] = ["/dev/video*"], clock: HostClock = .system, lendFrames: Bool = true) {
+    ///   - claimedElsewhere: the device numbers (dev_t) another backend drives (libcamera's cameras'
+    ///     nodes): those nodes are skipped, saying so.
+    public init(
+        patterns: [String] = ["/dev/video*"], clock: HostClock = .system, lendFrames: Bool = true,
+        claimedElsewhere: (@Sendable () -> Set<UInt64>)? = nil
+    ) {
         self.patterns = patterns
         self.clock = clock
         self.lendFrames = lendFrames
+        self.claimedElsewhere = claimedElsewhere
     }
+
+    private let claimedElsewhere: (@Sendable () -> Set<UInt64>)?
 
     /// Why nodes that match could not be used, by path (e.g. metadata nodes, permission problems).
     public var skipped: [String: String] { failures.withLockedValue { $0 } }
@@ -714,7 +722,13 @@ public final class V4L2DeviceProvider: DeviceProvider {
         var found: [V4L2Camera] = []
         var skipped: [String: String] = [:]
         let known = cache.withLockedValue { $0 }
+        let claimed = claimedElsewhere?() ?? []
         for path in paths {
+            var status = stat()
+            if !claimed.isEmpty, stat(path, &status) == 0, claimed.contains(UInt64(status.st_rdev)) {
+                skipped[path] = "driven through libcamera (its pipeline uses this node)"
+                continue
+            }
             if let camera = known[path], FileManager.default.fileExists(atPath: path), Self.stillPresent(camera) {
                 found.append(camera)
                 continue

@@ -35,6 +35,8 @@ public enum FrameImageWriter {
             bytesPerPixel = 3
         case .grey, .bayerRGGB8:
             bytesPerPixel = 1
+        case .nv12, .yuv420:
+            return ("png", try encodePlanarYUV420(bytes, pixelFormat: pixelFormat, dimensions: dimensions, bytesPerLine: bytesPerLine))
         default:
             return ("raw", Array(bytes))
         }
@@ -83,6 +85,52 @@ public enum FrameImageWriter {
             }
         }
         return ("png", data)
+    }
+
+    /// A PNG of a 4:2:0 planar frame (NV12 or YU12): each row made into YUYV (chroma shared by two rows),
+    /// then converted as YUYV is.
+    static func encodePlanarYUV420(
+        _ bytes: UnsafeRawBufferPointer, pixelFormat: PixelFormat, dimensions: Dimensions, bytesPerLine: Int
+    ) throws -> [UInt8] {
+        let width = Int(dimensions.width)
+        let height = Int(dimensions.height)
+        guard width >= 2, height >= 1, width % 2 == 0 else {
+            throw FrameImageWriterError.unsupportedDimensions(
+                format: pixelFormat, dimensions: dimensions, reason: "4:2:0 frames need an even width of at least 2")
+        }
+        guard bytesPerLine >= width else {
+            throw FrameImageWriterError.bytesPerLineTooSmall(format: pixelFormat, dimensions: dimensions, bytesPerLine: bytesPerLine, minimum: width)
+        }
+        let chromaLine = pixelFormat == .nv12 ? bytesPerLine : bytesPerLine / 2
+        let chromaRows = (height + 1) / 2
+        let required = bytesPerLine * height + chromaLine * chromaRows * (pixelFormat == .nv12 ? 1 : 2)
+        guard bytes.count >= required, let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self) else {
+            throw FrameImageWriterError.bufferTooShort(
+                format: pixelFormat, dimensions: dimensions, bytesPerLine: bytesPerLine, byteCount: bytes.count, required: required)
+        }
+        let chroma = base + bytesPerLine * height
+        let vPlane = chroma + chromaLine * chromaRows
+        var yuyv = [UInt8](repeating: 0, count: width * 2)
+        try PNGEncoder.validate(width: width, height: height, channels: .rgb8, compressionLevel: 1)
+        return try yuyv.withUnsafeMutableBufferPointer { row in
+            try PNGEncoder.encode(width: width, height: height, channels: .rgb8, compressionLevel: 1) { y, rgb in
+                let luma = base + y * bytesPerLine
+                let chromaRow = (y / 2) * chromaLine
+                for pair in 0..<(width / 2) {
+                    row[4 * pair] = luma[2 * pair]
+                    row[4 * pair + 2] = luma[2 * pair + 1]
+                    if pixelFormat == .nv12 {
+                        row[4 * pair + 1] = chroma[chromaRow + 2 * pair]
+                        row[4 * pair + 3] = chroma[chromaRow + 2 * pair + 1]
+                    } else {
+                        row[4 * pair + 1] = chroma[chromaRow + pair]
+                        row[4 * pair + 3] = vPlane[chromaRow + pair]
+                    }
+                }
+                convertYUYVRow(UnsafePointer(row.baseAddress!), pixelPairs: width / 2, into: rgb)
+                return UnsafePointer(rgb)
+            }
+        }
     }
 
     /// YUYV (Y0 U Y1 V) to RGB8 with the BT.601 limited-range matrix, in 8.8 fixed point:

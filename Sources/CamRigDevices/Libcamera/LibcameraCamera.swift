@@ -1,0 +1,548 @@
+import CLibcamera
+import CamRigClock
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A camera driven through libcamera, the way Raspberry Pi's own tools drive their CSI cameras (with the
+/// ISP, auto exposure and white balance libcamera's pipeline handlers bring), behind the device model.
+///
+/// Formats come from the StreamFormats of each stream role (raw, still, video, viewfinder) with frame
+/// rates from `FrameDurationLimits`; typed settings map onto libcamera's controls by name
+/// (`LibcameraSettingsMapping`) and every scalar control is reachable as a raw one by libcamera's id.
+/// Streaming keeps a pool of requests, one per buffer; a frame is lent to the wire in the buffer itself
+/// while enough other requests stay queued, otherwise copied. Each frame's stamp is libcamera's
+/// `SensorTimestamp` (defined as the start of exposure of the sensor's first row; its clock is found at
+/// run time, see `StampClock`).
+///
+/// A camera with kernel devices behind it paces itself; its phase moves through per-request
+/// `FrameDurationLimits` (the control Raspberry Pi's IPA honours), as V4L2 sensors' through VBLANK. A camera
+/// with none (libcamera's virtual cameras, which complete a request as soon as it is queued) is paced by
+/// this backend: `PacedLibcameraCamera`.
+public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
+    /// libcamera's id of the camera.
+    public let cameraID: String
+    public let identity: DeviceIdentity
+    public let typedControlSupport: TypedControlSupport
+    /// The host clock frames are stamped on.
+    public let clock: HostClock
+    /// Whether frames are handed on in libcamera's buffers rather than copied.
+    public let lendFrames: Bool
+    /// The kernel device numbers (dev_t) behind the camera (`SystemDevices`), none for a virtual camera.
+    public let systemDevices: [UInt64]
+    /// `Model`, `Rotation` and `PixelArraySize` as libcamera reports them.
+    public let model: String
+    public let rotation: Int?
+    public let pixelArraySize: Dimensions?
+
+    let handle: OpaquePointer
+    let formatList: [DeviceFormat]
+    /// The role, libcamera fourcc and modifier each format is configured with, by format id.
+    let streamFormats: [String: (role: Int32, fourcc: UInt32, modifier: UInt64)]
+    let controls: [LibcameraControl]
+    let controlList: [ControlDescriptor]
+    let mapping: LibcameraSettingsMapping
+    /// Serializes configuration calls; streaming runs on its own thread.
+    let lock = NIOLock()
+    let state = NIOLockedValueBox(State())
+    let bufferStatistics = NIOLockedValueBox(FrameBufferStatistics())
+
+    struct State {
+        var format: DeviceFormat?
+        var frameDuration: FrameDuration = FrameDuration(framesPerSecond: 30)!
+        /// Raw control values as last set (libcamera has no call that reads a control back).
+        var rawValues: [UInt32: Int64] = [:]
+        var stream: StreamState?
+        /// A stream that ended with frames still lent: its buffers stay until they come back.
+        var previous: StreamState?
+        /// Where the next paced stream's exposures go (`alignNextStream`).
+        var alignment: Int64?
+        /// The settings in force, reported with each frame where libcamera's metadata has no value.
+        var settings = CameraSettings()
+    }
+
+    /// One stream's requests and who holds them.
+    final class StreamState: @unchecked Sendable {
+        let running = NIOLockedValueBox(true)
+        /// Buffers whose lent frames were let go, to be queued again by the streaming thread.
+        let returned = NIOLockedValueBox<[UInt32]>([])
+        let lent = NIOLockedValueBox(0)
+        var bufferCount = 0
+        var memoryBacked = false
+    }
+
+    /// Buffers kept with the pipeline (or ready for it) while others are lent; below that, frames are copied.
+    static let keptQueued = 2
+
+    static let logger = Logger(label: "camrig.libcamera")
+
+    init(manager: LibcameraManager, id: String, label: String, clock: HostClock, lendFrames: Bool) throws(DeviceError) {
+        cameraID = id
+        self.clock = clock
+        self.lendFrames = lendFrames
+        var error = [CChar](repeating: 0, count: 512)
+        guard let handle = manager.lock.withLock({ camrig_lc_open(manager.handle, id, &error, error.count) }) else {
+            throw DeviceError(.notFound, device: "libcamera:\(id)", libcameraMessage(error))
+        }
+        self.handle = handle
+        var properties = camrig_lc_properties()
+        camrig_lc_properties_get(handle, &properties)
+        model = withUnsafeBytes(of: properties.model) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        rotation = properties.rotation >= 0 ? Int(properties.rotation) : nil
+        pixelArraySize = properties.pixel_array_width > 0
+            ? Dimensions(width: properties.pixel_array_width, height: properties.pixel_array_height) : nil
+        systemDevices = withUnsafeBytes(of: properties.system_devices) {
+            Array($0.bindMemory(to: UInt64.self).prefix(Int(properties.system_device_count)))
+        }
+        let position: DevicePosition = properties.location == 0 ? .front : properties.location == 1 ? .back : .unspecified
+        identity = DeviceIdentity(
+            uniqueID: "libcamera:\(id)",
+            localizedName: model.isEmpty ? id : model,
+            modelID: "libcamera:\(model.isEmpty ? "unknown" : model)",
+            deviceType: properties.location == 2 ? .external : .builtInWideAngle,
+            position: position,
+            label: label,
+            backend: "libcamera"
+        )
+        var cControls = [camrig_lc_control](repeating: camrig_lc_control(), count: 256)
+        let controlCount = camrig_lc_controls(handle, &cControls, Int32(cControls.count))
+        controls = cControls.prefix(Int(controlCount)).map(LibcameraControl.init)
+        controlList = controls.compactMap(\.descriptor).sorted { $0.id < $1.id }
+        mapping = LibcameraSettingsMapping(controls)
+        typedControlSupport = mapping.support
+        var cFormats = [camrig_lc_format](repeating: camrig_lc_format(), count: 1024)
+        let formatCount = camrig_lc_formats(handle, &cFormats, Int32(cFormats.count))
+        let rates = Self.frameRateRanges(controls.first { $0.name == "FrameDurationLimits" })
+        var list: [DeviceFormat] = []
+        var roles: [String: (role: Int32, fourcc: UInt32, modifier: UInt64)] = [:]
+        // Processed roles first (video, viewfinder, still), then raw: a size both offer is configured processed.
+        let preference: [Int32] = [Int32(CAMRIG_LC_ROLE_VIDEO), Int32(CAMRIG_LC_ROLE_VIEWFINDER), Int32(CAMRIG_LC_ROLE_STILL), Int32(CAMRIG_LC_ROLE_RAW)]
+        let ordered = cFormats.prefix(Int(formatCount)).sorted { (preference.firstIndex(of: $0.role) ?? 4) < (preference.firstIndex(of: $1.role) ?? 4) }
+        for entry in ordered {
+            let format = DeviceFormat(
+                pixelFormat: Self.pixelFormat(libcameraFourCC: entry.fourcc), dimensions: Dimensions(width: entry.width, height: entry.height),
+                frameRateRanges: rates)
+            guard roles[format.id] == nil else { continue }
+            roles[format.id] = (entry.role, entry.fourcc, entry.modifier)
+            list.append(format)
+        }
+        // Largest first within each pixel format, as V4L2 devices list them.
+        formatList = list.sorted { ($0.pixelFormat.rawValue, $1.dimensions) < ($1.pixelFormat.rawValue, $0.dimensions) }
+        streamFormats = roles
+        if formatList.isEmpty {
+            // deinit closes the handle.
+            throw DeviceError(.unsupported, device: "libcamera:\(id)", "libcamera generates no stream configuration for it")
+        }
+    }
+
+    deinit {
+        camrig_lc_close(handle)
+    }
+
+    /// The model's pixel format for a libcamera (DRM) fourcc: NV12, YUV420 ('YU12'), YUYV, MJPEG and 8-bit
+    /// Bayer share V4L2's codes; DRM's BGR888 ('BG24') is R, G, B in memory, V4L2's RGB24.
+    static func pixelFormat(libcameraFourCC fourcc: UInt32) -> PixelFormat {
+        let code = PixelFormat(rawValue: fourcc)
+        if code == PixelFormat(fourCC: "BG24")! { return .rgb24 }
+        return code
+    }
+
+    /// Frame-rate ranges from `FrameDurationLimits` (whole microseconds): a limit within a microsecond of
+    /// 1/N s for a whole N is taken as exactly that (libcamera truncates 1/30 s to 33333 µs).
+    static func frameRateRanges(_ limits: LibcameraControl?) -> [FrameRateRange] {
+        guard let limits, let low = limits.minimum.first, let high = limits.maximum.first, low.isFinite, high.isFinite, low > 0, high >= low
+        else { return [FrameRateRange(discrete: FrameDuration(framesPerSecond: 30)!)] }
+        guard let shortest = duration(microseconds: low), let longest = duration(microseconds: high),
+            let range = FrameRateRange(min: shortest, max: longest, kind: .continuous)
+        else { return [FrameRateRange(discrete: FrameDuration(framesPerSecond: 30)!)] }
+        return [range]
+    }
+
+    /// A frame duration of `microseconds`, snapped to 1/N s when within a microsecond of it.
+    static func duration(microseconds: Double) -> FrameDuration? {
+        let rate = (1_000_000 / microseconds).rounded()
+        if rate >= 1, abs(1_000_000 / rate - microseconds) < 1 { return FrameDuration(numerator: 1, denominator: UInt32(rate)) }
+        return FrameDuration(numerator: UInt32(microseconds.rounded()), denominator: 1_000_000)
+    }
+
+    /// `lock.withLock` with the error type kept.
+    func locked<T>(_ body: () throws(DeviceError) -> T) throws(DeviceError) -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body()
+    }
+
+    /// How this camera's frames have left libcamera's buffers so far.
+    public var frameBuffers: FrameBufferStatistics { bufferStatistics.withLockedValue { $0 } }
+
+    /// Whether a stream runs.
+    public var isStreaming: Bool { state.withLockedValue { $0.stream != nil } }
+
+    // MARK: CameraBackend
+
+    public func formats() throws(DeviceError) -> [DeviceFormat] { formatList }
+    public func controlDescriptors() throws(DeviceError) -> [ControlDescriptor] { controlList }
+
+    public func readControls(_ ids: [UInt32]) throws(DeviceError) -> [UInt32: Int64] {
+        let values = state.withLockedValue { $0.rawValues }
+        var result: [UInt32: Int64] = [:]
+        for id in ids {
+            guard let descriptor = controlList.first(where: { $0.id == id }) else { continue }
+            result[id] = values[id] ?? descriptor.defaultValue
+        }
+        return result
+    }
+
+    public func writeControls(_ values: [(id: UInt32, value: Int64)]) throws(DeviceError) {
+        let byID = Dictionary(uniqueKeysWithValues: controls.map { ($0.id, $0) })
+        var converted: [camrig_lc_value] = []
+        for (id, value) in values {
+            guard let control = byID[id], control.isScalar else {
+                throw DeviceError(.invalidArgument, device: identity.uniqueID, "has no raw control 0x\(String(id, radix: 16))")
+            }
+            converted.append(control.value(fromRaw: value))
+        }
+        try send(converted)
+        state.withLockedValue { state in
+            for (id, value) in values { state.rawValues[id] = value }
+        }
+    }
+
+    /// Controls for the next request (or the start of the next stream).
+    func send(_ values: [camrig_lc_value]) throws(DeviceError) {
+        guard !values.isEmpty else { return }
+        try libcameraCall(.invalidArgument, device: identity.uniqueID) { error, size in
+            values.withUnsafeBufferPointer { camrig_lc_set_controls(handle, $0.baseAddress, Int32($0.count), error, size) }
+        }
+    }
+
+    /// `FrameDurationLimits` of [duration, duration] µs, when the camera lists it.
+    func frameDurationValue(microseconds: Int64) -> camrig_lc_value? {
+        guard let limits = controls.first(where: { $0.name == "FrameDurationLimits" }) else { return nil }
+        return camrig_lc_value(id: limits.id, count: 2, values: (Double(microseconds), Double(microseconds), 0, 0))
+    }
+
+    public func activate(format: DeviceFormat, frameDuration: FrameDuration) throws(DeviceError) -> FrameDuration {
+        try locked { () throws(DeviceError) -> FrameDuration in
+            guard let stream = streamFormats[format.id] else {
+                throw DeviceError(.unsupported, device: identity.uniqueID, "has no format \(format.id)")
+            }
+            try freePreviousBuffers()
+            var stride: UInt32 = 0
+            var frameSize: UInt32 = 0
+            try libcameraCall(.unsupported, device: identity.uniqueID) { error, size in
+                camrig_lc_configure(
+                    handle, stream.role, stream.fourcc, stream.modifier, format.dimensions.width, format.dimensions.height, 0, &stride,
+                    &frameSize, error, size)
+            }
+            var active = format
+            if !format.pixelFormat.isCompressed, stride > 0 {
+                active = DeviceFormat(
+                    pixelFormat: format.pixelFormat, dimensions: format.dimensions, frameRateRanges: format.frameRateRanges,
+                    supportedPhotoDimensions: format.supportedPhotoDimensions, maxZoomFactor: format.maxZoomFactor, bytesPerLine: stride,
+                    imageSize: frameSize)
+            }
+            let microseconds = frameDuration.nanoseconds / 1000
+            if let limits = frameDurationValue(microseconds: microseconds) { try send([limits]) }
+            state.withLockedValue { state in
+                state.format = active
+                state.frameDuration = frameDuration
+            }
+            return frameDuration
+        }
+    }
+
+    public func apply(settings: CameraSettings) throws(DeviceError) {
+        let crop = controls.first { $0.name == "ScalerCrop" }?.maximum
+        try send(mapping.values(for: settings, fullCrop: crop.flatMap { $0.allSatisfy(\.isFinite) && $0[2] > 0 ? $0 : nil }))
+        state.withLockedValue { $0.settings = settings }
+    }
+
+    /// Under `lock`: frees a previous stream's buffers once its lent frames are back (waiting up to a second).
+    func freePreviousBuffers() throws(DeviceError) {
+        guard let previous = state.withLockedValue({ $0.previous }) else { return }
+        let deadline = HostClock.monotonicNow() + 1_000_000_000
+        while previous.lent.withLockedValue({ $0 }) > 0, HostClock.monotonicNow() < deadline { usleep(2000) }
+        let held = previous.lent.withLockedValue { $0 }
+        guard held == 0 else {
+            throw DeviceError(.busy, device: identity.uniqueID, "\(held) frame(s) of its previous stream are still held in libcamera's buffers; try again", errno: EBUSY)
+        }
+        camrig_lc_release(handle)
+        state.withLockedValue { $0.previous = nil }
+    }
+
+    public func startStreaming(bufferCount: Int, sink: @escaping @Sendable (FrameEvent) -> Void) throws(DeviceError) {
+        let stream = StreamState()
+        let format: DeviceFormat = try locked { () throws(DeviceError) -> DeviceFormat in
+            guard state.withLockedValue({ $0.stream }) == nil else {
+                throw DeviceError(.busy, device: identity.uniqueID, "is already streaming")
+            }
+            guard let format = state.withLockedValue({ $0.format }) else {
+                throw DeviceError(.invalidArgument, device: identity.uniqueID, "has no active format")
+            }
+            try freePreviousBuffers()
+            var memoryBacked: Int32 = 0
+            let count = try libcameraCall(.system, device: identity.uniqueID) { error, size in
+                camrig_lc_start(handle, &memoryBacked, error, size)
+            }
+            stream.bufferCount = Int(count)
+            stream.memoryBacked = memoryBacked != 0
+            state.withLockedValue { $0.stream = stream }
+            return format
+        }
+        let thread = Thread { [self] in
+            self.run(stream: stream, format: format, sink: sink)
+        }
+        thread.name = "camrig-libcamera"
+        thread.qualityOfService = .userInteractive
+        thread.start()
+    }
+
+    public func stopStreaming() {
+        guard let stream = state.withLockedValue({ $0.stream }) else { return }
+        stream.running.withLockedValue { $0 = false }
+        // Only the streaming thread stops libcamera's camera: a stop from here could come late, after the
+        // next stream had started, and end that one instead.
+        camrig_lc_wake(handle)
+    }
+
+    /// Whether this backend paces the requests itself (libcamera's pipeline completes them at once).
+    var pacesRequests: Bool { false }
+
+    /// The streaming thread: requests queued (all at once, or one per frame instant when paced), frames
+    /// delivered, buffers queued again as they come back.
+    func run(stream: StreamState, format: DeviceFormat, sink: @Sendable (FrameEvent) -> Void) {
+        var ending: DeviceError?
+        var stamps = StampClock()
+        var free: [UInt32] = Array(0..<UInt32(stream.bufferCount))
+        var queuedAt: [UInt32: Int64] = [:]
+        var sequence: UInt64 = 0
+        var meter = FramePeriodMeter()
+        let streamStart = clock.now()
+        let paced = pacesRequests
+        var due = HostClock.monotonicNow()
+        if paced {
+            let (anchor, period) = state.withLockedValue { state in
+                defer { state.alignment = nil }
+                return (state.alignment, state.frameDuration.nanoseconds)
+            }
+            if let anchor, abs(due - anchor) < 1_000_000_000 {
+                let k = due <= anchor ? 0 : (due - anchor + period - 1) / period
+                due = anchor + k * period
+            }
+        }
+        func queue(_ index: UInt32) throws(DeviceError) {
+            queuedAt[index] = HostClock.monotonicNow()
+            try libcameraCall(.system, device: identity.uniqueID) { error, size in camrig_lc_queue(handle, index, error, size) }
+        }
+        loop: while stream.running.withLockedValue({ $0 }) {
+            do throws(DeviceError) {
+                free += stream.returned.withLockedValue { returned in
+                    defer { returned.removeAll() }
+                    return returned
+                }
+                if paced {
+                    // One request per frame instant: the virtual pipeline makes the frame when it is queued.
+                    if let index = free.first, queuedAt.count < 2 {
+                        let period = state.withLockedValue { $0.frameDuration.nanoseconds }
+                        let now = HostClock.monotonicNow()
+                        // Fallen behind by more than a frame: the instants missed are skipped, as a sensor drops frames.
+                        if now > due + period { due += (now - due) / period * period }
+                        // In slices, so that a stop is noticed within 20 ms however far off the instant is.
+                        var slept = now
+                        while slept + 20_000_000 < due, stream.running.withLockedValue({ $0 }) {
+                            HostClock.sleep(untilMonotonic: slept + 20_000_000)
+                            slept = HostClock.monotonicNow()
+                        }
+                        HostClock.sleep(untilMonotonic: due)
+                        guard stream.running.withLockedValue({ $0 }) else { break loop }
+                        free.removeFirst()
+                        try queue(index)
+                        due += state.withLockedValue { $0.frameDuration.nanoseconds }
+                    }
+                } else {
+                    while let index = free.first {
+                        free.removeFirst()
+                        try queue(index)
+                    }
+                }
+            } catch {
+                if stream.running.withLockedValue({ $0 }) { ending = error }
+                break
+            }
+            var completed = camrig_lc_frame()
+            let waited = camrig_lc_wait(handle, paced ? 5 : 200, &completed)
+            if waited < 0 { break }
+            if waited == 0 {
+                if !paced, queuedAt.isEmpty == false, !isPresent() {
+                    ending = DeviceError(.disconnected, device: identity.uniqueID, "vanished from libcamera while streaming")
+                    break
+                }
+                continue
+            }
+            let index = completed.index
+            let queued = queuedAt.removeValue(forKey: index) ?? HostClock.monotonicNow()
+            // A cancelled request, or a buffer a kernel-backed pipeline marked as failed: the frame is lost,
+            // the stream goes on. (The virtual pipeline never sets its buffers' status: it is not read there.)
+            guard completed.status == 0, paced || completed.buffer_status == 0 else {
+                free.append(index)
+                continue
+            }
+            let stamp = stamps.monotonic(
+                sensorTimestamp: completed.sensor_timestamp >= 0 ? completed.sensor_timestamp : completed.buffer_timestamp)
+            let reading = clock.reading(atMonotonic: stamp)
+            var exposureStart = reading
+            var uncertainty: Int64 = 0
+            var marks = TimestampMarks.startOfExposure
+            if paced {
+                // The pipeline made the frame between the queueing and its stamp: the exposure is the queueing.
+                exposureStart = clock.reading(atMonotonic: min(queued, stamp))
+                uncertainty = max(0, stamp - queued)
+                marks = .endOfFrame
+            }
+            let (bytes, lent) = frameBytes(completed, stream: stream, otherBuffers: queuedAt.count + free.count)
+            if !lent { free.append(index) }
+            let settings = state.withLockedValue { $0.settings }
+            var metadata = CaptureMetadata(settings: settings)
+            if completed.exposure_time > 0, let exposure = FrameDuration(numerator: UInt32(completed.exposure_time), denominator: 1_000_000) {
+                metadata.exposureDuration = exposure
+            }
+            if completed.analogue_gain.isFinite { metadata.iso = Float(completed.analogue_gain * 100) }
+            if completed.lens_position.isFinite { metadata.lensPosition = Float(completed.lens_position) }
+            if completed.colour_temperature > 0 { metadata.whiteBalanceTemperature = Float(completed.colour_temperature) }
+            var frame = CapturedFrame(
+                deviceID: identity.uniqueID, sequence: sequence, timestamp: reading, timestampMarks: marks, format: format, bytes: bytes,
+                metadata: metadata, exposureStart: exposureStart, exposureStartUncertainty: uncertainty)
+            frame.streamStart = streamStart
+            // The duration the frame ran at: libcamera's FrameDuration where the pipeline reports it; for a
+            // paced camera, the duration its request asked for (the backend paced it so).
+            let pacedAt = state.withLockedValue { $0.frameDuration.nanoseconds / 1000 }
+            let reported = completed.frame_duration > 0 ? completed.frame_duration : (paced ? pacedAt : -1)
+            let measured = meter.observe(sequence: sequence, exposureStart: exposureStart, streamStart: streamStart)
+            frame.measuredFramePeriod = reported > 0 ? Double(reported) * 1000 : measured
+            sequence += 1
+            sink(.frame(frame))
+        }
+        camrig_lc_stop(handle)
+        let statistics = bufferStatistics.withLockedValue { $0 }
+        Self.logger.info(
+            "stream ended",
+            metadata: [
+                "device": "\(identity.uniqueID)", "frames": "\(sequence)", "lent": "\(statistics.lent)", "copied": "\(statistics.copied)",
+                "buffers": "\(stream.bufferCount) \(stream.memoryBacked ? "memory-backed (the pipeline exported none)" : "from the pipeline")",
+            ])
+        // Frames on their way to clients hold lent buffers for a moment.
+        let deadline = HostClock.monotonicNow() + 1_000_000_000
+        while stream.lent.withLockedValue({ $0 }) > 0, HostClock.monotonicNow() < deadline { usleep(2000) }
+        lock.withLock {
+            let held = stream.lent.withLockedValue { $0 }
+            state.withLockedValue { state in
+                state.stream = nil
+                state.previous = stream
+            }
+            if held == 0 {
+                camrig_lc_release(handle)
+                state.withLockedValue { $0.previous = nil }
+            }
+        }
+        sink(.ended(ending))
+    }
+
+    /// Whether libcamera still lists the camera.
+    func isPresent() -> Bool {
+        guard case .success(let manager) = LibcameraManager.shared else { return false }
+        return manager.cameraIDs().contains(cameraID)
+    }
+
+    /// A completed request's bytes: lent in libcamera's buffer while at least `keptQueued` other buffers
+    /// stay with the pipeline or ready for it (and the planes lie one after another), otherwise copied out.
+    func frameBytes(_ frame: camrig_lc_frame, stream: StreamState, otherBuffers: Int) -> (ByteBuffer, Bool) {
+        let index = frame.index
+        if lendFrames, let data = frame.data, frame.length > 0, otherBuffers >= Self.keptQueued {
+            stream.lent.withLockedValue { $0 += 1 }
+            bufferStatistics.withLockedValue { $0.lent += 1 }
+            let memory = UnsafeMutableRawBufferPointer(start: UnsafeMutableRawPointer(mutating: data), count: frame.length)
+            let bytes = BufferLoans.lend(memory, used: frame.length) {
+                stream.lent.withLockedValue { $0 -= 1 }
+                stream.returned.withLockedValue { $0.append(index) }
+            }
+            return (bytes, true)
+        }
+        bufferStatistics.withLockedValue { $0.copied += 1 }
+        let capacity = max(frame.length, Int(state.withLockedValue { $0.format?.imageSize ?? 0 }))
+        var bytes = ByteBufferAllocator().buffer(capacity: capacity)
+        bytes.writeWithUnsafeMutableBytes(minimumWritableBytes: capacity) { target in
+            let copied = camrig_lc_copy(handle, index, target.baseAddress!.assumingMemoryBound(to: UInt8.self), target.count)
+            return min(copied, frame.data != nil && frame.length > 0 ? frame.length : copied)
+        }
+        return (bytes, false)
+    }
+
+    // MARK: FreeRunningBackend
+
+    /// `FrameDurationLimits` as a frame-duration control of 1 µs "lines": a request's limits [d, d] make its
+    /// frame d µs long, which the phase lock lengthens or shortens frame by frame as it does VBLANK.
+    public func frameDurationControl() throws(DeviceError) -> FrameDurationControl? {
+        guard let limits = controls.first(where: { $0.name == "FrameDurationLimits" }),
+            let low = limits.minimum.first, let high = limits.maximum.first, low.isFinite, high.isFinite, low > 0
+        else { return nil }
+        let current = state.withLockedValue { $0.frameDuration.nanoseconds / 1000 }
+        return FrameDurationControl(lineDuration: 1000, lines: current, minimumLines: Int64(low), maximumLines: Int64(high))
+    }
+
+    public func setFrameLines(_ lines: Int64) throws(DeviceError) {
+        guard let limits = frameDurationValue(microseconds: lines) else {
+            throw DeviceError(.unsupported, device: identity.uniqueID, "lists no FrameDurationLimits control")
+        }
+        try send([limits])
+    }
+
+    public func restartStream(atMonotonic monotonic: Int64) throws(DeviceError) {
+        throw DeviceError(
+            .unsupported, device: identity.uniqueID,
+            "lists no FrameDurationLimits its pipeline honours, and a libcamera stream is not restarted at an instant: its phase cannot be steered")
+    }
+}
+
+/// A libcamera camera with no kernel device behind it (libcamera's virtual cameras): its pipeline makes a
+/// frame as soon as a request is queued, so this backend queues one request per frame instant, and its
+/// exposures go on a grid by being queued on it, as a triggered camera's.
+public final class PacedLibcameraCamera: LibcameraCamera, FrameAlignableBackend, @unchecked Sendable {
+    override var pacesRequests: Bool { true }
+
+    public func alignNextStream(toMonotonic anchor: Int64) {
+        state.withLockedValue { $0.alignment = anchor }
+    }
+}
+
+/// Which clock a pipeline's `SensorTimestamp` is on. libcamera documents CLOCK_BOOTTIME; pipelines fill it
+/// from V4L2 buffer stamps (CLOCK_MONOTONIC) or, like the virtual one, from `steady_clock` (CLOCK_MONOTONIC).
+/// The two differ only by the time the machine spent suspended; the first stamp decides which clock it
+/// is nearer, and BOOTTIME stamps are converted.
+struct StampClock {
+    private var bootOffset: Int64?
+
+    /// `CLOCK_BOOTTIME − CLOCK_MONOTONIC` now.
+    static func bootTimeOffset() -> Int64 {
+        var boot = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &boot)
+        let monotonic = HostClock.monotonicNow()
+        return Int64(boot.tv_sec) * 1_000_000_000 + Int64(boot.tv_nsec) - monotonic
+    }
+
+    /// `stamp` on CLOCK_MONOTONIC.
+    mutating func monotonic(sensorTimestamp stamp: Int64) -> Int64 {
+        if bootOffset == nil {
+            let offset = Self.bootTimeOffset()
+            let now = HostClock.monotonicNow()
+            // Nearer to BOOTTIME's reading of now than to MONOTONIC's: a BOOTTIME stamp.
+            bootOffset = abs(stamp - (now + offset)) < abs(stamp - now) ? offset : 0
+        }
+        return stamp - (bootOffset ?? 0)
+    }
+}
