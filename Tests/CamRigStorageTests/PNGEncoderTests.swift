@@ -247,7 +247,7 @@ struct PNGEncoderTests {
     func unknownPassThrough() throws {
         let bytes = randomBytes(96)
         let frame = try FrameImageWriter.encode(
-            bytes, pixelFormat: PixelFormat(fourCC: "NV12")!, dimensions: Dimensions(width: 8, height: 8),
+            bytes, pixelFormat: PixelFormat(fourCC: "NV16")!, dimensions: Dimensions(width: 8, height: 8),
             bytesPerLine: 8)
         #expect(frame.fileExtension == "raw")
         #expect(frame.data == bytes)
@@ -468,5 +468,62 @@ private struct DecodedPNG {
             }
         }
         return pixels
+    }
+}
+
+// MARK: 4:2:0 frames (libcamera's NV12 and YUV420)
+
+extension PNGEncoderTests {
+    /// A 4×4 picture as YUYV, NV12 and YU12: each 2×2 block one chroma sample, lumas all different.
+    static let lumas: [[UInt8]] = [[20, 60, 100, 140], [30, 70, 110, 150], [180, 200, 220, 235], [16, 50, 90, 130]]
+    static let chroma: [[(u: UInt8, v: UInt8)]] = [[(90, 240), (200, 100)], [(128, 128), (60, 180)]]
+
+    static var yuyv: [UInt8] {
+        var bytes: [UInt8] = []
+        for y in 0..<4 {
+            for pair in 0..<2 {
+                let sample = chroma[y / 2][pair]
+                bytes += [lumas[y][2 * pair], sample.u, lumas[y][2 * pair + 1], sample.v]
+            }
+        }
+        return bytes
+    }
+
+    /// Luma rows `pitch` apart (padding 0xEE), then the chroma rows.
+    static func planar(nv12: Bool, pitch: Int) -> [UInt8] {
+        let padding = [UInt8](repeating: 0xEE, count: pitch - 4)
+        var bytes = lumas.flatMap { $0 + padding }
+        if nv12 {
+            for row in chroma { bytes += row.flatMap { [$0.u, $0.v] } + padding }
+        } else {
+            let half = [UInt8](repeating: 0xEE, count: pitch / 2 - 2)
+            for row in chroma { bytes += row.map(\.u) + half }
+            for row in chroma { bytes += row.map(\.v) + half }
+        }
+        return bytes
+    }
+
+    @Test("NV12 and YU12 frames, padded or not, make the same picture as the YUYV frame with the same samples")
+    func planarYUV420() throws {
+        let reference = try DecodedPNG(
+            FrameImageWriter.encode(Self.yuyv, pixelFormat: .yuyv, dimensions: Dimensions(width: 4, height: 4), bytesPerLine: 8).data)
+        for (format, nv12) in [(PixelFormat.nv12, true), (.yuv420, false)] {
+            for pitch in [4, 8] {
+                let frame = try FrameImageWriter.encode(
+                    Self.planar(nv12: nv12, pitch: pitch), pixelFormat: format, dimensions: Dimensions(width: 4, height: 4), bytesPerLine: pitch)
+                #expect(frame.fileExtension == "png")
+                let image = try DecodedPNG(frame.data)
+                #expect(image.pixels == reference.pixels, "\(format) with lines of \(pitch) bytes")
+            }
+        }
+    }
+
+    @Test("a 4:2:0 frame without all its chroma is refused, saying how many bytes it needs")
+    func planarTooShort() throws {
+        let short = Array(Self.planar(nv12: true, pitch: 4).dropLast(2))
+        let error = #expect(throws: FrameImageWriterError.self) {
+            try FrameImageWriter.encode(short, pixelFormat: .nv12, dimensions: Dimensions(width: 4, height: 4), bytesPerLine: 4)
+        }
+        #expect("\(error.map { "\($0)" } ?? "")".contains("24"), "names the 24 bytes needed: \(String(describing: error))")
     }
 }

@@ -152,6 +152,31 @@ struct LibcameraTests {
         }
         await session.stop()
         await pool.stop()
+
+        // The frames as a client reads them: the period measured at the rate set through FrameDurationLimits,
+        // the stamp and what it marks, and NV12's 1.5 bytes a pixel.
+        let client = try await agent.connect(pki, as: "viewer-1")
+        var start = WireStartStream()
+        start.deviceID = "libcamera:camrig-virtual-a"
+        var frames: [WireVideoFrame] = []
+        var sizes: [Int] = []
+        for try await message in client.stream(.startStream(start)) {
+            guard case .videoFrame(let frame) = message.envelope.body else { continue }
+            frames.append(frame)
+            sizes.append(message.payload?.readableBytes ?? 0)
+            if frames.count == 10 {
+                var stop = WireStopStream()
+                stop.streamID = frame.streamID
+                _ = try await client.request(.stopStream(stop))
+            }
+        }
+        #expect(frames.count >= 10)
+        // The measured period, from the second frame on: the 50 ms the requests were paced at.
+        #expect(frames.dropFirst().allSatisfy { abs($0.measuredFramePeriodNs - 50_000_000) < 1_000_000 }, "\(frames.map(\.measuredFramePeriodNs))")
+        #expect(frames.allSatisfy { $0.timestamp.marks == .endOfFrame && $0.exposureStart.uncertaintyNs < 20_000_000 }, "\(frames.map(\.exposureStart.uncertaintyNs))")
+        #expect(sizes.allSatisfy { $0 == 640 * 480 * 3 / 2 }, "\(sizes)")
+        #expect(zip(frames, frames.dropFirst()).allSatisfy { $1.sequence == $0.sequence + 1 })
+        await client.close()
         // Each stream's frames went out in libcamera's own buffers, not copies (the agent says so as a stream ends).
         _ = try await eventually(timeout: .seconds(5)) { agent.log().components(separatedBy: "stream ended").count > 2 }
         let log = agent.log()
@@ -246,6 +271,35 @@ struct LibcameraTests {
         #expect(set.skewNs < 2_000_000, "skew \(set.skewNs) ns")
         await session.stop()
         await pool.stop()
+    }
+
+    @Test("camrig device get and set work on a libcamera camera as on any other: the frame rate and a raw control by libcamera's id set and read back; an exposure it has no control for refused, naming the camera")
+    func deviceCommands() throws {
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let (pki, agent) = try AgentProcess.secured(["--identity", "agent-1"], launcher: scratch.launcher)
+        defer { agent.stop(); pki.remove() }
+        let rigFile = scratch.directory.appendingPathComponent("rig.yaml").path
+        try "tls_dir: \(pki.path)\nagents:\n  - 127.0.0.1:\(agent.port)\n".write(toFile: rigFile, atomically: true, encoding: .utf8)
+        func camrig(_ arguments: [String]) throws -> Executables.Result {
+            try Executables.run("camrig", arguments + ["--rig", rigFile], timeout: 60)
+        }
+        let camera = "agent-1/libcamera:camrig-virtual-a"
+        let set = try camrig(["device", "set", camera, "format=NV12-1280x720", "fps=24", "0x271b=0"])
+        #expect(set.status == 0, "camrig device set: \(set.stderr)")
+        let got = try camrig(["device", "get", camera, "--json"])
+        try #require(got.status == 0, "camrig device get: \(got.stderr)")
+        let device = try SessionTests.object(got.stdout)
+        let state = try #require(device["state"] as? [String: Any], "\(got.stdout)")
+        #expect(state["format"] as? String == "NV12-1280x720", "\(state)")
+        #expect(state["fps"] as? String == "24.000", "\(state)")
+        let controls = try #require(device["controls"] as? [[String: Any]], "\(got.stdout)")
+        let faceDetect = try #require(controls.first { $0["name"] as? String == "FaceDetectMode" })
+        #expect(faceDetect["value"] as? Int == 0)
+
+        let refused = try camrig(["device", "set", camera, "exposure=locked", "exposure-duration=1/100"])
+        #expect(refused.status != 0)
+        #expect(refused.stderr.contains("libcamera:camrig-virtual-a"), "\(refused.stderr)")
     }
 }
 

@@ -522,8 +522,9 @@ public final class PacedLibcameraCamera: LibcameraCamera, FrameAlignableBackend,
 
 /// Which clock a pipeline's `SensorTimestamp` is on. libcamera documents CLOCK_BOOTTIME; pipelines fill it
 /// from V4L2 buffer stamps (CLOCK_MONOTONIC) or, like the virtual one, from `steady_clock` (CLOCK_MONOTONIC).
-/// The two differ only by the time the machine spent suspended; the first stamp decides which clock it
-/// is nearer, and BOOTTIME stamps are converted.
+/// The two differ only by the time the machine spent suspended (not at all on a camera host that never
+/// sleeps); when they differ, the first stamp decides which clock it is nearer, and BOOTTIME stamps are
+/// converted.
 struct StampClock {
     private var bootOffset: Int64?
 
@@ -537,12 +538,16 @@ struct StampClock {
 
     /// `stamp` on CLOCK_MONOTONIC.
     mutating func monotonic(sensorTimestamp stamp: Int64) -> Int64 {
-        if bootOffset == nil {
-            let offset = Self.bootTimeOffset()
-            let now = HostClock.monotonicNow()
-            // Nearer to BOOTTIME's reading of now than to MONOTONIC's: a BOOTTIME stamp.
-            bootOffset = abs(stamp - (now + offset)) < abs(stamp - now) ? offset : 0
-        }
-        return stamp - (bootOffset ?? 0)
+        let offset = bootOffset ?? Self.offset(of: stamp, now: HostClock.monotonicNow(), bootTimeLead: Self.bootTimeOffset())
+        bootOffset = offset
+        return stamp - offset
+    }
+
+    /// What to take from stamps like `stamp`, read when CLOCK_MONOTONIC was `now` and CLOCK_BOOTTIME led it
+    /// by `bootTimeLead`: that lead for a BOOTTIME stamp, else 0. A machine never suspended has the two
+    /// clocks equal (the lead read is a few ns of noise); otherwise a stamp nearer BOOTTIME's reading of now
+    /// than MONOTONIC's is a BOOTTIME stamp.
+    static func offset(of stamp: Int64, now: Int64, bootTimeLead: Int64) -> Int64 {
+        abs(bootTimeLead) >= 1_000_000 && abs(stamp - (now + bootTimeLead)) < abs(stamp - now) ? bootTimeLead : 0
     }
 }
