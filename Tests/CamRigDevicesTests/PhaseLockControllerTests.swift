@@ -49,10 +49,17 @@ struct PhaseLockControllerTests {
 
     /// Runs the frame-duration loop against a sensor with `ppm` rate error; returns the true phase
     /// errors of every frame and the frame at which the loop reported lock.
-    private func runLoop(ppm: Double, jitter: Double, frames: Int, seed: UInt64) -> (errors: [Double], lockedAt: Int?) {
-        let nominalLine = 800.0 / 200e6 * 1e9  // 640 px + 160 blanking at 200 MHz: 4 µs
+    /// `delayFrames`: frames between setting the lines and the first frame they can shape (libcamera's
+    /// queued requests), told to the loop as its control's actuation delay; `lineDuration` its unit (1 µs for
+    /// libcamera's FrameDurationLimits).
+    private func runLoop(
+        ppm: Double, jitter: Double, frames: Int, seed: UInt64, delayFrames: Int = 0, lineDuration: Double = 800.0 / 200e6 * 1e9
+    ) -> (errors: [Double], lockedAt: Int?) {
+        let nominalLine = lineDuration  // by default 640 px + 160 blanking at 200 MHz: 4 µs
         let nominalLines = Int64((period / nominalLine).rounded())
-        let control = FrameDurationControl(lineDuration: nominalLine, lines: nominalLines, minimumLines: 496, maximumLines: 1_048_575 + 480)
+        let delay = Int64(Double(delayFrames) * period)
+        let control = FrameDurationControl(
+            lineDuration: nominalLine, lines: nominalLines, minimumLines: nominalLines / 2, maximumLines: nominalLines * 100, actuationDelay: delay)
         var random = SeededRandom(seed: seed)
         let firstStart = 5_000_000_000 + Int64.random(in: 0..<Int64(period), using: &random)
         var sensor = SimulatedSensor(lineDuration: nominalLine * (1 + ppm * 1e-6), lines: nominalLines, start: firstStart, random: random, jitter: jitter)
@@ -69,7 +76,7 @@ struct PhaseLockControllerTests {
             if tracker.isLocked, lockedAt == nil { lockedAt = index }
             if let lines = loop.observe(sequence: sensor.sequence, exposureStart: stamp, now: now, locked: tracker.isLocked) {
                 loop.didSet(lines: lines, at: now)
-                sensor.pendingLines.append((now, lines))
+                sensor.pendingLines.append((now + delay, lines))
             }
             errors.append(grid.error(of: sensor.start))
             sensor.advance()
@@ -90,6 +97,14 @@ struct PhaseLockControllerTests {
         #expect(percentile(held, 0.99) < 60_000, "true phase error p99 \(percentile(held, 0.99)) ns over three minutes")
         // Even the last minute: the rate error is absorbed, not accumulated.
         #expect(percentile(Array(run.errors.suffix(1800)), 0.99) < 60_000)
+    }
+
+    @Test("through libcamera's FrameDurationLimits (1 µs units, taking effect four requests later) the loop locks the same sensor as well")
+    func loopThroughQueuedRequests() {
+        let run = runLoop(ppm: 100, jitter: 20_000, frames: 30 * 120, seed: 11, delayFrames: 4, lineDuration: 1000)
+        #expect((run.lockedAt ?? .max) < 150, "locked within 5 s")
+        let held = Array(run.errors.dropFirst(300))
+        #expect(percentile(held, 0.99) < 60_000, "true phase error p99 \(percentile(held, 0.99)) ns over two minutes")
     }
 
     @Test("without the loop the same sensor drifts off the grid by its rate error")

@@ -491,8 +491,11 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
         guard let limits = controls.first(where: { $0.name == "FrameDurationLimits" }),
             let low = limits.minimum.first, let high = limits.maximum.first, low.isFinite, high.isFinite, low > 0
         else { return nil }
-        let current = state.withLockedValue { $0.frameDuration.nanoseconds / 1000 }
-        return FrameDurationControl(lineDuration: 1000, lines: current, minimumLines: Int64(low), maximumLines: Int64(high))
+        let (duration, buffers) = state.withLockedValue { ($0.frameDuration.nanoseconds, $0.stream?.bufferCount ?? 4) }
+        // Limits set now ride on the next request queued: the requests in flight ahead of it run first.
+        return FrameDurationControl(
+            lineDuration: 1000, lines: duration / 1000, minimumLines: Int64(low), maximumLines: Int64(high),
+            actuationDelay: Int64(max(buffers - 1, 0)) * duration)
     }
 
     public func setFrameLines(_ lines: Int64) throws(DeviceError) {

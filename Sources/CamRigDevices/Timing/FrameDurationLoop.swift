@@ -3,7 +3,8 @@
 /// start, answering with the lines to set.
 ///
 /// The sensor's frame duration is `lines × line duration`; a lines value set now applies to the first
-/// frame that starts after it is set (as `V4L2_CID_VBLANK` does), so the loop predicts, from the lines
+/// frame that starts after it is set (as `V4L2_CID_VBLANK` does), or after the control's actuation delay
+/// (libcamera's FrameDurationLimits ride on the next request queued), so the loop predicts, from the lines
 /// in force, when the next frame starts and chooses the lines of the first frame it can still change
 /// so that the phase error shrinks by `gain` per frame. The line duration on the host clock (sensor
 /// crystal and host clock together, ±100 ppm of nominal) is learnt from how far each frame's start
@@ -59,9 +60,9 @@ public struct FrameDurationLoop: Sendable {
         self.grid = grid
     }
 
-    /// Records that `lines` were set at host time `at`.
+    /// Records that `lines` were set at host time `at` (in force from `at` plus the control's actuation delay).
     public mutating func didSet(lines: Int64, at: Int64) {
-        writes.append((at, lines))
+        writes.append((at + control.actuationDelay, lines))
         if writes.count > 16 { writes.removeFirst(writes.count - 16) }
     }
 
@@ -87,11 +88,13 @@ public struct FrameDurationLoop: Sendable {
         last = (sequence, start, linesNow)
 
         // Walk forward to the first frame whose lines can still be set.
+        let earliest = now + configuration.actuationMargin + control.actuationDelay
         var frameStart = start
         var frameLines = linesNow
         var nextStart = frameStart + Int64((Double(frameLines) * lineDuration).rounded())
         var steps = 0
-        while nextStart <= now + configuration.actuationMargin && steps < 4 {
+        let maximumSteps = 4 + Int(Double(control.actuationDelay) / grid.period)
+        while nextStart <= earliest && steps < maximumSteps {
             frameStart = nextStart
             frameLines = lines(forFrameStartingAt: frameStart + 1)
             nextStart = frameStart + Int64((Double(frameLines) * lineDuration).rounded())
@@ -105,6 +108,6 @@ public struct FrameDurationLoop: Sendable {
         let correction = min(max(-gain * error, -maximumStep), maximumStep)
         let wanted = Int64(((grid.period + correction) / lineDuration).rounded())
         let chosen = min(max(wanted, control.minimumLines), control.maximumLines)
-        return chosen == lines(forFrameStartingAt: now + configuration.actuationMargin) ? nil : chosen
+        return chosen == lines(forFrameStartingAt: earliest) ? nil : chosen
     }
 }

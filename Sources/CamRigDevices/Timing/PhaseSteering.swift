@@ -22,13 +22,18 @@ public struct FrameDurationControl: Sendable, Hashable {
     public var minimumLines: Int64
     /// Most lines a frame may have.
     public var maximumLines: Int64
+    /// How long after lines are set they can first shape a frame, in nanoseconds: 0 for VBLANK (the next
+    /// frame to start has them); for libcamera's per-request FrameDurationLimits, the requests already
+    /// queued ahead of the one that carries them.
+    public var actuationDelay: Int64
 
     /// A control with these figures.
-    public init(lineDuration: Double, lines: Int64, minimumLines: Int64, maximumLines: Int64) {
+    public init(lineDuration: Double, lines: Int64, minimumLines: Int64, maximumLines: Int64, actuationDelay: Int64 = 0) {
         self.lineDuration = lineDuration
         self.lines = lines
         self.minimumLines = minimumLines
         self.maximumLines = maximumLines
+        self.actuationDelay = actuationDelay
     }
 
     /// The frame duration now in force, in nanoseconds.
