@@ -16,6 +16,7 @@
 //                      leases, the phase grid; no backend, no image code
 //   CamRigMedia        video files: Matroska written frame by frame through FFmpeg's libraries (CMediaFile),
 //                      crash-safe, read back, repaired after a crash and trimmed
+//   CLibcameraSystem   libcamera's flags through pkg-config (declared only where libcamera-dev is installed)
 //   CLibcamera         libcamera's C++ API behind a small C interface (no libcamera type leaves it)
 //   CamRigDevices      devices and their backends (synthetic, V4L2 through CLibV4L2, libcamera through
 //                      CLibcamera), image kernels
@@ -44,25 +45,18 @@
 import Foundation
 import PackageDescription
 
-/// libcamera's compiler and linker flags (pkg-config), when libcamera-dev is installed where the package is
-/// built (Debian 13, Raspberry Pi OS). Without it CLibcamera builds a stand-in that says so, and agents serve
-/// V4L2 and synthetic cameras only.
-let libcameraFlags: (compile: [String], link: [String])? = {
-    func pkgConfig(_ arguments: [String]) -> [String]? {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["pkg-config"] + arguments + ["libcamera"]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        guard (try? process.run()) != nil else { return nil }
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { return nil }
-        return String(decoding: data, as: UTF8.self).split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.filter { !$0.isEmpty }
-    }
-    guard let compile = pkgConfig(["--cflags"]), let link = pkgConfig(["--libs"]) else { return nil }
-    return (compile, link)
+/// Whether libcamera-dev is installed where the package is built (Debian 13, Raspberry Pi OS): then
+/// CLibcameraSystem brings libcamera's flags (pkg-config) to CLibcamera. Without it CLibcamera builds a
+/// stand-in that says so, and agents serve V4L2 and synthetic cameras only.
+let libcameraInstalled: Bool = {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    process.arguments = ["pkg-config", "--exists", "libcamera"]
+    process.standardOutput = FileHandle.nullDevice
+    process.standardError = FileHandle.nullDevice
+    guard (try? process.run()) != nil else { return false }
+    process.waitUntilExit()
+    return process.terminationStatus == 0
 }()
 
 let package = Package(
@@ -149,11 +143,7 @@ let package = Package(
         ),
         .target(name: "CamRigMedia", dependencies: ["CMediaFile"]),
         // libcamera's C++ API behind a C interface (Raspberry Pi cameras and libcamera's virtual cameras).
-        .target(
-            name: "CLibcamera",
-            cxxSettings: libcameraFlags.map { [.unsafeFlags($0.compile)] } ?? [],
-            linkerSettings: libcameraFlags.map { [.unsafeFlags($0.link)] } ?? []
-        ),
+        .target(name: "CLibcamera", dependencies: libcameraInstalled ? ["CLibcameraSystem"] : []),
         .target(
             name: "CamRigDevices",
             dependencies: [
@@ -386,5 +376,5 @@ let package = Package(
                 .product(name: "Yams", package: "Yams"),
             ]
         ),
-    ]
+    ] + (libcameraInstalled ? [.systemLibrary(name: "CLibcameraSystem", pkgConfig: "libcamera", providers: [.apt(["libcamera-dev"])])] : [])
 )

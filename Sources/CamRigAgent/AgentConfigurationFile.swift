@@ -86,7 +86,7 @@ public struct AgentConfigurationFile: Codable, Equatable, Sendable {
         do {
             if let node = try Yams.compose(yaml: yaml), let mapping = node.mapping {
                 try Self.checkKeys(mapping, allowed: CodingKeys.allCases.map(\.rawValue), path: "")
-                for (section, keys) in [("spool", ["dir", "size_mb", "recording_space_mb"]), ("devices", ["synthetic", "v4l2"]), ("limits", ["handshake_timeout_s", "idle_timeout_s", "max_connections", "max_unauthenticated", "max_unauthenticated_per_address"])] {
+                for (section, keys) in [("spool", ["dir", "size_mb", "recording_space_mb"]), ("devices", ["synthetic", "v4l2", "libcamera"]), ("limits", ["handshake_timeout_s", "idle_timeout_s", "max_connections", "max_unauthenticated", "max_unauthenticated_per_address"])] {
                     if let nested = mapping[Node(section)]?.mapping { try Self.checkKeys(nested, allowed: keys, path: "\(section).") }
                 }
             }

@@ -67,7 +67,7 @@ struct AgentCommand: AsyncParsableCommand {
     @Flag(inversion: .prefixedNo, help: "Serve the cameras libcamera lists (Raspberry Pi CSI cameras; default: yes unless --synthetic is given, when this agent was built with libcamera).")
     var libcamera: Bool?
 
-    @Flag(name: .long, help: "Copy each V4L2 frame out of the driver's buffer instead of sending it from there (for a driver whose buffers must not be held; costs a copy per frame).")
+    @Flag(name: [.customLong("copy-frames"), .customLong("v4l2-copy-frames")], help: "Copy each V4L2 or libcamera frame out of the camera's buffer instead of sending it from there (for a driver whose buffers must not be held; costs a copy per frame).")
     var v4l2CopyFrames = false
 
     @Option(name: .long, help: ArgumentHelp("Directory of the result spool (default: $STATE_DIRECTORY/spool under systemd, else ~/.local/state/camrig/spool).", valueName: "dir"))

@@ -40,13 +40,7 @@ struct PhotoBenchmark: AsyncParsableCommand {
     @OptionGroup var options: BenchOptions
 
     /// Photos of an emulated V4L2 camera, which takes a start-up delay before its first frame.
-    struct V4L2Row: Encodable {
-        var quality: String
-        var prepared: Bool
-        var photos: Int
-        var latencyMilliseconds: Distribution
-        var captureStageMilliseconds: Distribution
-    }
+    typealias V4L2Row = PhotoLatencyRow
 
     /// A burst of quality photos taken as fast as each camera is ready for the next.
     struct BurstRow: Encodable {
@@ -226,69 +220,7 @@ struct PhotoBenchmark: AsyncParsableCommand {
     /// STREAMON, unprepared (each photo starts the camera) and prepared (it streams already); empty when the
     /// emulator is not installed.
     func measureV4L2(_ rig: LoopbackRig, logger: Logger) async throws -> [V4L2Row] {
-        guard v4l2Photos > 0 else { return [] }
-        guard FileManager.default.fileExists(atPath: "/usr/lib/x86_64-linux-gnu/libv4l/plugins/libcamrig-v4l2-emulator.so") else {
-            options.say("the V4L2 emulator is not installed (make -C Tests/V4L2Emulator all install): V4L2 rows skipped")
-            return []
-        }
-        let directory = "/dev/shm/camrig-bench-photo"
-        try? FileManager.default.removeItem(atPath: directory)
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        setenv("CAMRIG_V4L2_EMULATOR_DIR", directory, 1)
-        let node = "\(directory)/video0"
-        _ = FileManager.default.createFile(atPath: node, contents: nil)
-        try "startup_delay_us=\(v4l2StartupMilliseconds * 1000)\n".write(toFile: node + ".timing", atomically: true, encoding: .utf8)
-        let agent = try await rig.startAgent(LocalAgentSpec(cameras: 0, secure: false, extraArguments: ["--v4l2", node]), name: "agent-v4l2-photo")
-        let client = try await AgentClient.connect(to: agent.endpoint, security: .insecure, logger: logger)
-        let device = "v4l2:camrig-emu:platform:camrig-emu-0"
-        var rows: [V4L2Row] = []
-        for prepared in [false, true] {
-            for level in [PhotoQualityPrioritization.speed, .balanced] {
-                options.say("\(v4l2Photos) \(level) photos on an emulated V4L2 camera, \(prepared ? "prepared" : "unprepared")")
-                var settings = WirePhotoSettings()
-                settings.qualityPrioritization = WireQualityPrioritization(level)
-                var prepare = WirePreparePhotoSettings()
-                prepare.deviceID = device
-                prepare.settings = prepared ? [settings] : []
-                _ = try await client.request(.preparePhotoSettings(prepare))
-                if prepared { try await Task.sleep(for: .milliseconds(500)) }
-                let session = "bench-v4l2-\(level)-\(prepared)"
-                var latencies: [Double] = []
-                for shot in 0..<v4l2Photos {
-                    var capture = WireCapturePhoto()
-                    capture.deviceID = device
-                    capture.sessionID = session
-                    capture.settings = settings
-                    capture.settings.uniqueID = UInt64(shot + 1)
-                    let start = ContinuousClock.now
-                    let reply = try await client.request(.capturePhoto(capture)).frame.envelope.body
-                    guard case .triggerFired = reply else { throw CommandFailure("the emulated camera answered a \(level) photo with \(String(describing: reply))") }
-                    latencies.append((ContinuousClock.now - start).microseconds / 1000)
-                    // Unprepared, the camera stops after each photo; the next starts it again.
-                    try await Task.sleep(for: .milliseconds(100))
-                }
-                var fetch = WireFetchResults()
-                fetch.sessionID = session
-                var acknowledge = WireAcknowledgeResults()
-                var stages: [Double] = []
-                for try await message in client.stream(.fetchResults(fetch)) {
-                    guard case .photoResult(let result) = message.envelope.body else { continue }
-                    acknowledge.resultIds.append(result.resultID)
-                    stages.append(Double(result.resolved.captureDurationNs) / 1e6)
-                }
-                _ = try await client.request(.acknowledgeResults(acknowledge))
-                rows.append(V4L2Row(
-                    quality: level.description, prepared: prepared, photos: latencies.count, latencyMilliseconds: Distribution(latencies),
-                    captureStageMilliseconds: Distribution(stages)))
-            }
-        }
-        var release = WirePreparePhotoSettings()
-        release.deviceID = device
-        _ = try await client.request(.preparePhotoSettings(release))
-        await client.close()
-        await rig.stop(agent)
-        return rows
+        try await v4l2PhotoLatency(rig: rig, logger: logger, photos: v4l2Photos, startupMilliseconds: v4l2StartupMilliseconds, say: options.say)
     }
 
     /// Bursts of quality photos on every camera at once, each camera's next photo requested as soon as
@@ -399,4 +331,90 @@ struct PhotoBenchmark: AsyncParsableCommand {
             shotToShotMilliseconds: Distribution(perCamera.flatMap(\.intervals)), burstMilliseconds: Distribution(perCamera.map(\.total)),
             finalsMilliseconds: deferred ? Distribution(finals) : nil, processingMilliseconds: Distribution(processing), framesMerged: merged)
     }
+}
+
+/// Photos of one camera at one level, prepared or not: request to `TriggerFired`, and the capture stage.
+struct PhotoLatencyRow: Encodable {
+    var quality: String
+    var prepared: Bool
+    var photos: Int
+    var latencyMilliseconds: Distribution
+    var captureStageMilliseconds: Distribution
+}
+
+/// Speed and balanced photos of `device`, unprepared (each photo starts the camera) and prepared (it streams
+/// already), `photos` of each, timed from the request to `TriggerFired`.
+func measurePhotoLatency(
+    client: AgentClient, device: String, photos: Int, label: String, say: (String) -> Void
+) async throws -> [PhotoLatencyRow] {
+    var rows: [PhotoLatencyRow] = []
+    for prepared in [false, true] {
+        for level in [PhotoQualityPrioritization.speed, .balanced] {
+            say("\(photos) \(level) photos on \(label), \(prepared ? "prepared" : "unprepared")")
+            var settings = WirePhotoSettings()
+            settings.qualityPrioritization = WireQualityPrioritization(level)
+            var prepare = WirePreparePhotoSettings()
+            prepare.deviceID = device
+            prepare.settings = prepared ? [settings] : []
+            _ = try await client.request(.preparePhotoSettings(prepare))
+            if prepared { try await Task.sleep(for: .milliseconds(500)) }
+            let session = "bench-\(UInt32.random(in: 0...UInt32.max))-\(level)-\(prepared)"
+            var latencies: [Double] = []
+            for shot in 0..<photos {
+                var capture = WireCapturePhoto()
+                capture.deviceID = device
+                capture.sessionID = session
+                capture.settings = settings
+                capture.settings.uniqueID = UInt64(shot + 1)
+                let start = ContinuousClock.now
+                let reply = try await client.request(.capturePhoto(capture)).frame.envelope.body
+                guard case .triggerFired = reply else { throw CommandFailure("\(label) answered a \(level) photo with \(String(describing: reply))") }
+                latencies.append((ContinuousClock.now - start).microseconds / 1000)
+                // Unprepared, the camera stops after each photo; the next starts it again.
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            var fetch = WireFetchResults()
+            fetch.sessionID = session
+            var acknowledge = WireAcknowledgeResults()
+            var stages: [Double] = []
+            for try await message in client.stream(.fetchResults(fetch)) {
+                guard case .photoResult(let result) = message.envelope.body else { continue }
+                acknowledge.resultIds.append(result.resultID)
+                stages.append(Double(result.resolved.captureDurationNs) / 1e6)
+            }
+            _ = try await client.request(.acknowledgeResults(acknowledge))
+            rows.append(PhotoLatencyRow(
+                quality: level.description, prepared: prepared, photos: latencies.count, latencyMilliseconds: Distribution(latencies),
+                captureStageMilliseconds: Distribution(stages)))
+        }
+    }
+    var release = WirePreparePhotoSettings()
+    release.deviceID = device
+    _ = try await client.request(.preparePhotoSettings(release))
+    return rows
+}
+
+/// Photo latency rows of an emulated V4L2 camera whose first frame comes `startupMilliseconds` after
+/// STREAMON, on an agent of `rig`; empty when the emulator is not installed or `photos` is 0.
+func v4l2PhotoLatency(rig: LoopbackRig, logger: Logger, photos: Int, startupMilliseconds: Int, say: (String) -> Void) async throws -> [PhotoLatencyRow] {
+    guard photos > 0 else { return [] }
+    guard FileManager.default.fileExists(atPath: "/usr/lib/x86_64-linux-gnu/libv4l/plugins/libcamrig-v4l2-emulator.so") else {
+        say("the V4L2 emulator is not installed (make -C Tests/V4L2Emulator all install): V4L2 rows skipped")
+        return []
+    }
+    let directory = "/dev/shm/camrig-bench-photo"
+    try? FileManager.default.removeItem(atPath: directory)
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    setenv("CAMRIG_V4L2_EMULATOR_DIR", directory, 1)
+    let node = "\(directory)/video0"
+    _ = FileManager.default.createFile(atPath: node, contents: nil)
+    try "startup_delay_us=\(startupMilliseconds * 1000)\n".write(toFile: node + ".timing", atomically: true, encoding: .utf8)
+    let agent = try await rig.startAgent(LocalAgentSpec(cameras: 0, secure: false, extraArguments: ["--v4l2", node]), name: "agent-v4l2-photo")
+    let client = try await AgentClient.connect(to: agent.endpoint, security: .insecure, logger: logger)
+    let rows = try await measurePhotoLatency(
+        client: client, device: "v4l2:camrig-emu:platform:camrig-emu-0", photos: photos, label: "an emulated V4L2 camera", say: say)
+    await client.close()
+    await rig.stop(agent)
+    return rows
 }

@@ -172,10 +172,11 @@ struct ThroughputBenchmark: AsyncParsableCommand {
         return rows
     }
 
-    /// Locks `device`, sets 1920×1080 YUYV at `framesPerSecond`, and counts what arrives for `seconds`
+    /// Locks `device`, sets `formatID` (1920×1080 YUYV) at `framesPerSecond`, and counts what arrives for `seconds`
     /// after a second of warm-up, with the CPU time `cpuSeconds` reports used over that time.
     static func stream(
-        _ client: AgentClient, device: String, framesPerSecond: Int, seconds: Double, cpuSeconds: () -> Double? = { nil }
+        _ client: AgentClient, device: String, formatID: String = "YUYV-1920x1080", framesPerSecond: Int, seconds: Double,
+        cpuSeconds: () -> Double? = { nil }
     ) async throws -> (frames: Int, bytes: Int, seconds: Double, dropped: UInt64, sample: [UInt8], cpuSeconds: Double?) {
         var lock = WireLock()
         lock.deviceID = device
@@ -183,7 +184,7 @@ struct ThroughputBenchmark: AsyncParsableCommand {
         var configure = WireConfigure()
         configure.deviceID = device
         configure.leaseID = lease.lease.leaseID
-        configure.formatID = "YUYV-1920x1080"
+        configure.formatID = formatID
         let fastest = FrameDuration(framesPerSecond: UInt32(framesPerSecond))!
         configure.minFrameDuration = WireRational(fastest)
         configure.maxFrameDuration = WireRational(fastest)
