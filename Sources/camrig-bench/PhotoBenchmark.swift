@@ -262,11 +262,7 @@ struct PhotoBenchmark: AsyncParsableCommand {
                     let start = ContinuousClock.now
                     var pending: [Task<Void, any Error>] = []
                     for shot in 0..<burst {
-                        var capture = WireCapturePhoto()
-                        capture.deviceID = device
-                        capture.sessionID = session
-                        capture.settings = settings
-                        capture.settings.uniqueID = UInt64(shot + 1)
+                        let capture = capturePhotoRequest(device: device, session: session, settings: settings, shot: shot)
                         let ready = AsyncStream<Void>.makeStream()
                         requested.append(.now)
                         let stream = client.stream(.capturePhoto(capture))
@@ -361,11 +357,7 @@ func measurePhotoLatency(
             let session = "bench-\(UInt32.random(in: 0...UInt32.max))-\(level)-\(prepared)"
             var latencies: [Double] = []
             for shot in 0..<photos {
-                var capture = WireCapturePhoto()
-                capture.deviceID = device
-                capture.sessionID = session
-                capture.settings = settings
-                capture.settings.uniqueID = UInt64(shot + 1)
+                let capture = capturePhotoRequest(device: device, session: session, settings: settings, shot: shot)
                 let start = ContinuousClock.now
                 let reply = try await client.request(.capturePhoto(capture)).frame.envelope.body
                 guard case .triggerFired = reply else { throw CommandFailure("\(label) answered a \(level) photo with \(String(describing: reply))") }
@@ -417,4 +409,14 @@ func v4l2PhotoLatency(rig: LoopbackRig, logger: Logger, photos: Int, startupMill
     await client.close()
     await rig.stop(agent)
     return rows
+}
+
+/// The `CapturePhoto` request of photo number `shot` (from 0) of a session.
+func capturePhotoRequest(device: String, session: String, settings: WirePhotoSettings, shot: Int) -> WireCapturePhoto {
+    var capture = WireCapturePhoto()
+    capture.deviceID = device
+    capture.sessionID = session
+    capture.settings = settings
+    capture.settings.uniqueID = UInt64(shot + 1)
+    return capture
 }

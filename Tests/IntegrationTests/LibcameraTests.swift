@@ -75,14 +75,7 @@ struct LibcameraTests {
     static func session(_ pool: AgentPool, fps: UInt32) async throws -> RigSession {
         pool.start()
         #expect(await pool.waitUntilReady(clockSamples: 16, timeout: .seconds(20)).isEmpty)
-        let (devices, failures) = await RigDiscovery.devices(in: pool)
-        #expect(failures.isEmpty, "\(failures)")
-        let session = RigSession(pool: pool, logger: Logger(label: "test"))
-        for device in devices { try await session.addInput(device) }
-        await session.beginConfiguration()
-        await session.setFrameRate(.init(dimensions: Dimensions(width: 640, height: 480), frameDuration: FrameDuration(framesPerSecond: fps)))
-        try await session.commitConfiguration()
-        return session
+        return try await NetworkFaultTests.session(pool, fps: fps)
     }
 
     @Test("--list-devices shows both virtual cameras from libcamera: model, position, NV12 sizes and FrameDurationLimits as frame-rate ranges")

@@ -227,8 +227,18 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
         return camrig_lc_value(id: limits.id, count: 2, values: (Double(microseconds), Double(microseconds), 0, 0))
     }
 
+    /// Waits (up to two seconds) for a stream told to stop to have stopped libcamera's camera: the device
+    /// may be configured or started again as soon as `stopStreaming` returns.
+    func waitForStreamEnd() {
+        let deadline = HostClock.monotonicNow() + 2_000_000_000
+        while let stream = state.withLockedValue({ $0.stream }), !stream.running.withLockedValue({ $0 }), HostClock.monotonicNow() < deadline {
+            usleep(1000)
+        }
+    }
+
     public func activate(format: DeviceFormat, frameDuration: FrameDuration) throws(DeviceError) -> FrameDuration {
-        try locked { () throws(DeviceError) -> FrameDuration in
+        waitForStreamEnd()
+        return try locked { () throws(DeviceError) -> FrameDuration in
             guard let stream = streamFormats[format.id] else {
                 throw DeviceError(.unsupported, device: identity.uniqueID, "has no format \(format.id)")
             }
@@ -277,6 +287,7 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
     }
 
     public func startStreaming(bufferCount: Int, sink: @escaping @Sendable (FrameEvent) -> Void) throws(DeviceError) {
+        waitForStreamEnd()
         let stream = StreamState()
         let format: DeviceFormat = try locked { () throws(DeviceError) -> DeviceFormat in
             guard state.withLockedValue({ $0.stream }) == nil else {
@@ -322,7 +333,6 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
         var free: [UInt32] = Array(0..<UInt32(stream.bufferCount))
         var queuedAt: [UInt32: Int64] = [:]
         var sequence: UInt64 = 0
-        var meter = FramePeriodMeter()
         let streamStart = clock.now()
         let paced = pacesRequests
         var due = HostClock.monotonicNow()
@@ -419,12 +429,6 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
                 deviceID: identity.uniqueID, sequence: sequence, timestamp: reading, timestampMarks: marks, format: format, bytes: bytes,
                 metadata: metadata, exposureStart: exposureStart, exposureStartUncertainty: uncertainty)
             frame.streamStart = streamStart
-            // The duration the frame ran at: libcamera's FrameDuration where the pipeline reports it; for a
-            // paced camera, the duration its request asked for (the backend paced it so).
-            let pacedAt = state.withLockedValue { $0.frameDuration.nanoseconds / 1000 }
-            let reported = completed.frame_duration > 0 ? completed.frame_duration : (paced ? pacedAt : -1)
-            let measured = meter.observe(sequence: sequence, exposureStart: exposureStart, streamStart: streamStart)
-            frame.measuredFramePeriod = reported > 0 ? Double(reported) * 1000 : measured
             sequence += 1
             sink(.frame(frame))
         }

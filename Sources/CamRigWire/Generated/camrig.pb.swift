@@ -2715,7 +2715,7 @@ public nonisolated struct WireDeviceDescription: @unchecked Sendable {
     set {_uniqueStorage()._agentID = newValue}
   }
 
-  /// "v4l2" or "synthetic"
+  /// "v4l2", "libcamera" or "synthetic"
   public var backend: String {
     get {_storage._backend}
     set {_uniqueStorage()._backend = newValue}
