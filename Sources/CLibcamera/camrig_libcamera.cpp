@@ -43,6 +43,9 @@ int camrig_lc_formats(camrig_lc_camera *, camrig_lc_format *, int) { return 0; }
 int camrig_lc_controls(camrig_lc_camera *, camrig_lc_control *, int) { return 0; }
 int camrig_lc_configure(camrig_lc_camera *, int32_t, uint32_t, uint64_t, uint32_t, uint32_t, uint32_t, uint32_t *, uint32_t *, char *error, size_t size) { fail(error, size, "%s", kMissing); return -1; }
 int camrig_lc_set_controls(camrig_lc_camera *, const camrig_lc_value *, int, char *error, size_t size) { fail(error, size, "%s", kMissing); return -1; }
+int camrig_lc_frame_duration_limits(camrig_lc_camera *, int64_t *, int64_t *) { return -1; }
+int camrig_lc_scaler_crop_maximum(camrig_lc_camera *, int32_t *) { return -1; }
+int camrig_lc_probe_frame_duration_limits(camrig_lc_camera *, int32_t, uint32_t, uint64_t, uint32_t, uint32_t, int64_t *, int64_t *) { return -1; }
 int camrig_lc_start(camrig_lc_camera *, int *, char *error, size_t size) { fail(error, size, "%s", kMissing); return -1; }
 int camrig_lc_queue(camrig_lc_camera *, uint32_t, char *error, size_t size) { fail(error, size, "%s", kMissing); return -1; }
 int camrig_lc_wait(camrig_lc_camera *, int, camrig_lc_frame *) { return -1; }
@@ -82,22 +85,19 @@ std::atomic<void (*)(const char *)> logCallback{ nullptr };
 class LogLines : public std::streambuf
 {
 protected:
+    // libcamera writes a line from the thread that logs it, unlocked: each thread gathers its own.
     int overflow(int c) override
     {
-        std::lock_guard<std::mutex> guard(lock_);
+        thread_local std::string line;
         if (c == '\n') {
             if (!probing && logCallback.load())
-                logCallback.load()(line_.c_str());
-            line_.clear();
+                logCallback.load()(line.c_str());
+            line.clear();
         } else if (c != EOF) {
-            line_.push_back(static_cast<char>(c));
+            line.push_back(static_cast<char>(c));
         }
         return c;
     }
-
-private:
-    std::mutex lock_;
-    std::string line_;
 };
 
 LogLines logLines;
@@ -239,6 +239,10 @@ struct camrig_lc_camera {
     std::vector<BufferView> views;
     std::vector<std::unique_ptr<Request>> requests;
 
+    // Set when libcamera could not stop the camera (it vanished): the pipeline may still hold the
+    // requests and buffers, so they are never freed.
+    bool mayBeHeld = false;
+
     std::mutex lock;  // guards everything below
     std::condition_variable completed;
     std::deque<camrig_lc_frame> frames;
@@ -252,6 +256,9 @@ struct camrig_lc_camera {
 
 void camrig_lc_camera::onRequestCompleted(Request *request)
 {
+    // Every handle of a camera hears all its completions: only this handle's requests are its frames.
+    if (request->cookie() >= requests.size() || requests[request->cookie()].get() != request)
+        return;
     camrig_lc_frame frame{};
     frame.index = static_cast<uint32_t>(request->cookie());
     frame.status = request->status() == Request::RequestCancelled ? 2 : 0;
@@ -308,6 +315,8 @@ void camrig_lc_camera::onRequestCompleted(Request *request)
 
 void camrig_lc_camera::freeBuffers()
 {
+    if (mayBeHeld)
+        return;
     requests.clear();
     for (BufferView &view : views)
         for (auto &[address, length] : view.mappings)
@@ -466,7 +475,8 @@ int camrig_lc_controls(camrig_lc_camera *camera, camrig_lc_control *out, int cap
         snprintf(control.name, sizeof(control.name), "%s", id->name().c_str());
         control.type = id->type();
         control.is_array = id->isArray();
-        control.array_size = static_cast<uint32_t>(id->size());
+        // A variable-length array has libcamera's dynamic extent as its size: 0 here.
+        control.array_size = id->size() <= 64 ? static_cast<uint32_t>(id->size()) : 0;
         numbers(info.min(), control.minimum);
         numbers(info.max(), control.maximum);
         numbers(info.def(), control.default_value);
@@ -490,11 +500,16 @@ int camrig_lc_configure(camrig_lc_camera *camera, int32_t role, uint32_t fourcc,
                         uint32_t height, uint32_t buffer_count, uint32_t *stride, uint32_t *frame_size, char *error,
                         size_t size)
 {
-    if (camera->running) {
-        fail(error, size, "is streaming");
-        return -1;
+    {
+        std::lock_guard<std::mutex> guard(camera->lock);
+        if (camera->running) {
+            fail(error, size, "is streaming");
+            return -1;
+        }
     }
     camera->freeBuffers();
+    camera->stream = nullptr;
+    camera->configuration.reset();
     if (!camera->acquired) {
         int result = camera->camera->acquire();
         if (result < 0) {
@@ -503,6 +518,18 @@ int camrig_lc_configure(camrig_lc_camera *camera, int32_t role, uint32_t fourcc,
         }
         camera->acquired = true;
     }
+    // A configuration that fails leaves the camera released, for other programs.
+    struct ReleaseUnlessKept {
+        camrig_lc_camera *camera;
+        bool keep = false;
+        ~ReleaseUnlessKept()
+        {
+            if (!keep && camera->acquired) {
+                camera->camera->release();
+                camera->acquired = false;
+            }
+        }
+    } release{ camera };
     const StreamRole roles[] = { StreamRole::Raw, StreamRole::StillCapture, StreamRole::VideoRecording, StreamRole::Viewfinder };
     if (role < 0 || role > 3) {
         fail(error, size, "has no stream role %d", role);
@@ -517,7 +544,8 @@ int camrig_lc_configure(camrig_lc_camera *camera, int32_t role, uint32_t fourcc,
     const PixelFormat asked(fourcc, modifier);
     stream.pixelFormat = asked;
     stream.size = Size(width, height);
-    if (buffer_count > 0)
+    // At least what is asked for (a pipeline's own count may be smaller, as 2 for a raw stream).
+    if (buffer_count > stream.bufferCount)
         stream.bufferCount = buffer_count;
     if (configuration->validate() == CameraConfiguration::Invalid) {
         fail(error, size, "its pipeline refused %s", stream.toString().c_str());
@@ -541,7 +569,41 @@ int camrig_lc_configure(camrig_lc_camera *camera, int32_t role, uint32_t fourcc,
     *stride = stream.stride;
     *frame_size = stream.frameSize;
     camera->configuration = std::move(configuration);
+    release.keep = true;
     return 0;
+}
+
+int camrig_lc_frame_duration_limits(camrig_lc_camera *camera, int64_t *minimum, int64_t *maximum)
+{
+    const ControlInfoMap &controls = camera->camera->controls();
+    auto limits = controls.find(&controls::FrameDurationLimits);
+    if (limits == controls.end() || limits->second.min().isNone() || limits->second.max().isNone())
+        return -1;
+    *minimum = limits->second.min().get<int64_t>();
+    *maximum = limits->second.max().get<int64_t>();
+    return 0;
+}
+
+int camrig_lc_scaler_crop_maximum(camrig_lc_camera *camera, int32_t rectangle[4])
+{
+    const ControlInfoMap &controls = camera->camera->controls();
+    auto crop = controls.find(&controls::ScalerCrop);
+    if (crop == controls.end() || crop->second.max().isNone() || crop->second.max().type() != ControlTypeRectangle)
+        return -1;
+    Rectangle r = crop->second.max().get<Rectangle>();
+    rectangle[0] = r.x, rectangle[1] = r.y, rectangle[2] = static_cast<int32_t>(r.width), rectangle[3] = static_cast<int32_t>(r.height);
+    return 0;
+}
+
+int camrig_lc_probe_frame_duration_limits(camrig_lc_camera *camera, int32_t role, uint32_t fourcc, uint64_t modifier,
+                                          uint32_t width, uint32_t height, int64_t *minimum, int64_t *maximum)
+{
+    uint32_t stride = 0, frameSize = 0;
+    if (camrig_lc_configure(camera, role, fourcc, modifier, width, height, 0, &stride, &frameSize, nullptr, 0) < 0)
+        return -1;
+    int result = camrig_lc_frame_duration_limits(camera, minimum, maximum);
+    camrig_lc_release(camera);
+    return result;
 }
 
 int camrig_lc_set_controls(camrig_lc_camera *camera, const camrig_lc_value *values, int count, char *error, size_t size)
@@ -591,11 +653,12 @@ int camrig_lc_start(camrig_lc_camera *camera, int *memory_backed, char *error, s
         for (uint32_t i = 0; i < bufferCount; i++) {
             int fd = memfd_create("camrig-libcamera-buffer", MFD_CLOEXEC);
             if (fd < 0 || ftruncate(fd, camera->frameSize) < 0) {
+                int reason = errno;
                 if (fd >= 0)
                     close(fd);
                 camera->freeBuffers();
                 fail(error, size, "has no buffers: its pipeline exported none (%s) and memory could not be had: %s",
-                     strerror(-allocated), strerror(errno));
+                     strerror(-allocated), strerror(reason));
                 return -1;
             }
             camera->ownFds.push_back(fd);
@@ -759,7 +822,8 @@ void camrig_lc_stop(camrig_lc_camera *camera)
         if (!camera->running)
             return;
     }
-    camera->camera->stop();
+    if (camera->camera->stop() < 0)
+        camera->mayBeHeld = true;
     {
         std::lock_guard<std::mutex> guard(camera->lock);
         camera->running = false;

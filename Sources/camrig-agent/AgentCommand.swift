@@ -259,7 +259,7 @@ struct AgentCommand: AsyncParsableCommand {
         let (v4l2, libcamera) = (v4l2Provider, libcameraProvider)
         return (providers, {
             var skipped = v4l2?.skipped ?? [:]
-            for (id, reason) in libcamera?.skipped ?? [:] { skipped["libcamera \(id)"] = reason }
+            for (id, reason) in libcamera?.skipped ?? [:] { skipped[id == "libcamera" ? id : "libcamera:\(id)"] = reason }
             return skipped
         })
     }

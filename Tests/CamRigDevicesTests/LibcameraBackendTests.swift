@@ -116,7 +116,7 @@ struct LibcameraBackendTests {
         #expect(LibcameraSettingsMapping([]).support == TypedControlSupport(), "no controls, no typed settings")
     }
 
-    @Test("white balance locks through ColourTemperature (or ColourGains), focus through AfMode and LensPosition, zoom through a centred ScalerCrop")
+    @Test("white balance locks through ColourTemperature (or ColourGains), focus through AfMode and LensPosition (dioptres, 0 at infinity), zoom through a centred ScalerCrop")
     func otherSettings() {
         let controls = [
             Self.control(3, "AwbEnable", type: Self.bool),
@@ -133,7 +133,10 @@ struct LibcameraBackendTests {
         settings.zoomFactor = 2
         let values = Self.settingsValues(controls, settings, crop: [0, 0, 4056, 3040])
         #expect(values["AwbEnable"] == [0] && values["ColourTemperature"] == [4300])
-        #expect(values["AfMode"] == [0] && values["LensPosition"] == [3])
+        // A quarter of the way from the nearest focus: 12 dioptres (the nearest) less a quarter of the range.
+        #expect(values["AfMode"] == [0] && values["LensPosition"] == [9])
+        #expect(LibcameraSettingsMapping(controls).lensPosition(dioptres: 9) == 0.25)
+        #expect(LibcameraSettingsMapping(controls).lensPosition(dioptres: 0) == 1, "0 dioptres is infinity, the farthest")
         #expect(values["ScalerCrop"] == [1014, 760, 2028, 1520])
         let gainsOnly = Self.settingsValues([Self.control(15, "ColourGains", type: Self.float, array: true)], settings)
         #expect(gainsOnly["ColourGains"] == [1, 1])
@@ -191,5 +194,20 @@ struct LibcameraBackendTests {
             short.bytes = ByteBuffer(bytes: lumas + chroma.prefix(2))
             #expect(PhotoProcessing.packed(short) == nil, "a frame without all its chroma is not packed")
         }
+    }
+
+    @Test("a pipeline whose frames run the FrameDurationLimits asked (to within a line) can be steered; one whose frames keep another duration is judged to ignore them")
+    func frameDurationCompliance() {
+        var honouring = FrameDurationCompliance()
+        for _ in 0..<20 { honouring.observe(requested: 33_333, reported: 33_331) }
+        honouring.observe(requested: 30_000, reported: 33_333)
+        #expect(honouring.verdict == nil)
+        var ignoring = FrameDurationCompliance()
+        for index in 0..<FrameDurationCompliance.judgedAfter {
+            #expect(ignoring.verdict == nil, "not judged after \(index) frames")
+            ignoring.observe(requested: 30_000, reported: 33_333)
+        }
+        let verdict = ignoring.verdict ?? ""
+        #expect(verdict.contains("ignores FrameDurationLimits") && verdict.contains("30000 µs") && verdict.contains("33333 µs"), "\(verdict)")
     }
 }

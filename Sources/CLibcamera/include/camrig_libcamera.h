@@ -104,11 +104,22 @@ typedef struct {
     double values[4];
 } camrig_lc_value;
 
-/* Acquires the camera and configures one stream of `role` at the format and size: 0, or -1 with the reason.
- * The stream's line stride and frame size come back. */
+/* Acquires the camera and configures one stream of `role` at the format and size, with at least
+ * `buffer_count` buffers: 0, or -1 with the reason (the camera is then released). The stream's line stride
+ * and frame size come back. */
 int camrig_lc_configure(camrig_lc_camera *camera, int32_t role, uint32_t fourcc, uint64_t modifier, uint32_t width,
                         uint32_t height, uint32_t buffer_count, uint32_t *stride, uint32_t *frame_size, char *error,
                         size_t error_size);
+
+/* FrameDurationLimits as the camera lists them now (µs; a pipeline fits them to the configured mode):
+ * 0, or -1 when it lists none. */
+int camrig_lc_frame_duration_limits(camrig_lc_camera *camera, int64_t *minimum, int64_t *maximum);
+/* ScalerCrop's largest rectangle (x, y, width, height) as the camera lists it now: 0, or -1 without one. */
+int camrig_lc_scaler_crop_maximum(camrig_lc_camera *camera, int32_t rectangle[4]);
+/* Configures the camera at this format (acquiring it for the moment), reads FrameDurationLimits for that
+ * mode and releases the camera: 0, or -1 when the camera cannot be had or lists no limits. */
+int camrig_lc_probe_frame_duration_limits(camrig_lc_camera *camera, int32_t role, uint32_t fourcc, uint64_t modifier,
+                                          uint32_t width, uint32_t height, int64_t *minimum, int64_t *maximum);
 
 /* Controls for the next request queued (merged with any not yet sent). */
 int camrig_lc_set_controls(camrig_lc_camera *camera, const camrig_lc_value *values, int count, char *error, size_t error_size);
@@ -124,9 +135,10 @@ int camrig_lc_queue(camrig_lc_camera *camera, uint32_t index, char *error, size_
 typedef struct {
     uint32_t index;
     int32_t status;            /* the request's: 0 complete, 2 cancelled */
-    int32_t buffer_status;     /* the buffer's FrameMetadata status: 0 success, 1 error, 2 cancelled (only
-                                  pipelines that fill buffers from a kernel device set it; libcamera 0.4's
-                                  virtual pipeline leaves it as it was) */
+    int32_t buffer_status;     /* the buffer's FrameMetadata status: 0 success, 1 error, 2 cancelled (set by
+                                  pipelines that fill buffers from a kernel device; libcamera 0.4's virtual
+                                  pipeline sets it only when it cancels a frame, which also cancels the
+                                  request, and leaves a new buffer's status unset otherwise) */
     uint64_t sequence;         /* the buffer's sequence number */
     int64_t sensor_timestamp;  /* controls::SensorTimestamp, ns */
     int64_t buffer_timestamp;  /* the buffer's own timestamp, ns */

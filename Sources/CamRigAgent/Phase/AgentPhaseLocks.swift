@@ -257,6 +257,11 @@ final class DevicePhaseLock: FrameSink {
             }
         } catch {
             logger.warning("phase lock could not steer the camera", metadata: ["device": "\(device.uniqueID)", "error": "\(error)"])
+            if case .lines = step, error.code == .unsupported {
+                // The camera's frame duration cannot be steered after all (a pipeline that ignores it).
+                finish(because: "cannot steer its frame duration: \(error.message)", unlessEnded: true)
+                return
+            }
             state.withLockedValue { state in
                 state.reason = "steering failed: \(error.message)"
                 if case .restart(var aligner) = state.controller {

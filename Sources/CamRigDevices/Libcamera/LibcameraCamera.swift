@@ -51,6 +51,8 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
     let lock = NIOLock()
     let state = NIOLockedValueBox(State())
     let bufferStatistics = NIOLockedValueBox(FrameBufferStatistics())
+    /// Whether the pipeline follows the FrameDurationLimits its requests carry, from the frames' FrameDuration.
+    let compliance = NIOLockedValueBox(FrameDurationCompliance())
 
     struct State {
         var format: DeviceFormat?
@@ -64,6 +66,10 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
         var alignment: Int64?
         /// The settings in force, reported with each frame where libcamera's metadata has no value.
         var settings = CameraSettings()
+        /// FrameDurationLimits (µs) and ScalerCrop's largest rectangle as listed once configured (a pipeline
+        /// fits them to the mode it chose).
+        var frameDurationLimits: (minimum: Int64, maximum: Int64)?
+        var cropMaximum: [Double]?
     }
 
     /// One stream's requests and who holds them.
@@ -78,20 +84,30 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
 
     /// Buffers kept with the pipeline (or ready for it) while others are lent; below that, frames are copied.
     static let keptQueued = 2
+    /// Buffers asked for at least (a pipeline's own count may be fewer, as two for a raw stream).
+    static let bufferCount = 4
 
     static let logger = Logger(label: "camrig.libcamera")
 
-    init(manager: LibcameraManager, id: String, label: String, clock: HostClock, lendFrames: Bool) throws(DeviceError) {
-        cameraID = id
-        self.clock = clock
-        self.lendFrames = lendFrames
+    /// Opens libcamera's camera `id`: a `PacedLibcameraCamera` when no kernel device is behind it (nothing
+    /// paces its requests but the backend), else a `LibcameraCamera`.
+    static func open(manager: LibcameraManager, id: String, clock: HostClock, lendFrames: Bool) throws(DeviceError) -> LibcameraCamera {
         var error = [CChar](repeating: 0, count: 512)
         guard let handle = manager.lock.withLock({ camrig_lc_open(manager.handle, id, &error, error.count) }) else {
             throw DeviceError(.notFound, device: "libcamera:\(id)", libcameraMessage(error))
         }
-        self.handle = handle
         var properties = camrig_lc_properties()
         camrig_lc_properties_get(handle, &properties)
+        let type: LibcameraCamera.Type = properties.system_device_count == 0 ? PacedLibcameraCamera.self : LibcameraCamera.self
+        return try type.init(handle: handle, properties: properties, id: id, clock: clock, lendFrames: lendFrames)
+    }
+
+    /// Takes over `handle` (closed with this camera, or at once when this fails).
+    required init(handle: OpaquePointer, properties: camrig_lc_properties, id: String, clock: HostClock, lendFrames: Bool) throws(DeviceError) {
+        cameraID = id
+        self.clock = clock
+        self.lendFrames = lendFrames
+        self.handle = handle
         model = withUnsafeBytes(of: properties.model) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
         rotation = properties.rotation >= 0 ? Int(properties.rotation) : nil
         pixelArraySize = properties.pixel_array_width > 0
@@ -106,7 +122,6 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
             modelID: "libcamera:\(model.isEmpty ? "unknown" : model)",
             deviceType: properties.location == 2 ? .external : .builtInWideAngle,
             position: position,
-            label: label,
             backend: "libcamera"
         )
         var cControls = [camrig_lc_control](repeating: camrig_lc_control(), count: 256)
@@ -117,17 +132,25 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
         typedControlSupport = mapping.support
         var cFormats = [camrig_lc_format](repeating: camrig_lc_format(), count: 1024)
         let formatCount = camrig_lc_formats(handle, &cFormats, Int32(cFormats.count))
-        let rates = Self.frameRateRanges(controls.first { $0.name == "FrameDurationLimits" })
+        // Limits listed before any configuration (a pipeline may list placeholders until it knows the mode).
+        let unconfigured = controls.first { $0.name == "FrameDurationLimits" }
         var list: [DeviceFormat] = []
         var roles: [String: (role: Int32, fourcc: UInt32, modifier: UInt64)] = [:]
         // Processed roles first (video, viewfinder, still), then raw: a size both offer is configured processed.
         let preference: [Int32] = [Int32(CAMRIG_LC_ROLE_VIDEO), Int32(CAMRIG_LC_ROLE_VIEWFINDER), Int32(CAMRIG_LC_ROLE_STILL), Int32(CAMRIG_LC_ROLE_RAW)]
         let ordered = cFormats.prefix(Int(formatCount)).sorted { (preference.firstIndex(of: $0.role) ?? 4) < (preference.firstIndex(of: $1.role) ?? 4) }
         for entry in ordered {
+            let id = "\(Self.pixelFormat(libcameraFourCC: entry.fourcc).fourCC)-\(entry.width)x\(entry.height)"
+            guard roles[id] == nil else { continue }
+            // Each format's own rates: the limits the pipeline lists once configured for it (the sensor mode
+            // it picks); those listed before, when the camera cannot be configured now (another program has it).
+            var low: Int64 = 0
+            var high: Int64 = 0
+            let probed = camrig_lc_probe_frame_duration_limits(handle, entry.role, entry.fourcc, entry.modifier, entry.width, entry.height, &low, &high) == 0
+            let rates = probed ? Self.frameRateRanges(minimumMicroseconds: Double(low), maximumMicroseconds: Double(high)) : Self.frameRateRanges(unconfigured)
             let format = DeviceFormat(
                 pixelFormat: Self.pixelFormat(libcameraFourCC: entry.fourcc), dimensions: Dimensions(width: entry.width, height: entry.height),
                 frameRateRanges: rates)
-            guard roles[format.id] == nil else { continue }
             roles[format.id] = (entry.role, entry.fourcc, entry.modifier)
             list.append(format)
         }
@@ -155,7 +178,12 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
     /// Frame-rate ranges from `FrameDurationLimits` (whole microseconds): a limit within a microsecond of
     /// 1/N s for a whole N is taken as exactly that (libcamera truncates 1/30 s to 33333 µs).
     static func frameRateRanges(_ limits: LibcameraControl?) -> [FrameRateRange] {
-        guard let limits, let low = limits.minimum.first, let high = limits.maximum.first, low.isFinite, high.isFinite, low > 0, high >= low
+        frameRateRanges(minimumMicroseconds: limits?.minimum.first ?? .nan, maximumMicroseconds: limits?.maximum.first ?? .nan)
+    }
+
+    /// Frame-rate ranges from limits in microseconds; 30 fps when there are none.
+    static func frameRateRanges(minimumMicroseconds low: Double, maximumMicroseconds high: Double) -> [FrameRateRange] {
+        guard low.isFinite, high.isFinite, low > 0, high >= low
         else { return [FrameRateRange(discrete: FrameDuration(framesPerSecond: 30)!)] }
         guard let shortest = duration(microseconds: low), let longest = duration(microseconds: high),
             let range = FrameRateRange(min: shortest, max: longest, kind: .continuous)
@@ -227,17 +255,21 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
         return camrig_lc_value(id: limits.id, count: 2, values: (Double(microseconds), Double(microseconds), 0, 0))
     }
 
-    /// Waits (up to two seconds) for a stream told to stop to have stopped libcamera's camera: the device
-    /// may be configured or started again as soon as `stopStreaming` returns.
-    func waitForStreamEnd() {
+    /// Waits (up to two seconds) for a stream that is ending to have stopped libcamera's camera, since the
+    /// device may be configured or started again as soon as `stopStreaming` returns; `.busy` when a stream
+    /// still runs.
+    func waitForStreamEnd() throws(DeviceError) {
         let deadline = HostClock.monotonicNow() + 2_000_000_000
         while let stream = state.withLockedValue({ $0.stream }), !stream.running.withLockedValue({ $0 }), HostClock.monotonicNow() < deadline {
             usleep(1000)
         }
+        guard state.withLockedValue({ $0.stream }) == nil else {
+            throw DeviceError(.busy, device: identity.uniqueID, "is streaming (or still stopping its last stream); try again")
+        }
     }
 
     public func activate(format: DeviceFormat, frameDuration: FrameDuration) throws(DeviceError) -> FrameDuration {
-        waitForStreamEnd()
+        try waitForStreamEnd()
         return try locked { () throws(DeviceError) -> FrameDuration in
             guard let stream = streamFormats[format.id] else {
                 throw DeviceError(.unsupported, device: identity.uniqueID, "has no format \(format.id)")
@@ -247,8 +279,17 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
             var frameSize: UInt32 = 0
             try libcameraCall(.unsupported, device: identity.uniqueID) { error, size in
                 camrig_lc_configure(
-                    handle, stream.role, stream.fourcc, stream.modifier, format.dimensions.width, format.dimensions.height, 0, &stride,
-                    &frameSize, error, size)
+                    handle, stream.role, stream.fourcc, stream.modifier, format.dimensions.width, format.dimensions.height,
+                    UInt32(Self.bufferCount), &stride, &frameSize, error, size)
+            }
+            var low: Int64 = 0
+            var high: Int64 = 0
+            let limits = camrig_lc_frame_duration_limits(handle, &low, &high) == 0 && low > 0 ? (low, high) : nil
+            var crop = [Int32](repeating: 0, count: 4)
+            let cropMaximum = camrig_lc_scaler_crop_maximum(handle, &crop) == 0 && crop[2] > 0 && crop[3] > 0 ? crop.map(Double.init) : nil
+            state.withLockedValue { state in
+                state.frameDurationLimits = limits
+                state.cropMaximum = cropMaximum
             }
             var active = format
             if !format.pixelFormat.isCompressed, stride > 0 {
@@ -268,8 +309,8 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
     }
 
     public func apply(settings: CameraSettings) throws(DeviceError) {
-        let crop = controls.first { $0.name == "ScalerCrop" }?.maximum
-        try send(mapping.values(for: settings, fullCrop: crop.flatMap { $0.allSatisfy(\.isFinite) && $0[2] > 0 ? $0 : nil }))
+        let crop = state.withLockedValue { $0.cropMaximum }
+        try send(mapping.values(for: settings, fullCrop: crop))
         state.withLockedValue { $0.settings = settings }
     }
 
@@ -287,7 +328,7 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
     }
 
     public func startStreaming(bufferCount: Int, sink: @escaping @Sendable (FrameEvent) -> Void) throws(DeviceError) {
-        waitForStreamEnd()
+        try waitForStreamEnd()
         let stream = StreamState()
         let format: DeviceFormat = try locked { () throws(DeviceError) -> DeviceFormat in
             guard state.withLockedValue({ $0.stream }) == nil else {
@@ -415,6 +456,9 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
                 uncertainty = max(0, stamp - queued)
                 marks = .endOfFrame
             }
+            if !paced, completed.requested_frame_duration > 0, completed.frame_duration > 0 {
+                compliance.withLockedValue { $0.observe(requested: completed.requested_frame_duration, reported: completed.frame_duration) }
+            }
             let (bytes, lent) = frameBytes(completed, stream: stream, otherBuffers: queuedAt.count + free.count)
             if !lent { free.append(index) }
             let settings = state.withLockedValue { $0.settings }
@@ -423,7 +467,9 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
                 metadata.exposureDuration = exposure
             }
             if completed.analogue_gain.isFinite { metadata.iso = Float(completed.analogue_gain * 100) }
-            if completed.lens_position.isFinite { metadata.lensPosition = Float(completed.lens_position) }
+            if completed.lens_position.isFinite, let position = mapping.lensPosition(dioptres: completed.lens_position) {
+                metadata.lensPosition = Float(position)
+            }
             if completed.colour_temperature > 0 { metadata.whiteBalanceTemperature = Float(completed.colour_temperature) }
             var frame = CapturedFrame(
                 deviceID: identity.uniqueID, sequence: sequence, timestamp: reading, timestampMarks: marks, format: format, bytes: bytes,
@@ -432,6 +478,8 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
             sequence += 1
             sink(.frame(frame))
         }
+        // However the loop ended, the stream is now stopping (a new configuration waits for it).
+        stream.running.withLockedValue { $0 = false }
         camrig_lc_stop(handle)
         let statistics = bufferStatistics.withLockedValue { $0 }
         Self.logger.info(
@@ -471,9 +519,12 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
             stream.lent.withLockedValue { $0 += 1 }
             bufferStatistics.withLockedValue { $0.lent += 1 }
             let memory = UnsafeMutableRawBufferPointer(start: UnsafeMutableRawPointer(mutating: data), count: frame.length)
-            let bytes = BufferLoans.lend(memory, used: frame.length) {
+            // The loan holds the camera (its mappings live as long) and wakes the streaming thread to queue the
+            // buffer again at once.
+            let bytes = BufferLoans.lend(memory, used: frame.length) { [self] in
                 stream.lent.withLockedValue { $0 -= 1 }
                 stream.returned.withLockedValue { $0.append(index) }
+                camrig_lc_wake(handle)
             }
             return (bytes, true)
         }
@@ -492,19 +543,20 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
     /// `FrameDurationLimits` as a frame-duration control of 1 µs "lines": a request's limits [d, d] make its
     /// frame d µs long, which the phase lock lengthens or shortens frame by frame as it does VBLANK.
     public func frameDurationControl() throws(DeviceError) -> FrameDurationControl? {
-        guard let limits = controls.first(where: { $0.name == "FrameDurationLimits" }),
-            let low = limits.minimum.first, let high = limits.maximum.first, low.isFinite, high.isFinite, low > 0
-        else { return nil }
-        let (duration, buffers) = state.withLockedValue { ($0.frameDuration.nanoseconds, $0.stream?.bufferCount ?? 4) }
+        guard let (low, high) = state.withLockedValue({ $0.frameDurationLimits }) else { return nil }
+        let (duration, buffers) = state.withLockedValue { ($0.frameDuration.nanoseconds, $0.stream?.bufferCount ?? Self.bufferCount) }
         // Limits set now ride on the next request queued: the requests in flight ahead of it run first.
         return FrameDurationControl(
-            lineDuration: 1000, lines: duration / 1000, minimumLines: Int64(low), maximumLines: Int64(high),
+            lineDuration: 1000, lines: duration / 1000, minimumLines: low, maximumLines: high,
             actuationDelay: Int64(max(buffers - 1, 0)) * duration)
     }
 
     public func setFrameLines(_ lines: Int64) throws(DeviceError) {
         guard let limits = frameDurationValue(microseconds: lines) else {
             throw DeviceError(.unsupported, device: identity.uniqueID, "lists no FrameDurationLimits control")
+        }
+        if let ignored = compliance.withLockedValue({ $0.verdict }) {
+            throw DeviceError(.unsupported, device: identity.uniqueID, ignored)
         }
         try send([limits])
     }
@@ -556,5 +608,33 @@ struct StampClock {
     /// than MONOTONIC's is a BOOTTIME stamp.
     static func offset(of stamp: Int64, now: Int64, bootTimeLead: Int64) -> Int64 {
         abs(bootTimeLead) >= 1_000_000 && abs(stamp - (now + bootTimeLead)) < abs(stamp - now) ? bootTimeLead : 0
+    }
+}
+
+/// Whether a pipeline honours the FrameDurationLimits a request carries, judged from the FrameDuration its
+/// metadata reports for that request: a pipeline that ignores them cannot have its phase steered by them.
+struct FrameDurationCompliance: Sendable {
+    private(set) var followed = 0
+    private(set) var ignored = 0
+    private var last: (requested: Int64, reported: Int64)?
+
+    /// Requests whose frames ran otherwise, with none that ran as asked, before the pipeline is judged to ignore them.
+    static let judgedAfter = 8
+
+    /// Takes one request's frame: the duration asked for ([d, d] µs) and the one reported.
+    mutating func observe(requested: Int64, reported: Int64) {
+        // A sensor runs whole lines: within 1 % (or 50 µs) is as asked.
+        if abs(reported - requested) <= max(50, requested / 100) {
+            followed += 1
+        } else {
+            ignored += 1
+            last = (requested, reported)
+        }
+    }
+
+    /// Why the phase cannot be steered through FrameDurationLimits, once that is clear; nil until then.
+    var verdict: String? {
+        guard followed == 0, ignored >= Self.judgedAfter, let last else { return nil }
+        return "its pipeline ignores FrameDurationLimits: \(ignored) requests asked for frames of \(last.requested) µs and ran \(last.reported) µs"
     }
 }

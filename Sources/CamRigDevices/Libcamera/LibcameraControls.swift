@@ -90,6 +90,20 @@ struct LibcameraSettingsMapping: Sendable {
         byName = Dictionary(controls.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
     }
 
+    /// LensPosition's range in dioptres, when the camera has the control.
+    var lensRange: (low: Double, high: Double)? {
+        guard let lens = byName["LensPosition"] else { return nil }
+        let low = lens.minimum.first.flatMap { $0.isFinite ? $0 : nil } ?? 0
+        let high = lens.maximum.first.flatMap { $0.isFinite ? $0 : nil } ?? 10
+        return high > low ? (low, high) : nil
+    }
+
+    /// The model's lens position (0 nearest … 1 farthest) of a LensPosition in dioptres.
+    func lensPosition(dioptres: Double) -> Double? {
+        guard let range = lensRange else { return nil }
+        return min(max((range.high - dioptres) / (range.high - range.low), 0), 1)
+    }
+
     var support: TypedControlSupport {
         var support = TypedControlSupport()
         if byName["AeEnable"] != nil || byName["ExposureTimeMode"] != nil { support.exposureModes.formUnion([.continuous, .auto]) }
@@ -159,10 +173,9 @@ struct LibcameraSettingsMapping: Sendable {
             let wanted: Int32 = settings.focusMode == .continuous ? 2 : settings.focusMode == .auto ? 1 : 0
             if af.enumerators.isEmpty || af.enumerators.contains(where: { $0.value == wanted }) { set("AfMode", [Double(wanted)]) }
         }
-        if settings.focusMode == .locked, let lens = byName["LensPosition"] {
-            let low = lens.minimum.first.flatMap { $0.isFinite ? $0 : nil } ?? 0
-            let high = lens.maximum.first.flatMap { $0.isFinite ? $0 : nil } ?? 10
-            set("LensPosition", [low + (high - low) * Double(settings.lensPosition)])
+        if settings.focusMode == .locked, let range = lensRange {
+            // libcamera counts dioptres (0 is infinity); the model's 0 is the nearest focus, 1 the farthest.
+            set("LensPosition", [range.high - (range.high - range.low) * Double(settings.lensPosition)])
         }
         if let crop = fullCrop, crop.count == 4, byName["ScalerCrop"] != nil, settings.zoomFactor >= 1 {
             let width = (crop[2] / settings.zoomFactor).rounded()

@@ -22,6 +22,9 @@ public final class LibcameraDeviceProvider: DeviceProvider {
     private let cache = NIOLockedValueBox<[String: LibcameraCamera]>([:])
     private let failures = NIOLockedValueBox<[String: String]>([:])
     private let claimed = NIOLockedValueBox<Set<UInt64>>([])
+    private let scanning = NIOLock()
+    /// UVC cameras left to V4L2, by id: not opened again on every scan.
+    private let leftToV4L2 = NIOLockedValueBox<[String: String]>([:])
 
     /// - Parameters:
     ///   - clock: the agent's host clock (a simulated host's shifts the stamps as everything else).
@@ -38,6 +41,11 @@ public final class LibcameraDeviceProvider: DeviceProvider {
     public var claimedDevices: Set<UInt64> { claimed.withLockedValue { $0 } }
 
     public func scan() -> [any CameraBackend] {
+        // One scan at a time: two at once would open a camera twice.
+        scanning.withLock { scanLocked() }
+    }
+
+    private func scanLocked() -> [any CameraBackend] {
         let manager: LibcameraManager
         switch LibcameraManager.shared {
         case .success(let started): manager = started
@@ -49,15 +57,22 @@ public final class LibcameraDeviceProvider: DeviceProvider {
         let known = cache.withLockedValue { $0 }
         var found: [LibcameraCamera] = []
         var skipped: [String: String] = [:]
+        let uvc = leftToV4L2.withLockedValue { $0 }
         for id in ids {
             if let camera = known[id] {
                 found.append(camera)
                 continue
             }
+            if let reason = uvc[id] {
+                skipped[id] = reason
+                continue
+            }
             do throws(DeviceError) {
-                let camera = try Self.open(manager: manager, id: id, clock: clock, lendFrames: lendFrames)
+                let camera = try LibcameraCamera.open(manager: manager, id: id, clock: clock, lendFrames: lendFrames)
                 if let node = Self.uvcNode(camera.systemDevices) {
-                    skipped[id] = "a UVC camera (\(node)): served through V4L2, which has every format and control of its driver"
+                    let reason = "a UVC camera (\(node)): served through V4L2, which has every format and control of its driver"
+                    skipped[id] = reason
+                    leftToV4L2.withLockedValue { $0[id] = reason }
                     continue
                 }
                 found.append(camera)
@@ -65,17 +80,11 @@ public final class LibcameraDeviceProvider: DeviceProvider {
                 skipped[id] = error.message
             }
         }
+        leftToV4L2.withLockedValue { $0 = $0.filter { ids.contains($0.key) } }
         cache.withLockedValue { $0 = Dictionary(found.map { ($0.cameraID, $0) }, uniquingKeysWith: { first, _ in first }) }
         failures.withLockedValue { $0 = skipped }
         claimed.withLockedValue { $0 = Set(found.flatMap(\.systemDevices)) }
         return found
-    }
-
-    /// A camera with kernel devices paces itself; one without (a virtual camera) is paced by the backend.
-    static func open(manager: LibcameraManager, id: String, clock: HostClock, lendFrames: Bool) throws(DeviceError) -> LibcameraCamera {
-        let probe = try LibcameraCamera(manager: manager, id: id, label: "", clock: clock, lendFrames: lendFrames)
-        guard probe.systemDevices.isEmpty else { return probe }
-        return try PacedLibcameraCamera(manager: manager, id: id, label: "", clock: clock, lendFrames: lendFrames)
     }
 
     /// The `/dev/videoN` among `devices` whose driver is uvcvideo, if any.
