@@ -59,7 +59,7 @@ struct LibcameraBenchmark: AsyncParsableCommand {
                 streams.map { [$0.frames, String(format: "%.1f", $0.framesPerSecond), String(format: "%.2f", $0.agentCpuMillisecondsPerFrame), String(format: "%.1f", $0.agentCpuShareOfOneCore * 100)] }
             ))
             lines.append(String(format: "copying costs %.2f ms of agent CPU a frame; a plain copy of one frame here: %.2f ms (the virtual pipeline's own pattern making is in both rows)", copyCostMillisecondsPerFrame, memcpyMillisecondsPerFrame))
-            lines.append("photo latency, request to TriggerFired (the emulated V4L2 camera's first frame \(v4l2StartupMilliseconds) ms after STREAMON):")
+            lines.append("photo latency, request to TriggerFired, 1920x1080 (libcamera NV12, V4L2 YUYV; the emulated V4L2 camera's first frame \(v4l2StartupMilliseconds) ms after STREAMON):")
             var rows: [[String]] = []
             for (camera, list) in [("libcamera virtual", libcameraPhotos), ("V4L2 emulated", v4l2Photos)] {
                 for row in list {
@@ -127,7 +127,8 @@ struct LibcameraBenchmark: AsyncParsableCommand {
                 }
                 _ = await process.stop()
             }
-            let v4l2Rows = try await v4l2PhotoLatency(rig: rig, logger: logger, photos: photos, startupMilliseconds: v4l2StartupMilliseconds, say: options.say)
+            let v4l2Rows = try await v4l2PhotoLatency(
+                rig: rig, logger: logger, photos: photos, startupMilliseconds: v4l2StartupMilliseconds, format: "YUYV-1920x1080", say: options.say)
             var ratios: [String: Double] = [:]
             for row in photoRows {
                 guard let other = v4l2Rows.first(where: { $0.quality == row.quality && $0.prepared == row.prepared }) else { continue }
@@ -141,16 +142,23 @@ struct LibcameraBenchmark: AsyncParsableCommand {
         }
     }
 
-    /// The median time of copying `bytes` into fresh memory, as a copied frame is, in milliseconds.
+    /// The median time of copying `bytes` into freshly allocated memory, as a copied frame is (a new
+    /// buffer each time, its pages touched for the first time by the copy), in milliseconds.
     static func copyMilliseconds(bytes: Int) -> Double {
-        let source = [UInt8](repeating: 0x5A, count: bytes)
+        let source = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes, alignment: 64)
+        defer { source.deallocate() }
+        for index in 0..<bytes { source[index] = UInt8(truncatingIfNeeded: index &* 31) }
         var samples: [Double] = []
+        var check = 0
         for _ in 0..<30 {
             let start = ContinuousClock.now
-            let copy = source.withUnsafeBytes { Array($0) }
+            let copy = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes, alignment: 64)
+            copy.copyMemory(from: UnsafeRawBufferPointer(source))
             samples.append((ContinuousClock.now - start).microseconds / 1000)
-            precondition(copy.count == bytes)
+            check &+= Int(copy[bytes / 2]) &+ Int(copy[bytes - 1])
+            copy.deallocate()
         }
+        precondition(check != -1)
         return samples.sorted()[samples.count / 2]
     }
 }

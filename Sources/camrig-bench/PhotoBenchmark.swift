@@ -341,8 +341,22 @@ struct PhotoLatencyRow: Encodable {
 /// Speed and balanced photos of `device`, unprepared (each photo starts the camera) and prepared (it streams
 /// already), `photos` of each, timed from the request to `TriggerFired`.
 func measurePhotoLatency(
-    client: AgentClient, device: String, photos: Int, label: String, say: (String) -> Void
+    client: AgentClient, device: String, format: String? = nil, photos: Int, label: String, say: (String) -> Void
 ) async throws -> [PhotoLatencyRow] {
+    if let format {
+        // The camera set to `format` first (at its default rate), its lease given back.
+        var lock = WireLock()
+        lock.deviceID = device
+        guard case .lease(let lease) = try await client.request(.lock(lock)).frame.envelope.body else { throw CommandFailure("the agent did not lease \(device)") }
+        var configure = WireConfigure()
+        configure.deviceID = device
+        configure.leaseID = lease.lease.leaseID
+        configure.formatID = format
+        _ = try await client.request(.configure(configure))
+        var unlock = WireUnlock()
+        unlock.leaseID = lease.lease.leaseID
+        _ = try await client.request(.unlock(unlock))
+    }
     var rows: [PhotoLatencyRow] = []
     for prepared in [false, true] {
         for level in [PhotoQualityPrioritization.speed, .balanced] {
@@ -388,7 +402,9 @@ func measurePhotoLatency(
 
 /// Photo latency rows of an emulated V4L2 camera whose first frame comes `startupMilliseconds` after
 /// STREAMON, on an agent of `rig`; empty when the emulator is not installed or `photos` is 0.
-func v4l2PhotoLatency(rig: LoopbackRig, logger: Logger, photos: Int, startupMilliseconds: Int, say: (String) -> Void) async throws -> [PhotoLatencyRow] {
+func v4l2PhotoLatency(
+    rig: LoopbackRig, logger: Logger, photos: Int, startupMilliseconds: Int, format: String? = nil, say: (String) -> Void
+) async throws -> [PhotoLatencyRow] {
     guard photos > 0 else { return [] }
     guard FileManager.default.fileExists(atPath: "/usr/lib/x86_64-linux-gnu/libv4l/plugins/libcamrig-v4l2-emulator.so") else {
         say("the V4L2 emulator is not installed (make -C Tests/V4L2Emulator all install): V4L2 rows skipped")
@@ -405,7 +421,7 @@ func v4l2PhotoLatency(rig: LoopbackRig, logger: Logger, photos: Int, startupMill
     let agent = try await rig.startAgent(LocalAgentSpec(cameras: 0, secure: false, extraArguments: ["--v4l2", node]), name: "agent-v4l2-photo")
     let client = try await AgentClient.connect(to: agent.endpoint, security: .insecure, logger: logger)
     let rows = try await measurePhotoLatency(
-        client: client, device: "v4l2:camrig-emu:platform:camrig-emu-0", photos: photos, label: "an emulated V4L2 camera", say: say)
+        client: client, device: "v4l2:camrig-emu:platform:camrig-emu-0", format: format, photos: photos, label: "an emulated V4L2 camera", say: say)
     await client.close()
     await rig.stop(agent)
     return rows

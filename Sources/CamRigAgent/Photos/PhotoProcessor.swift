@@ -127,8 +127,10 @@ enum PhotoProcessor {
     static func final(template: WirePhotoResult, frames: [CapturedFrame], plan: PhotoPlan, started: Int64) throws
         -> Made
     {
-        // 4:2:0 planar frames are packed as YUYV first: the merge, binning and JPEG take that.
-        let frames = try frames.map { frame in
+        // 4:2:0 planar frames are packed as YUYV for what takes that (merging, binning, JPEG); one frame
+        // delivered as it is keeps the camera's format.
+        let asItIs = frames.count == 1 && plan.output == .frame && plan.dimensions == frames[0].format.dimensions
+        let frames = try asItIs ? frames : frames.map { frame in
             guard let packed = PhotoProcessing.packed(frame) else { throw PhotoFrameTooShort(frame: frame) }
             return packed
         }
