@@ -405,16 +405,8 @@ func measurePhotoLatency(
 func v4l2PhotoLatency(
     rig: LoopbackRig, logger: Logger, photos: Int, startupMilliseconds: Int, format: String? = nil, say: (String) -> Void
 ) async throws -> [PhotoLatencyRow] {
-    guard photos > 0 else { return [] }
-    guard FileManager.default.fileExists(atPath: "/usr/lib/x86_64-linux-gnu/libv4l/plugins/libcamrig-v4l2-emulator.so") else {
-        say("the V4L2 emulator is not installed (make -C Tests/V4L2Emulator all install): V4L2 rows skipped")
-        return []
-    }
-    let directory = "/dev/shm/camrig-bench-photo"
-    try? FileManager.default.removeItem(atPath: directory)
-    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    guard photos > 0, let directory = try emulatorDirectory("/dev/shm/camrig-bench-photo", say: say) else { return [] }
     defer { try? FileManager.default.removeItem(atPath: directory) }
-    setenv("CAMRIG_V4L2_EMULATOR_DIR", directory, 1)
     let node = "\(directory)/video0"
     _ = FileManager.default.createFile(atPath: node, contents: nil)
     try "startup_delay_us=\(startupMilliseconds * 1000)\n".write(toFile: node + ".timing", atomically: true, encoding: .utf8)
@@ -435,4 +427,17 @@ func capturePhotoRequest(device: String, session: String, settings: WirePhotoSet
     capture.settings = settings
     capture.settings.uniqueID = UInt64(shot + 1)
     return capture
+}
+
+/// A fresh folder for emulated V4L2 cameras (`CAMRIG_V4L2_EMULATOR_DIR` set to it for the agents started
+/// next), or nil, said why, when the emulator is not installed. The caller removes the folder.
+func emulatorDirectory(_ directory: String, say: (String) -> Void) throws -> String? {
+    guard FileManager.default.fileExists(atPath: "/usr/lib/x86_64-linux-gnu/libv4l/plugins/libcamrig-v4l2-emulator.so") else {
+        say("the V4L2 emulator is not installed (make -C Tests/V4L2Emulator all install): V4L2 rows skipped")
+        return nil
+    }
+    try? FileManager.default.removeItem(atPath: directory)
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    setenv("CAMRIG_V4L2_EMULATOR_DIR", directory, 1)
+    return directory
 }

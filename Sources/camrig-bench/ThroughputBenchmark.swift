@@ -137,16 +137,8 @@ struct ThroughputBenchmark: AsyncParsableCommand {
     /// The emulated camera's 1080p30 stream from an agent over plaintext, frames lent then copied
     /// (`--v4l2-copy-frames`); empty when the emulator is not installed or `--v4l2-seconds` is 0.
     func measureV4L2(_ rig: LoopbackRig, logger: Logger) async throws -> [V4L2Stream] {
-        guard v4l2Seconds > 0 else { return [] }
-        guard FileManager.default.fileExists(atPath: "/usr/lib/x86_64-linux-gnu/libv4l/plugins/libcamrig-v4l2-emulator.so") else {
-            options.say("the V4L2 emulator is not installed (make -C Tests/V4L2Emulator all install): V4L2 rows skipped")
-            return []
-        }
-        let directory = "/dev/shm/camrig-bench-throughput"
-        try? FileManager.default.removeItem(atPath: directory)
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        guard v4l2Seconds > 0, let directory = try emulatorDirectory("/dev/shm/camrig-bench-throughput", say: options.say) else { return [] }
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        setenv("CAMRIG_V4L2_EMULATOR_DIR", directory, 1)
         // video0: discrete sizes, among them 1920x1080 YUYV at 30 fps.
         let node = "\(directory)/video0"
         var rows: [V4L2Stream] = []
