@@ -179,6 +179,19 @@ struct HostRecordingTests {
         #expect(jpeg.prefix(2) == Data([0xFF, 0xD8]))
     }
 
+    @Test("a host with two cameras records both, one file each")
+    func twoCamerasOnOneHost() async throws {
+        let rig = try Rig([["--synthetic", "2"]])
+        defer { rig.remove() }
+        let result = try await rig.camrig(["record", "--duration", "1", "--fps", "30", "--size", "640x480", "--json"])
+        #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)")
+        let (manifest, folder) = try rig.manifest()
+        let tracks = try #require(manifest.hostRecording?.tracks)
+        #expect(tracks.count == 2 && Set(tracks.map(\.agent)) == ["agent-1"], "\(tracks)")
+        #expect(tracks.allSatisfy { $0.state == "complete" && $0.frames == 30 }, "\(tracks.map { ($0.state, $0.frames) })")
+        try Self.checkFiles(manifest, in: folder)
+    }
+
     @Test("a camera that delivers MJPEG is recorded as it comes (copy); a codec it cannot take is refused before anything starts, naming the host")
     func copiesCompressedFrames() async throws {
         let rig = try Rig([["--synthetic", "1"]])

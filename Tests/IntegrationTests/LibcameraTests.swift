@@ -2,6 +2,7 @@ import CamRigCapture
 import CamRigClock
 import CamRigCoordinator
 import CamRigDevices
+import CamRigLocalRig
 import CamRigSecurity
 import CamRigStorage
 import CamRigTestSupport
@@ -295,6 +296,29 @@ struct LibcameraTests {
         let refused = try camrig(["device", "set", camera, "exposure=locked", "exposure-duration=1/100"])
         #expect(refused.status != 0)
         #expect(refused.stderr.contains("libcamera:camrig-virtual-a"), "\(refused.stderr)")
+    }
+
+    @Test("camrig record on a libcamera agent records each NV12 camera on the host (packed, as MJPEG), offloaded; ffprobe agrees with the frame tables")
+    func recordsOnTheHost() async throws {
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let (pki, agent) = try AgentProcess.secured(["--identity", "agent-1"], launcher: scratch.launcher)
+        defer { agent.stop(); pki.remove() }
+        let rigFile = scratch.directory.appendingPathComponent("rig.yaml").path
+        try "tls_dir: \(pki.path)\nagents:\n  - 127.0.0.1:\(agent.port)\n".write(toFile: rigFile, atomically: true, encoding: .utf8)
+        let captures = scratch.directory.appendingPathComponent("captures")
+        let result = try await ToolRunner.run(
+            Executables.url("camrig").path,
+            ["record", "--duration", "2", "--fps", "30", "--size", "640x480", "--json", "--rig", rigFile, "--out", captures.path], timeout: 120)
+        #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)")
+        let store = try CaptureStore(root: captures)
+        let entry = try #require(try store.catalog.list().first)
+        let manifest = try store.manifest(of: entry)
+        let recording = try #require(manifest.hostRecording)
+        #expect(recording.tracks.count == 2)
+        #expect(recording.tracks.allSatisfy { $0.codec == "mjpeg" && $0.state == "complete" && $0.files.allSatisfy(\.offloaded) }, "\(recording.tracks)")
+        #expect(recording.tracks.allSatisfy { $0.frames >= 55 && $0.gaps <= 5 }, "\(recording.tracks.map { ($0.frames, $0.gaps) })")
+        try HostRecordingTests.checkFiles(manifest, in: store.root.appendingPathComponent(entry.directory))
     }
 }
 

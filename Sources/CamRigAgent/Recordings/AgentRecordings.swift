@@ -78,10 +78,11 @@ public final class AgentRecordings: Sendable {
     /// The codec a track gets on a device in `format`, or why it cannot.
     static func resolve(_ codec: WireRecordingCodec, format: DeviceFormat) -> Result<WireRecordingCodec, CodecRefusal> {
         let compressed = format.pixelFormat == .mjpeg || format.pixelFormat == .jpeg
-        let rawFormats: [PixelFormat] = [.yuyv, .rgb24, .grey, .bayerRGGB8]
+        // 4:2:0 planar frames (libcamera's NV12 and YUV420) are written packed as YUYV (TrackRecorder).
+        let rawFormats: [PixelFormat] = [.yuyv, .rgb24, .grey, .bayerRGGB8, .nv12, .yuv420]
         guard compressed || rawFormats.contains(format.pixelFormat) else {
             return .failure(CodecRefusal(
-                "its format \(format.pixelFormat.fourCC) cannot be recorded on the host (MJPEG, YUYV, RGB, grey and 8-bit Bayer can): choose one of those formats, or record with --stream"))
+                "its format \(format.pixelFormat.fourCC) cannot be recorded on the host (MJPEG, YUYV, NV12, YU12, RGB, grey and 8-bit Bayer can): choose one of those formats, or record with --stream"))
         }
         switch codec {
         case .unspecified:
@@ -94,9 +95,9 @@ public final class AgentRecordings: Sendable {
                 : .failure(CodecRefusal("copy stores the camera's compressed frames, and this camera delivers \(format.pixelFormat.fourCC): choose mjpeg, ffv1, h264 or raw"))
         case .mjpeg:
             if compressed { return .success(.copy) }  // the camera's JPEGs already are MJPEG
-            return [.yuyv, .rgb24, .grey].contains(format.pixelFormat)
+            return [.yuyv, .rgb24, .grey, .nv12, .yuv420].contains(format.pixelFormat)
                 ? .success(.mjpeg)
-                : .failure(CodecRefusal("mjpeg is made from YUYV, RGB or grey frames, not \(format.pixelFormat.fourCC): choose ffv1 or raw"))
+                : .failure(CodecRefusal("mjpeg is made from YUYV, NV12, YU12, RGB or grey frames, not \(format.pixelFormat.fourCC): choose ffv1 or raw"))
         case .ffv1, .h264, .raw:
             return rawFormats.contains(format.pixelFormat)
                 ? .success(codec)
@@ -110,7 +111,8 @@ public final class AgentRecordings: Sendable {
     static func bytesPerSecond(_ codec: WireRecordingCodec, format: DeviceFormat, frameDuration: FrameDuration) -> UInt64 {
         let fps = Double(frameDuration.denominator) / Double(frameDuration.numerator)
         let pixels = Double(format.dimensions.width) * Double(format.dimensions.height)
-        let raw = Double(max(format.bytesPerLine, 1)) * Double(format.dimensions.height)
+        let written = TrackFiles.writtenFormat(format)
+        let raw = Double(max(written.bytesPerLine, 1)) * Double(written.dimensions.height)
         let perFrame: Double =
             switch codec {
             case .raw: raw

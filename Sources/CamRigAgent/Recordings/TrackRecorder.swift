@@ -229,13 +229,21 @@ final class TrackFiles {
         return handle
     }
 
+    /// The format frames of `format` are written in: 4:2:0 planar frames packed as YUYV (the writer takes
+    /// packed rows), others as they come.
+    static func writtenFormat(_ format: DeviceFormat) -> DeviceFormat {
+        guard format.pixelFormat.isPlanarYUV420 else { return format }
+        return DeviceFormat(pixelFormat: .yuyv, dimensions: format.dimensions, frameRateRanges: format.frameRateRanges)
+    }
+
     private func openSegment() throws -> MediaWriter {
         let name = Self.segmentName(stem: plan.stem, segment: segment)
+        let written = Self.writtenFormat(plan.format)
         var options = MediaWriter.Options(
             codec: Self.mediaCodec(plan.codec, format: plan.format),
-            pixelFormat: plan.codec == .mjpeg && plan.format.pixelFormat != .mjpeg ? PixelFormat.mjpeg.rawValue : plan.format.pixelFormat.rawValue,
-            width: Int(plan.format.dimensions.width), height: Int(plan.format.dimensions.height),
-            bytesPerLine: Int(plan.format.bytesPerLine),
+            pixelFormat: plan.codec == .mjpeg && written.pixelFormat != .mjpeg ? PixelFormat.mjpeg.rawValue : written.pixelFormat.rawValue,
+            width: Int(written.dimensions.width), height: Int(written.dimensions.height),
+            bytesPerLine: Int(written.bytesPerLine),
             rate: (Int32(plan.frameDuration.denominator), Int32(plan.frameDuration.numerator)))
         options.metadata = plan.metadata + [("CAMRIG_SEGMENT", "\(segment)")]
         let writer = try MediaWriter(path: plan.folder.appendingPathComponent(name).path, options: options)
@@ -273,6 +281,9 @@ final class TrackFiles {
         // frame table keeps its exact time.
         let blockTime = lastBlockTime.map { max(rigTime, $0 + 1_000_000) } ?? rigTime
         lastBlockTime = blockTime
+        guard let frame = PhotoProcessing.packed(frame) else {
+            throw MediaFileError("a \(frame.format.pixelFormat) frame of \(frame.deviceID) is shorter than its format")
+        }
         if plan.codec == .mjpeg && frame.format.pixelFormat != .mjpeg {
             let jpeg = try PhotoEncoder.jpeg(frame, quality: plan.jpegQuality)
             try jpeg.withUnsafeReadableBytes { try writer.write($0, at: blockTime) }

@@ -86,7 +86,8 @@ extension RigSession {
     ) async throws -> CaptureReport {
         let estimates = try rig.clockEstimates()
         let byAgent = tracks(rig, options: options)
-        let agentOf = Dictionary(uniqueKeysWithValues: rig.inputs.map { ($0.agentID, $0.agent) })
+        // An agent serves one or more of the inputs: one entry each.
+        let agentOf = Dictionary(rig.inputs.map { ($0.agentID, $0.agent) }, uniquingKeysWith: { first, _ in first })
 
         // Pre-flight: every host can record its cameras with the codec, and has the room.
         let checks = await withTaskGroup(of: (String, Result<WireRecordingCheck, any Error>).self) { group in
