@@ -345,16 +345,8 @@ func measurePhotoLatency(
 ) async throws -> [PhotoLatencyRow] {
     if let format {
         // The camera set to `format` first (at its default rate), its lease given back.
-        var lock = WireLock()
-        lock.deviceID = device
-        guard case .lease(let lease) = try await client.request(.lock(lock)).frame.envelope.body else { throw CommandFailure("the agent did not lease \(device)") }
-        var configure = WireConfigure()
-        configure.deviceID = device
-        configure.leaseID = lease.lease.leaseID
-        configure.formatID = format
-        _ = try await client.request(.configure(configure))
         var unlock = WireUnlock()
-        unlock.leaseID = lease.lease.leaseID
+        unlock.leaseID = try await configureDevice(client, device: device, formatID: format)
         _ = try await client.request(.unlock(unlock))
     }
     var rows: [PhotoLatencyRow] = []

@@ -170,17 +170,7 @@ struct ThroughputBenchmark: AsyncParsableCommand {
         _ client: AgentClient, device: String, formatID: String = "YUYV-1920x1080", framesPerSecond: Int, seconds: Double,
         cpuSeconds: () -> Double? = { nil }
     ) async throws -> (frames: Int, bytes: Int, seconds: Double, dropped: UInt64, sample: [UInt8], cpuSeconds: Double?) {
-        var lock = WireLock()
-        lock.deviceID = device
-        guard case .lease(let lease) = try await client.request(.lock(lock)).frame.envelope.body else { throw CommandFailure("the agent did not lease \(device)") }
-        var configure = WireConfigure()
-        configure.deviceID = device
-        configure.leaseID = lease.lease.leaseID
-        configure.formatID = formatID
-        let fastest = FrameDuration(framesPerSecond: UInt32(framesPerSecond))!
-        configure.minFrameDuration = WireRational(fastest)
-        configure.maxFrameDuration = WireRational(fastest)
-        _ = try await client.request(.configure(configure))
+        _ = try await configureDevice(client, device: device, formatID: formatID, frameDuration: FrameDuration(framesPerSecond: UInt32(framesPerSecond))!)
         var start = WireStartStream()
         start.deviceID = device
         start.maxQueuedFrames = 4
@@ -227,4 +217,21 @@ struct ThroughputBenchmark: AsyncParsableCommand {
         let cpu = cpuAtStart.flatMap { start in cpuAtEnd.map { $0 - start } }
         return (frames, bytes, (end - measuring).seconds, dropped, sample, cpu)
     }
+}
+
+/// Leases `device` and sets `formatID` (and `frameDuration`, when given) on it; returns the lease's id.
+func configureDevice(_ client: AgentClient, device: String, formatID: String, frameDuration: FrameDuration? = nil) async throws -> String {
+    var lock = WireLock()
+    lock.deviceID = device
+    guard case .lease(let lease) = try await client.request(.lock(lock)).frame.envelope.body else { throw CommandFailure("the agent did not lease \(device)") }
+    var configure = WireConfigure()
+    configure.deviceID = device
+    configure.leaseID = lease.lease.leaseID
+    configure.formatID = formatID
+    if let frameDuration {
+        configure.minFrameDuration = WireRational(frameDuration)
+        configure.maxFrameDuration = WireRational(frameDuration)
+    }
+    _ = try await client.request(.configure(configure))
+    return lease.lease.leaseID
 }

@@ -63,6 +63,13 @@ struct LibcameraTests {
         }
     }
 
+    /// A rig file naming `agent` (with `pki`'s certificates), for `camrig` commands.
+    static func rigFile(in scratch: Scratch, agent: AgentProcess, pki: TestPKI) throws -> String {
+        let path = scratch.directory.appendingPathComponent("rig.yaml").path
+        try "tls_dir: \(pki.path)\nagents:\n  - 127.0.0.1:\(agent.port)\n".write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
     static func pool(_ agents: [AgentProcess], pki: TestPKI) throws -> AgentPool {
         var timing = RemoteAgent.Timing()
         timing.probeInterval = .milliseconds(50)
@@ -275,8 +282,7 @@ struct LibcameraTests {
         defer { scratch.remove() }
         let (pki, agent) = try AgentProcess.secured(["--identity", "agent-1"], launcher: scratch.launcher)
         defer { agent.stop(); pki.remove() }
-        let rigFile = scratch.directory.appendingPathComponent("rig.yaml").path
-        try "tls_dir: \(pki.path)\nagents:\n  - 127.0.0.1:\(agent.port)\n".write(toFile: rigFile, atomically: true, encoding: .utf8)
+        let rigFile = try Self.rigFile(in: scratch, agent: agent, pki: pki)
         func camrig(_ arguments: [String]) throws -> Executables.Result {
             try Executables.run("camrig", arguments + ["--rig", rigFile], timeout: 60)
         }
@@ -304,8 +310,7 @@ struct LibcameraTests {
         defer { scratch.remove() }
         let (pki, agent) = try AgentProcess.secured(["--identity", "agent-1"], launcher: scratch.launcher)
         defer { agent.stop(); pki.remove() }
-        let rigFile = scratch.directory.appendingPathComponent("rig.yaml").path
-        try "tls_dir: \(pki.path)\nagents:\n  - 127.0.0.1:\(agent.port)\n".write(toFile: rigFile, atomically: true, encoding: .utf8)
+        let rigFile = try Self.rigFile(in: scratch, agent: agent, pki: pki)
         let captures = scratch.directory.appendingPathComponent("captures")
         let result = try await ToolRunner.run(
             Executables.url("camrig").path,
