@@ -34,7 +34,6 @@ void camrig_lc_set_log_callback(void (*)(const char *)) {}
 const char *camrig_lc_version(void) { return kMissing; }
 camrig_lc_manager *camrig_lc_manager_start(char *error, size_t size) { fail(error, size, "%s", kMissing); return nullptr; }
 void camrig_lc_manager_stop(camrig_lc_manager *) {}
-uint64_t camrig_lc_manager_generation(camrig_lc_manager *) { return 0; }
 int camrig_lc_manager_cameras(camrig_lc_manager *, char *, size_t) { return 0; }
 camrig_lc_camera *camrig_lc_open(camrig_lc_manager *, const char *, char *error, size_t size) { fail(error, size, "%s", kMissing); return nullptr; }
 void camrig_lc_close(camrig_lc_camera *) {}
@@ -115,9 +114,6 @@ struct camrig_lc_manager {
 };
 
 namespace {
-std::atomic<uint64_t> hotplugGeneration{ 0 };
-void cameraAdded(std::shared_ptr<Camera>) { hotplugGeneration++; }
-void cameraRemoved(std::shared_ptr<Camera>) { hotplugGeneration++; }
 
 // One buffer's bytes as this process sees them.
 struct BufferView {
@@ -263,9 +259,8 @@ void camrig_lc_camera::onRequestCompleted(Request *request)
     frame.index = static_cast<uint32_t>(request->cookie());
     frame.status = request->status() == Request::RequestCancelled ? 2 : 0;
     frame.sensor_timestamp = frame.buffer_timestamp = frame.frame_duration = frame.exposure_time = -1;
-    frame.colour_temperature = frame.requested_exposure_time = frame.requested_frame_duration = -1;
+    frame.colour_temperature = frame.requested_frame_duration = -1;
     frame.analogue_gain = frame.colour_gains[0] = frame.colour_gains[1] = frame.lens_position = NAN;
-    frame.requested_analogue_gain = NAN;
     if (!request->buffers().empty()) {
         const FrameBuffer *buffer = request->buffers().begin()->second;
         const FrameMetadata &metadata = buffer->metadata();
@@ -282,7 +277,6 @@ void camrig_lc_camera::onRequestCompleted(Request *request)
         }
     }
     const ControlList &metadata = request->metadata();
-    frame.metadata_count = static_cast<uint32_t>(metadata.size());
     if (auto v = metadata.get(controls::SensorTimestamp))
         frame.sensor_timestamp = *v;
     if (auto v = metadata.get(controls::FrameDuration))
@@ -300,10 +294,6 @@ void camrig_lc_camera::onRequestCompleted(Request *request)
     if (auto v = metadata.get(controls::LensPosition))
         frame.lens_position = *v;
     const ControlList &asked = request->controls();
-    if (auto v = asked.get(controls::ExposureTime))
-        frame.requested_exposure_time = *v;
-    if (auto v = asked.get(controls::AnalogueGain))
-        frame.requested_analogue_gain = *v;
     if (auto v = asked.get(controls::FrameDurationLimits))
         frame.requested_frame_duration = (*v)[0];
     {
@@ -356,8 +346,6 @@ camrig_lc_manager *camrig_lc_manager_start(char *error, size_t size)
         fail(error, size, "libcamera's camera manager did not start: %s", strerror(-result));
         return nullptr;
     }
-    manager->cameraAdded.connect(&cameraAdded);
-    manager->cameraRemoved.connect(&cameraRemoved);
     auto handle = new camrig_lc_manager;
     handle->manager = std::move(manager);
     return handle;
@@ -371,7 +359,6 @@ void camrig_lc_manager_stop(camrig_lc_manager *manager)
     delete manager;
 }
 
-uint64_t camrig_lc_manager_generation(camrig_lc_manager *) { return hotplugGeneration.load(); }
 
 int camrig_lc_manager_cameras(camrig_lc_manager *manager, char *ids, size_t size)
 {

@@ -33,8 +33,6 @@ void camrig_lc_set_log_callback(void (*callback)(const char *line));
 /* Starts libcamera's camera manager (there is one per process): NULL with the reason in `error` when it fails. */
 camrig_lc_manager *camrig_lc_manager_start(char *error, size_t error_size);
 void camrig_lc_manager_stop(camrig_lc_manager *manager);
-/* Counts cameras added and removed since the manager started (hot-plug). */
-uint64_t camrig_lc_manager_generation(camrig_lc_manager *manager);
 /* Ids of the cameras present now, each NUL-terminated, one after another in `ids`: the count, or -1 when
  * `size` is too small. */
 int camrig_lc_manager_cameras(camrig_lc_manager *manager, char *ids, size_t size);
@@ -148,11 +146,8 @@ typedef struct {
     double colour_gains[2];
     int64_t colour_temperature;
     double lens_position;
-    /* What the request asked for (controls::ExposureTime, AnalogueGain, FrameDurationLimits), -1/NaN when not. */
-    int64_t requested_exposure_time;
-    double requested_analogue_gain;
+    /* The FrameDurationLimits the request carried (its first value, µs), -1 when none. */
     int64_t requested_frame_duration;
-    uint32_t metadata_count;   /* controls in the request's metadata */
     const uint8_t *data;       /* the frame's bytes in the buffer when its planes lie one after another, else NULL */
     size_t length;
 } camrig_lc_frame;

@@ -55,9 +55,6 @@ public final class LibcameraManager: @unchecked Sendable {
         self.handle = handle
     }
 
-    /// Counts cameras added and removed since the manager started.
-    public var generation: UInt64 { camrig_lc_manager_generation(handle) }
-
     /// The ids of the cameras present now.
     public func cameraIDs() -> [String] {
         lock.withLock {
