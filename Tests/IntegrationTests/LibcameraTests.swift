@@ -321,7 +321,7 @@ struct LibcameraTests {
         let manifest = try store.manifest(of: entry)
         let recording = try #require(manifest.hostRecording)
         #expect(recording.tracks.count == 2)
-        #expect(recording.tracks.allSatisfy { $0.codec == "mjpeg" && $0.state == "complete" && $0.files.allSatisfy(\.offloaded) }, "\(recording.tracks)")
+        #expect(recording.tracks.allSatisfy { $0.codec == "mjpeg" && $0.state == "complete" && $0.files.allSatisfy(\.offloaded) }, "\(recording.tracks)\n\(result.stderr)")
         #expect(recording.tracks.allSatisfy { $0.frames >= 55 && $0.gaps <= 5 }, "\(recording.tracks.map { ($0.frames, $0.gaps) })")
         try HostRecordingTests.checkFiles(manifest, in: store.root.appendingPathComponent(entry.directory))
     }

@@ -329,13 +329,27 @@ public final class AgentRecordings: Sendable {
     }
 
     /// A track closed: its stream stops, and once every track of the recording has, the recording ends.
+    ///
+    /// The state file is written in the same critical section that records the track: two tracks closing
+    /// at once must not write it out of order (an older "recording" state written last would hide the
+    /// files of the track that closed second from the offload).
     private func trackFinished(_ track: WireRecordedTrack, recording: String) {
-        let outcome = state.withLockedValue { state -> (Active, Bool)? in
+        let folder = directory.appendingPathComponent(recording)
+        let outcome = state.withLockedValue { state -> (active: Active, done: Bool, written: (any Error)?)? in
             guard var active = state.active[recording] else { return nil }
             active.finished[track.deviceID] = track
             let done = active.finished.count == active.recorders.count
             if done { state.active[recording] = nil } else { state.active[recording] = active }
-            return (active, done)
+            let tracks = active.tracks
+            let recordingState: WireRecordingState =
+                !done ? .recording : tracks.allSatisfy { $0.state == .complete } ? .complete : .failed
+            do {
+                // Closed tracks are remembered as they close: a crash later leaves them as they are.
+                try Self.writeState(recordingState, tracks: tracks, of: active.request, in: folder)
+                return (active, done, nil)
+            } catch {
+                return (active, done, error)
+            }
         }
         defer {
             let waiting = state.withLockedValue { state -> [CheckedContinuation<Void, Never>] in
@@ -345,24 +359,17 @@ public final class AgentRecordings: Sendable {
             }
             for continuation in waiting { continuation.resume() }
         }
-        guard let (active, done) = outcome else { return }
-        let folder = directory.appendingPathComponent(recording)
-        if !done {
-            // Closed tracks are remembered as they close: a crash later leaves them as they are.
-            try? Self.writeState(.recording, tracks: active.tracks, of: active.request, in: folder)
+        guard let (active, done, written) = outcome else { return }
+        if let written {
+            logger.error("cannot record a recording's state", metadata: ["recording": "\(recording)", "error": "\(written)"])
         }
         if let recorder = active.recorders.first(where: { $0.plan.deviceID == track.deviceID }) {
             streams.devices.queue.async { self.streams.stop(streamID: recorder.streamID, reason: .stopped) }
         }
         guard done else { return }
         for task in active.tasks { task.cancel() }
-        let tracks = active.recorders.compactMap { active.finished[$0.plan.deviceID] }
+        let tracks = active.tracks
         let overall: WireRecordingState = tracks.allSatisfy { $0.state == .complete } ? .complete : .failed
-        do {
-            try Self.writeState(overall, tracks: tracks, of: active.request, in: folder)
-        } catch {
-            logger.error("cannot record a recording's state", metadata: ["recording": "\(recording)", "error": "\(error)"])
-        }
         logger.info("recording ended", metadata: ["recording": "\(recording)", "state": "\(overall)", "frames": "\(tracks.map(\.frames))", "gaps": "\(tracks.map(\.gaps))"])
         var ended = WireRecordingEnded()
         ended.recordingID = recording
