@@ -58,7 +58,24 @@ public struct AgentConfigurationFile: Codable, Equatable, Sendable {
         }
     }
 
+    /// Joining a rig through `camrig serve` with a join token (`camrig certs join-token`).
+    public struct Enroll: Codable, Equatable, Sendable {
+        /// The service, https://HOST[:PORT].
+        public var url: String?
+        public var token: String?
+        /// The address the coordinator should connect to (default: the one the request comes from).
+        public var host: String?
+        /// Seconds between fetches of the rig's revocation list.
+        public var revocationRefreshSeconds: Int?
+
+        enum CodingKeys: String, CodingKey {
+            case url, token, host
+            case revocationRefreshSeconds = "crl_refresh_s"
+        }
+    }
+
     public var listen: String?
+    public var enroll: Enroll?
     public var tlsDir: String?
     public var identity: String?
     public var insecure: Bool?
@@ -69,7 +86,7 @@ public struct AgentConfigurationFile: Codable, Equatable, Sendable {
     public var limits: Limits?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
-        case listen, identity, insecure, spool, devices, limits
+        case listen, identity, insecure, spool, devices, limits, enroll
         case tlsDir = "tls_dir"
         case agentID = "agent_id"
         case logLevel = "log_level"
@@ -86,7 +103,7 @@ public struct AgentConfigurationFile: Codable, Equatable, Sendable {
         do {
             if let node = try Yams.compose(yaml: yaml), let mapping = node.mapping {
                 try Self.checkKeys(mapping, allowed: CodingKeys.allCases.map(\.rawValue), path: "")
-                for (section, keys) in [("spool", ["dir", "size_mb", "recording_space_mb"]), ("devices", ["synthetic", "v4l2", "libcamera"]), ("limits", ["handshake_timeout_s", "idle_timeout_s", "max_connections", "max_unauthenticated", "max_unauthenticated_per_address"])] {
+                for (section, keys) in [("spool", ["dir", "size_mb", "recording_space_mb"]), ("devices", ["synthetic", "v4l2", "libcamera"]), ("enroll", ["url", "token", "host", "crl_refresh_s"]), ("limits", ["handshake_timeout_s", "idle_timeout_s", "max_connections", "max_unauthenticated", "max_unauthenticated_per_address"])] {
                     if let nested = mapping[Node(section)]?.mapping { try Self.checkKeys(nested, allowed: keys, path: "\(section).") }
                 }
             }

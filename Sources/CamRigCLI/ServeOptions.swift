@@ -29,12 +29,21 @@ public struct ServeOptions: ParsableArguments {
             valueName: "url"))
     public var allowOrigin: [String] = []
 
+    @Flag(
+        name: .long,
+        help: "Let agents join the rig with a join token (`camrig certs join-token`): they send a certificate request, get a certificate from the TLS directory's CA, and are connected to. Needs the CA's key (ca-key.pem) in the TLS directory.")
+    public var enroll = false
+
+    @Option(name: .long, help: ArgumentHelp("Days an enrolled agent's certificate is valid (default 90); the agent renews it two thirds into its life.", valueName: "days"))
+    public var certificateDays = 90.0
+
     public init() {}
 
     public func validate() throws {
         _ = try listenAddress()
         if let loopback { guard (1...32).contains(loopback) else { throw ValidationError("--loopback takes 1…32 agents") } }
         guard (1...8).contains(cameras) else { throw ValidationError("--cameras must be within 1…8") }
+        guard certificateDays > 0, certificateDays <= 825 else { throw ValidationError("--certificate-days must be within (0, 825]") }
     }
 
     /// `--listen` as a host (brackets of an IPv6 address removed) and a port.
@@ -52,6 +61,8 @@ public struct ServeOptions: ParsableArguments {
         if let console { arguments += ["--console", console] }
         if noPhaseLock { arguments.append("--no-phase-lock") }
         for origin in allowOrigin { arguments += ["--allow-origin", origin] }
+        if enroll { arguments.append("--enroll") }
+        arguments += ["--certificate-days", "\(certificateDays)"]
         return arguments
     }
 }

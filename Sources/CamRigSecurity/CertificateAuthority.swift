@@ -65,7 +65,7 @@ public struct CertificateAuthority: Sendable {
         try privateKey.signature(for: message).rawRepresentation
     }
 
-    /// Issues a certificate for `name` in `role`.
+    /// Issues a certificate for `name` in `role`, with a new key.
     ///
     /// - Parameters:
     ///   - hostnames: DNS names and IP addresses put in the subject alternative names, for tools that
@@ -78,9 +78,23 @@ public struct CertificateAuthority: Sendable {
         notValidAfter: Date? = nil,
         validFor days: Int = 825
     ) throws -> IssuedCertificate {
-        try TLSDirectory.validateName(name)
         let key = P256.Signing.PrivateKey()
-        let publicKey = Certificate.PublicKey(key.publicKey)
+        let certificate = try certificate(
+            for: Certificate.PublicKey(key.publicKey), name: name, role: role, hostnames: hostnames, notValidBefore: notValidBefore,
+            notValidAfter: notValidAfter ?? notValidBefore.addingTimeInterval(Double(days) * 86_400))
+        return IssuedCertificate(
+            certificate: certificate,
+            privateKey: key,
+            identity: PeerIdentity(name: name, role: role, notValidAfter: certificate.notValidAfter)
+        )
+    }
+
+    /// Signs a certificate for a key held elsewhere (an enrolling agent's, from its certificate request):
+    /// `name` in `role`, valid from `notValidBefore` to `notValidAfter` (never past the CA's own end).
+    public func certificate(
+        for publicKey: Certificate.PublicKey, name: String, role: PeerRole, hostnames: [String] = [], notValidBefore: Date, notValidAfter: Date
+    ) throws -> Certificate {
+        try TLSDirectory.validateName(name)
         let subject = try DistinguishedName {
             OrganizationName("CamRig")
             OrganizationalUnitName(role.rawValue)
@@ -95,13 +109,12 @@ public struct CertificateAuthority: Sendable {
             }
         }
         let usages: [ExtendedKeyUsage.Usage] = role == .agent ? [.serverAuth, .clientAuth] : [.clientAuth, .serverAuth]
-        let notAfter = notValidAfter ?? notValidBefore.addingTimeInterval(Double(days) * 86_400)
-        let certificate = try Certificate(
+        return try Certificate(
             version: .v3,
             serialNumber: Certificate.SerialNumber(),
             publicKey: publicKey,
             notValidBefore: notValidBefore,
-            notValidAfter: min(notAfter, self.certificate.notValidAfter),
+            notValidAfter: min(notValidAfter, self.certificate.notValidAfter),
             issuer: self.certificate.subject,
             subject: subject,
             signatureAlgorithm: .ecdsaWithSHA256,
@@ -115,11 +128,11 @@ public struct CertificateAuthority: Sendable {
             },
             issuerPrivateKey: Certificate.PrivateKey(privateKey)
         )
-        return IssuedCertificate(
-            certificate: certificate,
-            privateKey: key,
-            identity: PeerIdentity(name: name, role: role, notValidAfter: certificate.notValidAfter)
-        )
+    }
+
+    /// Whether `certificate` was signed by this authority.
+    public func signed(_ certificate: Certificate) -> Bool {
+        certificate.issuer == self.certificate.subject && self.certificate.publicKey.isValidSignature(certificate.signature, for: certificate)
     }
 }
 

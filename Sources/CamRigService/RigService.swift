@@ -57,6 +57,9 @@ public actor RigService {
     public nonisolated let metrics: ServiceMetrics
     /// Where capture jobs run: a service of the group (`services`).
     public nonisolated let jobs: JobRunner
+    /// Zero-touch enrollment, when the service was started with it (`camrig serve --enroll`): its
+    /// members are part of the rig beside the rig file's agents.
+    public nonisolated let enrollment: EnrollmentRegistrar?
     let logger: Logger
 
     var supervisor: RigSupervisor
@@ -74,8 +77,14 @@ public actor RigService {
     public internal(set) var droppedFrames: [String: Int] = [:]
     public nonisolated let started = Date()
 
-    public init(pool: AgentPool, configuration: Configuration, metrics: ServiceMetrics = ServiceMetrics(), logger: Logger) throws {
+    public init(
+        pool: AgentPool, configuration: Configuration, metrics: ServiceMetrics = ServiceMetrics(), enrollment: EnrollmentRegistrar? = nil, logger: Logger
+    ) throws {
         self.pool = pool
+        self.enrollment = enrollment
+        for member in enrollment?.members ?? [] {
+            if let endpoint = AgentEndpoint(member.endpoint) { pool.add(endpoint) }
+        }
         self.configuration = configuration
         self.metrics = metrics
         self.logger = logger
@@ -98,6 +107,23 @@ public actor RigService {
         State(
             session: session, sessionError: supervisor.sessionError, sessionCommitted: sessionCommitted, devices: devices, phases: phases,
             spools: spools, droppedFrames: droppedFrames, runningJob: jobTable.running?.id)
+    }
+
+    // MARK: Enrollment
+
+    /// An agent enrolled (or renewed): it joins the rig, and the supervision connects to it.
+    func admit(_ member: EnrollmentRegistrar.Member, renewal: Bool) {
+        guard let endpoint = AgentEndpoint(member.endpoint) else { return }
+        let known = pool.agents.contains { $0.endpoint == endpoint }
+        pool.add(endpoint)
+        logger.notice(
+            renewal ? "agent renewed its certificate" : "agent enrolled",
+            metadata: ["agent": "\(member.name)", "endpoint": "\(member.endpoint)", "address": "\(member.address)", "new": "\(!known)"])
+    }
+
+    /// A refused enrolment or renewal, with its reason, for the log and the console.
+    func refused(_ reason: String, address: String, what: String) {
+        logger.warning("\(what) refused", metadata: ["address": "\(address)", "reason": "\(reason)"])
     }
 
     // MARK: Supervision
@@ -146,6 +172,10 @@ public actor RigService {
             sample.roundTripUs = (snapshot.recentRoundTrips.last ?? snapshot.clock?.minimumRoundTrip).map { Double($0) / 1000 }
             history[snapshot.name, default: []].append(sample)
             if let count = history[snapshot.name]?.count, count > configuration.historyLength { history[snapshot.name]?.removeFirst() }
+        }
+        if let enrollment {
+            let connected = pool.agents.map(\.snapshot).filter { $0.status == .connected }.map(\.agentID)
+            try? await BlockingWork.run { enrollment.connected(Set(connected)) }
         }
         await refreshDevices()
         // An agent just connected is asked at once, the others every 5 s.

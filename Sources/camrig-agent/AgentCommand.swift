@@ -31,6 +31,18 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Address to listen on; port 0 picks a free one (default 0.0.0.0:7450).", valueName: "host:port"))
     var listen: String?
 
+    @Option(name: .long, help: ArgumentHelp("Join a rig: enroll with `camrig serve` at this address (https://HOST[:PORT]) when the TLS directory holds no agent certificate yet; once enrolled, renew the certificate and fetch the revocation list from it.", valueName: "url"))
+    var enroll: String?
+
+    @Option(name: .long, help: ArgumentHelp("The join token for --enroll (`camrig certs join-token`; or $CAMRIG_JOIN_TOKEN, which stays out of the process list).", valueName: "token"))
+    var token: String?
+
+    @Option(name: .long, help: ArgumentHelp("With --enroll: the address the coordinator should connect to (default: the address the agent enrolls from).", valueName: "host"))
+    var enrollHost: String?
+
+    @Option(name: .long, help: ArgumentHelp("Seconds between fetches of the rig's revocation list from the service, once enrolled (default 60).", valueName: "s"))
+    var crlRefresh: Int?
+
     @OptionGroup(title: "TLS")
     var tls: TLSOptions
 
@@ -160,6 +172,10 @@ struct AgentCommand: AsyncParsableCommand {
         var v4l2CopyFrames = false
         var libcamera = false
         var clock: HostClock
+        var enroll: String?
+        var token: String?
+        var enrollHost: String?
+        var revocationRefresh = 60
     }
 
     func settings() throws -> Settings {
@@ -199,6 +215,11 @@ struct AgentCommand: AsyncParsableCommand {
             clock: .system
         )
         settings.syntheticHighSpeed = syntheticHighSpeed
+        settings.enroll = enroll ?? file.enroll?.url
+        settings.token = token ?? ProcessInfo.processInfo.environment["CAMRIG_JOIN_TOKEN"] ?? file.enroll?.token
+        settings.enrollHost = enrollHost ?? file.enroll?.host
+        settings.revocationRefresh = crlRefresh ?? file.enroll?.revocationRefreshSeconds ?? 60
+        guard settings.revocationRefresh > 0 else { throw ValidationError("the revocation list's refresh interval must be positive") }
         settings.v4l2CopyFrames = v4l2CopyFrames
         settings.libcamera = libcamera ?? file.devices?.libcamera ?? (settings.synthetic == 0 && LibcameraManager.isAvailable)
         guard (0...64).contains(settings.synthetic) else { throw ValidationError("synthetic cameras must be within 0…64") }
@@ -265,7 +286,11 @@ struct AgentCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let settings = try settings()
+        var settings = try settings()
+        if settings.enroll != nil, settings.listenPort == 0 {
+            // The service is told the port before the agent listens: a free one is chosen now.
+            settings.listenPort = try FreePort.choose(host: settings.listenHost)
+        }
         let level = settings.logLevel
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
@@ -314,12 +339,15 @@ struct AgentCommand: AsyncParsableCommand {
 
         let security: AgentConfiguration.Security
         let agentName: String
+        var enrollment: AgentEnrollment?
         do {
             if settings.insecure {
                 security = .insecure
                 agentName = settings.agentID ?? ProcessInfo.processInfo.hostName
             } else {
-                let tls = try MutualTLS.agent(directory: TLSDirectory(path: settings.tlsDir!), identityName: settings.identity)
+                let directory = TLSDirectory(path: settings.tlsDir!)
+                enrollment = try await Self.enrollIfNeeded(settings, directory: directory, logger: logger)
+                let tls = try MutualTLS.agent(directory: directory, identityName: settings.identity ?? directory.enrollmentState()?.name)
                 security = .tls(tls)
                 agentName = settings.agentID ?? tls.identity.name
             }
@@ -335,10 +363,16 @@ struct AgentCommand: AsyncParsableCommand {
             logger: logger
         )
         // SIGHUP never ends the agent (`systemctl reload`); without TLS there is nothing to re-read.
-        let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: server),
             .init(service: ReloadOnHangup(server: server, logger: logger), successTerminationBehavior: .gracefullyShutdownGroup),
         ]
+        if let enrollment {
+            services.append(
+                .init(service: EnrollmentMaintenance(enrollment: enrollment, revocationInterval: .seconds(settings.revocationRefresh), logger: logger) {
+                    _ = try await server.reloadTLS()
+                }))
+        }
         let group = ServiceGroup(
             configuration: .init(
                 services: services,
@@ -354,8 +388,35 @@ struct AgentCommand: AsyncParsableCommand {
         defer { announce.cancel() }
         try await group.run()
     }
+
+    /// With --enroll: joins the rig when the TLS directory has no agent certificate yet. Returns the
+    /// enrollment to maintain (renewal, revocation list) when the directory's certificate came from one.
+    static func enrollIfNeeded(_ settings: Settings, directory: TLSDirectory, logger: Logger) async throws -> AgentEnrollment? {
+        let kept = directory.enrollmentState()
+        guard let url = settings.enroll ?? kept?.url else { return nil }
+        let enrollment = try AgentEnrollment(url: url, directory: directory, port: settings.listenPort)
+        if directory.hasIdentity(role: .agent) { return kept == nil ? nil : enrollment }
+        guard let token = settings.token else {
+            throw SecurityError(
+                "\(directory.path) holds no agent certificate, and --enroll needs a join token to get one: give --token (or CAMRIG_JOIN_TOKEN, or enroll.token in agent.yaml) from `camrig certs join-token` on the coordinator")
+        }
+        let name = settings.identity ?? settings.agentID ?? AgentEnrollment.name(fromHost: ProcessInfo.processInfo.hostName)
+        logger.notice("enrolling", metadata: ["service": "\(url)", "name": "\(name)", "token": "\((try? JoinToken(text: token))?.description ?? "?")"])
+        let state = try await enrollment.enroll(token: token, name: name, host: settings.enrollHost)
+        logger.notice("enrolled", metadata: ["name": "\(state.name)", "valid_until": "\(state.notValidAfter)", "renew_after": "\(state.renewAfter)"])
+        return enrollment
+    }
 }
 
+/// A TCP port free on `host` now, for an agent that must name its port before it listens.
+enum FreePort {
+    static func choose(host: String) throws -> Int {
+        let socket = try ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: host, port: 0).wait()
+        defer { try? socket.close().wait() }
+        guard let port = socket.localAddress?.port else { throw ValidationError("cannot find a free port on \(host)") }
+        return port
+    }
+}
 
 /// Re-reads the TLS directory on SIGHUP (`systemctl reload camrig-agent`): a renewed certificate, a new
 /// `crl.pem`. Connections stay up unless their peer's certificate is now revoked.

@@ -41,7 +41,9 @@ struct ServiceCommand: AsyncParsableCommand {
     var logLevel: Logger.Level = .warning
 
     func validate() throws {
-        if serve.loopback == nil, agent.isEmpty || tlsDir == nil { throw ValidationError("give --loopback N, or --agent and --tls-dir") }
+        if serve.loopback == nil, (agent.isEmpty && !serve.enroll) || tlsDir == nil {
+            throw ValidationError("give --loopback N, or --tls-dir and --agent (or --enroll, for agents that join with a token)")
+        }
     }
 
     func run() async throws {
@@ -81,7 +83,9 @@ struct ServiceCommand: AsyncParsableCommand {
         let root = URL(fileURLWithPath: out ?? ProcessInfo.processInfo.environment["CAMRIG_CAPTURES"] ?? "captures")
         var configuration = RigService.Configuration(capturesDirectory: root)
         configuration.phaseLock = !serve.noPhaseLock
-        let service = try RigService(pool: pool, configuration: configuration, logger: logger)
+        // Enrollment is on where asked, and in a loopback rig (its CA is at hand) for trying it out.
+        let enrollment = serve.enroll || serve.loopback != nil ? try EnrollmentRegistrar(directory: directory, validity: serve.certificateDays * 86_400) : nil
+        let service = try RigService(pool: pool, configuration: configuration, enrollment: enrollment, logger: logger)
         let trustRoot = try directory.trustRoot()
         let consoleDirectory = ServiceServer.consoleDirectory(serve.console)
         guard FileManager.default.fileExists(atPath: consoleDirectory + "/index.html") else {

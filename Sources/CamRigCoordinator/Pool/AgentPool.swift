@@ -5,8 +5,19 @@ import NIOConcurrencyHelpers
 /// The rig's agents: one `RemoteAgent` per endpoint, each connecting, probing its clock and
 /// reconnecting on its own task.
 public final class AgentPool: Sendable {
-    public let agents: [RemoteAgent]
-    private let tasks = NIOLockedValueBox<[Task<Void, Never>]>([])
+    private struct State {
+        var agents: [RemoteAgent]
+        var tasks: [Task<Void, Never>] = []
+        var started = false
+    }
+
+    private let state: NIOLockedValueBox<State>
+    private let security: ClientSecurity
+    private let timing: RemoteAgent.Timing
+    private let logger: Logger
+
+    /// The rig's agents, in the order they were given or added.
+    public var agents: [RemoteAgent] { state.withLockedValue { $0.agents } }
 
     /// Creates the pool; nothing connects before `start()`. While estimates settle, a large pool
     /// probes each agent less often (at least 100 µs per agent between one agent's rounds), so that
@@ -14,22 +25,42 @@ public final class AgentPool: Sendable {
     public init(endpoints: [AgentEndpoint], security: ClientSecurity, timing: RemoteAgent.Timing = .init(), logger: Logger) {
         var timing = timing
         timing.settlingProbeInterval = max(timing.settlingProbeInterval, .microseconds(100 * Int64(endpoints.count)))
-        agents = endpoints.map { RemoteAgent(endpoint: $0, security: security, timing: timing, logger: logger) }
+        self.security = security
+        self.timing = timing
+        self.logger = logger
+        state = NIOLockedValueBox(State(agents: endpoints.map { RemoteAgent(endpoint: $0, security: security, timing: timing, logger: logger) }))
     }
 
     /// Starts every agent's connection task (idempotent).
     public func start() {
-        tasks.withLockedValue { tasks in
-            guard tasks.isEmpty else { return }
-            tasks = agents.map { agent in Task { await agent.run() } }
+        state.withLockedValue { state in
+            guard !state.started else { return }
+            state.started = true
+            state.tasks = state.agents.map { agent in Task { await agent.run() } }
+        }
+    }
+
+    /// Adds an agent (one that enrolled while the rig runs) and connects to it if the pool is started; an
+    /// endpoint already in the pool is not added twice. Returns the pool's agent for it.
+    @discardableResult
+    public func add(_ endpoint: AgentEndpoint) -> RemoteAgent {
+        state.withLockedValue { state in
+            if let known = state.agents.first(where: { $0.endpoint == endpoint }) { return known }
+            let agent = RemoteAgent(endpoint: endpoint, security: security, timing: timing, logger: logger)
+            state.agents.append(agent)
+            if state.started { state.tasks.append(Task { await agent.run() }) }
+            return agent
         }
     }
 
     /// Closes every connection.
     public func stop() async {
-        let running = tasks.withLockedValue { tasks in
-            defer { tasks.removeAll() }
-            return tasks
+        let running = state.withLockedValue { state in
+            defer {
+                state.tasks.removeAll()
+                state.started = false
+            }
+            return state.tasks
         }
         for task in running { task.cancel() }
         for task in running { await task.value }

@@ -129,7 +129,11 @@ struct AccessGate: Sendable {
 
     /// What needs no access: signing in and out, the API document, and the console's own files (they
     /// hold no rig data). Named exactly: anything else, however spelled, needs access.
-    static let publicPaths: Set<String> = ["/", "/index.html", "/console.js", "/console.css", "/login", "/logout", "/openapi.yaml"]
+    /// Enrollment's routes carry their own credential (a join token, or the agent's certificate and a proof).
+    static let publicPaths: Set<String> = [
+        "/", "/index.html", "/console.js", "/console.css", "/login", "/logout", "/openapi.yaml",
+        "/enroll/v1/ca", "/enroll/v1/crl", "/enroll/v1/join", "/enroll/v1/renew",
+    ]
 
     static func isPublic(_ path: String) -> Bool { publicPaths.contains(path) }
 

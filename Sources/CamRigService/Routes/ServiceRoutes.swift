@@ -22,6 +22,7 @@ public enum ServiceRoutes {
         router.add(middleware: AccessMiddleware(gate: gate))
         router.add(middleware: FileMiddleware(consoleDirectory, urlBasePath: "/", searchForIndexHtml: true))
         router.addRoutes(AccessController(gate: gate, consoleDirectory: consoleDirectory).publicRoutes)
+        router.addRoutes(EnrollmentController(service: service).publicRoutes)
         router.addRoutes(EventsController(service: service).webSocketRoutes, atPath: "/api/v1")
         router.addRoutes(PreviewsController(service: service).webSocketRoutes, atPath: "/api/v1")
         router.addRoutes(RigController(service: service).metricsRoutes)
@@ -32,6 +33,7 @@ public enum ServiceRoutes {
         api.addRoutes(DevicesController(service: service).routes)
         api.addRoutes(CapturesController(service: service).routes)
         api.addRoutes(EventsController(service: service).routes)
+        api.addRoutes(EnrollmentController(service: service).routes)
         table.set(router.routes.map { ("\($0.path)", $0.method) })
         return router
     }

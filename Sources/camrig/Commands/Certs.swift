@@ -12,7 +12,7 @@ struct Certs: AsyncParsableCommand {
             (agent, coordinator, viewer) is part of the certificate. Copy ca.pem and a host's NAME.pem and \
             NAME-key.pem to that host; keep ca-key.pem where certificates are issued.
             """,
-        subcommands: [Init.self, Issue.self, Renew.self, Revoke.self, List.self, Token.self, RevokeToken.self]
+        subcommands: [Init.self, Issue.self, Renew.self, Revoke.self, List.self, Token.self, RevokeToken.self, JoinToken.self]
     )
 }
 

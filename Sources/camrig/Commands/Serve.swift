@@ -33,7 +33,7 @@ struct Serve: AsyncParsableCommand {
         if output.json { arguments.append("--json") }
         do {
             if serve.loopback == nil {
-                let (endpoints, security) = try rig.resolve(logger: logger)
+                let (endpoints, security) = try rig.resolve(logger: logger, allowingNoAgents: serve.enroll)
                 guard case .tls(let mutual) = security, let directory = try rig.tlsDirectoryPath() else {
                     throw CommandFailure("camrig serve needs TLS: give --tls-dir DIR (or tls_dir in the rig file) holding ca.pem and a coordinator certificate")
                 }

@@ -61,7 +61,8 @@ struct RigOptions: ParsableArguments {
     }
 
     /// The agents and the client's security: flags over the rig file.
-    func resolve(logger: Logger) throws -> (endpoints: [AgentEndpoint], security: ClientSecurity) {
+    /// `allowingNoAgents`: a rig whose agents all join by enrollment (`camrig serve --enroll`).
+    func resolve(logger: Logger, allowingNoAgents: Bool = false) throws -> (endpoints: [AgentEndpoint], security: ClientSecurity) {
         var endpoints = agent
         var file: RigFile?
         if let path = rig ?? ProcessInfo.processInfo.environment["CAMRIG_RIG"] {
@@ -74,7 +75,7 @@ struct RigOptions: ParsableArguments {
                 endpoints = try file.agents.map { try AgentEndpoint.argument($0) }
             }
         }
-        guard !endpoints.isEmpty else {
+        guard !endpoints.isEmpty || allowingNoAgents else {
             throw ValidationError("no agents: pass --agent HOST:PORT (repeatable) or --rig FILE")
         }
         let security = try tls.clientSecurity(

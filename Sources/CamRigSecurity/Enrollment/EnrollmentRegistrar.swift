@@ -1,0 +1,313 @@
+import CamRigFiles
+import Crypto
+import Foundation
+import NIOConcurrencyHelpers
+import SwiftASN1
+import X509
+
+/// The service's side of enrollment: checks join tokens and renewal requests, signs the agents'
+/// certificates with the rig's CA, and keeps the ledger (`enrollment/ledger.json` in the CA's TLS
+/// directory): how often each token was used, every enrolment (pending, joined or refused, with the
+/// reason) and the rig's enrolled members, which the service connects to.
+///
+/// The ledger is written durably before an answer leaves, so a token's last use is never given twice,
+/// even across a crash. Refusals name their reason; the secret is never logged or kept.
+public final class EnrollmentRegistrar: Sendable {
+    /// An enrolled agent: its certificate's name and where the coordinator reaches it.
+    public struct Member: Codable, Sendable, Hashable {
+        public var name: String
+        public var endpoint: String
+        public var address: String
+    }
+
+    /// Why a request was refused, for the requester and the service's log.
+    public struct Refusal: Error, Sendable, CustomStringConvertible {
+        public enum Kind: Sendable { case badRequest, forbidden, conflict }
+        public var kind: Kind
+        public var reason: String
+        public var description: String { reason }
+    }
+
+    struct Ledger: Codable {
+        var uses: [String: Int] = [:]
+        var records: [Enrollment.Record] = []
+        var members: [Member] = []
+    }
+
+    public let directory: TLSDirectory
+    /// How long an issued certificate is valid.
+    public let validity: TimeInterval
+    private let authority: CertificateAuthority
+    private let tokens: JoinTokenList
+    private let ledger: NIOLockedValueBox<Ledger>
+    private let now: @Sendable () -> Date
+    /// Records kept in the ledger (the oldest go first).
+    static let recordLimit = 1000
+
+    public init(directory: TLSDirectory, validity: TimeInterval = 90 * 86_400, now: @escaping @Sendable () -> Date = { Date() }) throws {
+        self.directory = directory
+        self.validity = validity
+        self.now = now
+        authority = try directory.loadAuthority()
+        tokens = JoinTokenList(directory: directory)
+        var loaded = Ledger()
+        if let data = try? Data(contentsOf: Self.file(in: directory)) {
+            do {
+                loaded = try JoinTokenList.decoder.decode(Ledger.self, from: data)
+            } catch {
+                throw SecurityError("\(Self.file(in: directory).path) is not an enrollment ledger: \(error)")
+            }
+        }
+        ledger = NIOLockedValueBox(loaded)
+    }
+
+    static func file(in directory: TLSDirectory) -> URL {
+        JoinTokenList(directory: directory).folder.appendingPathComponent("ledger.json")
+    }
+
+    public var members: [Member] { ledger.withLockedValue { $0.members } }
+
+    /// How often each token was used, as the service's ledger in `directory` says (for `--list`).
+    public static func uses(in directory: TLSDirectory) -> [String: Int] {
+        guard let data = try? Data(contentsOf: file(in: directory)), let ledger = try? JoinTokenList.decoder.decode(Ledger.self, from: data) else { return [:] }
+        return ledger.uses
+    }
+    /// Newest first.
+    public var records: [Enrollment.Record] { ledger.withLockedValue { $0.records.reversed() } }
+
+    /// The CA's certificate, PEM: what GET /enroll/v1/ca answers.
+    public var caPEM: String { (try? authority.certificate.serializeAsPEM().pemString) ?? "" }
+
+    /// The rig's revocation list, PEM, when there is one.
+    public func revocationListPEM() -> String? {
+        try? String(contentsOfFile: directory.revocationListPath, encoding: .utf8)
+    }
+
+    // MARK: Joining
+
+    /// A host asks to join with a token: on success its certificate, and the member to connect to.
+    public func join(_ request: Enrollment.JoinRequest, from address: String) -> Result<(Enrollment.Issued, Member), Refusal> {
+        let time = now()
+        return ledger.withLockedValue { ledger in
+            var tokenID = "unknown"
+            let outcome = Self.attempt { () throws -> (Enrollment.Issued, Member) in
+                let token: JoinToken
+                do { token = try JoinToken(text: request.token) } catch { throw Refusal(kind: .forbidden, reason: "\(error)") }
+                tokenID = token.id
+                guard token.caPin == JoinToken.pin(of: authority.certificate) else {
+                    throw Refusal(kind: .forbidden, reason: "token \(token) was made for another rig's CA (its pin does not match this CA)")
+                }
+                let records: [JoinTokenList.Record]
+                do { records = try tokens.records() } catch { throw Refusal(kind: .forbidden, reason: "the rig's token list cannot be read: \(error)") }
+                guard let record = records.first(where: { $0.id == token.id }) else {
+                    throw Refusal(kind: .forbidden, reason: "token \(token) is not one of this rig's tokens")
+                }
+                guard record.secretSHA256 == token.secretHash else {
+                    throw Refusal(kind: .forbidden, reason: "token \(token) has a wrong secret (tampered with, or mistyped)")
+                }
+                if let revoked = record.revoked {
+                    throw Refusal(kind: .forbidden, reason: "token \(token) was revoked at \(PeerCertificateVerifier.format(revoked))")
+                }
+                guard record.expires > time else {
+                    throw Refusal(kind: .forbidden, reason: "token \(token) expired at \(PeerCertificateVerifier.format(record.expires)): make a new one with `camrig certs join-token`")
+                }
+                let used = ledger.uses[token.id, default: 0]
+                guard used < record.uses else {
+                    throw Refusal(kind: .forbidden, reason: "token \(token) is used up (\(used) of \(record.uses) uses)")
+                }
+                let name = Self.name(asked: request.name, token: record)
+                do { try TLSDirectory.validateName(name) } catch { throw Refusal(kind: .badRequest, reason: "\(error)") }
+                let endpoint = try Self.endpoint(host: request.host ?? address, port: request.port)
+                if let existing = try? directory.entries().first(where: { $0.name == name }), existing.identity.role != .agent {
+                    throw Refusal(kind: .conflict, reason: "'\(name)' is the name of this rig's \(existing.identity.role.rawValue) certificate: give the host another name")
+                }
+                if let other = ledger.members.first(where: { $0.name == name }), other.address != address {
+                    throw Refusal(
+                        kind: .conflict,
+                        reason: "'\(name)' is already enrolled from \(other.address): give this host another name (camrig-agent --identity NAME), or revoke '\(name)' first")
+                }
+                let csr = try Self.request(request.csr)
+                let issued = try issue(csr: csr, name: name, address: address, time: time)
+                ledger.uses[token.id] = used + 1
+                return (issued, Member(name: name, endpoint: endpoint, address: address))
+            }
+            switch outcome {
+            case .success(let (issued, member)):
+                ledger.members.removeAll { $0.name == member.name }
+                ledger.members.append(member)
+                Self.append(
+                    Enrollment.Record(
+                        time: time, state: .pending, name: member.name, address: address, endpoint: member.endpoint, token: tokenID, reason: nil,
+                        notValidAfter: issued.notValidAfter), to: &ledger)
+            case .failure(let refusal):
+                Self.append(
+                    Enrollment.Record(
+                        time: time, state: .refused, name: String(request.name.prefix(64)), address: address, endpoint: nil, token: tokenID,
+                        reason: refusal.reason, notValidAfter: nil), to: &ledger)
+            }
+            if let error = save(ledger) {
+                // Nothing is given out that the ledger does not hold.
+                return .failure(Refusal(kind: .conflict, reason: "the service cannot record the enrolment: \(error)"))
+            }
+            return outcome
+        }
+    }
+
+    /// The certificate name for a host that asked for `asked`.
+    static func name(asked: String, token: JoinTokenList.Record) -> String {
+        if let fixed = token.name { return fixed }
+        if let prefix = token.prefix { return asked.hasPrefix(prefix) ? asked : prefix + asked }
+        return asked
+    }
+
+    static func endpoint(host: String, port: Int) throws -> String {
+        guard (1...65535).contains(port) else { throw Refusal(kind: .badRequest, reason: "port \(port) is not a TCP port") }
+        guard !host.isEmpty, host.count <= 253, !host.contains(where: { $0 == "/" || $0 == " " || $0 == "@" }) else {
+            throw Refusal(kind: .badRequest, reason: "'\(host.prefix(64))' is not a host name or address")
+        }
+        return host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+    }
+
+    static func request(_ pem: String) throws -> CertificateSigningRequest {
+        let csr: CertificateSigningRequest
+        do {
+            csr = try CertificateSigningRequest(pemEncoded: pem)
+        } catch {
+            throw Refusal(kind: .badRequest, reason: "the certificate request is not a PEM PKCS #10 request: \(error)")
+        }
+        guard csr.publicKey.isValidSignature(csr.signature, for: csr) else {
+            throw Refusal(kind: .badRequest, reason: "the certificate request's signature does not verify: it was not made with the key it carries")
+        }
+        guard P256.Signing.PublicKey(csr.publicKey) != nil else {
+            throw Refusal(kind: .badRequest, reason: "the certificate request's key is not ECDSA P-256, which CamRig's certificates use")
+        }
+        return csr
+    }
+
+    private func issue(csr: CertificateSigningRequest, name: String, address: String, time: Date) throws -> Enrollment.Issued {
+        let notAfter = time.addingTimeInterval(validity)
+        let certificate: Certificate
+        let pem: String
+        do {
+            certificate = try authority.certificate(
+                for: csr.publicKey, name: name, role: .agent, hostnames: IPAddressBytes(address) != nil ? [address] : [],
+                notValidBefore: time.addingTimeInterval(-300), notValidAfter: notAfter)
+            pem = try certificate.serializeAsPEM().pemString
+        } catch {
+            throw Refusal(kind: .conflict, reason: "the CA could not sign the certificate: \(error)")
+        }
+        // Kept beside the CA (the certificate only: the key never left its host), so that
+        // `camrig certs list` shows it and `camrig certs revoke --name` revokes it.
+        do {
+            try directory.write(pem: pem, to: directory.certificateFile(for: name), secret: false)
+        } catch {
+            throw Refusal(kind: .conflict, reason: "the service cannot keep the certificate: \(error)")
+        }
+        let life = certificate.notValidAfter.timeIntervalSince(time)
+        return Enrollment.Issued(
+            name: name, certificate: pem, ca: caPEM, crl: revocationListPEM(), notValidAfter: certificate.notValidAfter,
+            renewAfter: time.addingTimeInterval(life * 2 / 3))
+    }
+
+    // MARK: Renewing
+
+    /// An enrolled agent asks for a new certificate for a new key, proving it holds the current one.
+    public func renew(_ request: Enrollment.RenewRequest, from address: String) -> Result<(Enrollment.Issued, Member), Refusal> {
+        let time = now()
+        return ledger.withLockedValue { ledger in
+            var name = "unknown"
+            let outcome = Self.attempt { () throws -> (Enrollment.Issued, Member) in
+                let current: Certificate
+                do { current = try Certificate(pemEncoded: request.certificate) } catch {
+                    throw Refusal(kind: .badRequest, reason: "the current certificate is not PEM: \(error)")
+                }
+                guard authority.signed(current) else { throw Refusal(kind: .forbidden, reason: "the certificate was not issued by this rig's CA") }
+                let identity: PeerIdentity
+                do { identity = try PeerIdentity(certificate: current) } catch { throw Refusal(kind: .forbidden, reason: "\(error)") }
+                name = identity.name
+                guard identity.role == .agent else { throw Refusal(kind: .forbidden, reason: "only agents renew here; '\(name)' is a \(identity.role.rawValue)") }
+                guard current.notValidAfter > time else {
+                    throw Refusal(kind: .forbidden, reason: "'\(name)''s certificate expired at \(PeerCertificateVerifier.format(current.notValidAfter)): enroll again with a new token")
+                }
+                if let list = try? directory.revocationList(verifiedBy: authority.certificate), list.entry(for: current.serialNumber) != nil {
+                    throw Refusal(kind: .forbidden, reason: "'\(name)''s certificate was revoked")
+                }
+                let csr = try Self.request(request.csr)
+                guard let proof = Data(base64Encoded: request.proof),
+                    current.publicKey.isValidSignature(proof, for: try Self.der(csr), signatureAlgorithm: .ecdsaWithSHA256)
+                else {
+                    throw Refusal(kind: .forbidden, reason: "the proof does not verify with '\(name)''s certificate: the sender does not hold its key")
+                }
+                let issued = try issue(csr: csr, name: name, address: address, time: time)
+                let endpoint = try ledger.members.first { $0.name == name }?.endpoint ?? Self.endpoint(host: address, port: request.port)
+                return (issued, Member(name: name, endpoint: endpoint, address: address))
+            }
+            switch outcome {
+            case .success(let (issued, member)):
+                if !ledger.members.contains(where: { $0.name == member.name }) { ledger.members.append(member) }
+                Self.append(
+                    Enrollment.Record(
+                        time: time, state: .joined, name: name, address: address, endpoint: member.endpoint, token: "renewal", reason: nil,
+                        notValidAfter: issued.notValidAfter), to: &ledger)
+            case .failure(let refusal):
+                Self.append(
+                    Enrollment.Record(
+                        time: time, state: .refused, name: name, address: address, endpoint: nil, token: "renewal", reason: refusal.reason, notValidAfter: nil),
+                    to: &ledger)
+            }
+            if let error = save(ledger) {
+                return .failure(Refusal(kind: .conflict, reason: "the service cannot record the renewal: \(error)"))
+            }
+            return outcome
+        }
+    }
+
+    // MARK: The ledger
+
+    /// The coordinator reached these agents: their pending enrolments have joined.
+    public func connected(_ names: Set<String>) {
+        ledger.withLockedValue { ledger in
+            var changed = false
+            for index in ledger.records.indices where ledger.records[index].state == .pending && names.contains(ledger.records[index].name) {
+                ledger.records[index].state = .joined
+                changed = true
+            }
+            if changed { _ = save(ledger) }
+        }
+    }
+
+    /// The DER bytes of a certificate request: what a renewal's proof signs.
+    public static func der(_ csr: CertificateSigningRequest) throws -> [UInt8] {
+        var serializer = DER.Serializer()
+        try serializer.serialize(csr)
+        return serializer.serializedBytes
+    }
+
+    /// `body`'s result, or its error as a refusal.
+    static func attempt<T>(_ body: () throws -> T) -> Result<T, Refusal> {
+        do {
+            return .success(try body())
+        } catch let refusal as Refusal {
+            return .failure(refusal)
+        } catch {
+            return .failure(Refusal(kind: .badRequest, reason: "\(error)"))
+        }
+    }
+
+    private static func append(_ record: Enrollment.Record, to ledger: inout Ledger) {
+        ledger.records.append(record)
+        if ledger.records.count > recordLimit { ledger.records.removeFirst(ledger.records.count - recordLimit) }
+    }
+
+    /// Writes the ledger durably; the error, if it could not be.
+    private func save(_ ledger: Ledger) -> (any Error)? {
+        do {
+            let file = Self.file(in: directory)
+            try FileManager.default.createDirectory(at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try DurableFile.write(Array(try JoinTokenList.encoder.encode(ledger)), to: file, permissions: 0o600)
+            return nil
+        } catch {
+            return error
+        }
+    }
+}

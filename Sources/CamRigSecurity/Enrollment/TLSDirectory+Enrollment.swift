@@ -1,0 +1,89 @@
+import CamRigFiles
+import Crypto
+import Foundation
+import X509
+
+/// What an enrolled agent keeps of its enrollment, beside its certificate: `enrollment.json` in its TLS
+/// directory. It is how the agent renews its certificate and fetches the revocation list on its own.
+public struct EnrollmentState: Codable, Sendable, Hashable {
+    /// The service it enrolled with (https://HOST:PORT).
+    public var url: String
+    /// The certificate's name.
+    public var name: String
+    public var notValidAfter: Date
+    public var renewAfter: Date
+
+    public init(url: String, name: String, notValidAfter: Date, renewAfter: Date) {
+        self.url = url
+        self.name = name
+        self.notValidAfter = notValidAfter
+        self.renewAfter = renewAfter
+    }
+
+    public static let fileName = "enrollment.json"
+}
+
+extension TLSDirectory {
+    /// Whether the directory holds a certificate of `role` (an agent that has one does not enroll again).
+    public func hasIdentity(role: PeerRole) -> Bool {
+        ((try? entries()) ?? []).contains { $0.identity.role == role }
+    }
+
+    /// Checks what the service issued for the key `key` and installs it: the key, the certificate, the
+    /// CA certificate, the revocation list and `enrollment.json`, each written durably (the key first, the
+    /// state last, so that an agent stopped midway enrolls again rather than running half-enrolled).
+    @discardableResult
+    public func install(_ issued: Enrollment.Issued, key: P256.Signing.PrivateKey, caPin: String?, url: String) throws -> EnrollmentState {
+        let ca: Certificate
+        let certificate: Certificate
+        do {
+            ca = try Certificate(pemEncoded: issued.ca)
+            certificate = try Certificate(pemEncoded: issued.certificate)
+        } catch {
+            throw SecurityError("the service answered with certificates that cannot be read: \(error)")
+        }
+        if let caPin, JoinToken.pin(of: ca) != caPin {
+            throw SecurityError("the service answered with a CA that is not the one the token pins: refusing it")
+        }
+        if let current = try? trustRoot(), current != ca {
+            throw SecurityError("\(caCertificatePath) holds another rig's CA: this directory belongs to another rig")
+        }
+        guard certificate.issuer == ca.subject, ca.publicKey.isValidSignature(certificate.signature, for: certificate) else {
+            throw SecurityError("the certificate the service sent was not signed by the rig's CA")
+        }
+        guard certificate.publicKey == Certificate.PublicKey(key.publicKey) else {
+            throw SecurityError("the certificate the service sent is not for this host's key")
+        }
+        let identity = try PeerIdentity(certificate: certificate)
+        guard identity.name == issued.name, identity.role == .agent else {
+            throw SecurityError("the certificate the service sent is for '\(identity.name)' (\(identity.role.rawValue)), not the agent '\(issued.name)'")
+        }
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let suffix = ".enrolling-\(UInt32.random(in: 0...UInt32.max))"
+        try write(pem: key.pemRepresentation, to: keyFile(for: issued.name + suffix), secret: true)
+        try write(pem: issued.certificate, to: certificateFile(for: issued.name + suffix), secret: false)
+        try replace(keyFile(for: issued.name + suffix), with: keyFile(for: issued.name))
+        try replace(certificateFile(for: issued.name + suffix), with: certificateFile(for: issued.name))
+        try write(pem: issued.ca, to: caCertificatePath, secret: false)
+        if let crl = issued.crl { try installRevocationList(crl, verifiedBy: ca) }
+        let state = EnrollmentState(url: url, name: issued.name, notValidAfter: issued.notValidAfter, renewAfter: issued.renewAfter)
+        try DurableFile.write(Array(try JoinTokenList.encoder.encode(state)), to: URL(fileURLWithPath: file(EnrollmentState.fileName)), permissions: 0o600)
+        return state
+    }
+
+    /// The agent's enrollment, if it enrolled.
+    public func enrollmentState() -> EnrollmentState? {
+        guard let data = FileManager.default.contents(atPath: file(EnrollmentState.fileName)) else { return nil }
+        return try? JoinTokenList.decoder.decode(EnrollmentState.self, from: data)
+    }
+
+    /// Installs a revocation list fetched from the service, once its signature verifies against the
+    /// rig's CA; returns whether it differs from the one kept before.
+    @discardableResult
+    public func installRevocationList(_ pem: String, verifiedBy ca: Certificate) throws -> Bool {
+        _ = try RevocationList(pem: pem, verifiedBy: ca, source: "the service's revocation list")
+        if let current = try? String(contentsOfFile: revocationListPath, encoding: .utf8), current == pem { return false }
+        try write(pem: pem, to: revocationListPath, secret: false)
+        return true
+    }
+}
