@@ -354,6 +354,10 @@ async function loadSync() {
       sparkline(a.history.map((s) => s.offset_us)), sparkline(a.history.map((s) => s.error_bound_us))]));
   fillTable($("sync-cameras"), ["camera", "lock", "method", "phase error µs", "bound µs", "period µs", "restarts", "reason"],
     sync.cameras.map((c) => [c.camera, c.state, c.method, text(c.phase_error_us), text(c.error_bound_us), text(c.frame_period_us, 3), c.restarts, c.reason || ""]));
+  const enrolled = await api("/api/v1/enrollments");
+  $("enrollments-off").hidden = enrolled.enabled;
+  fillTable($("enrollments"), ["time", "state", "name", "from", "connects to", "token", "certificate until", "reason"],
+    enrolled.enrollments.map((e) => [e.time, e.state, e.name, e.address, e.endpoint || "–", e.token, e.not_valid_after || "–", e.reason || ""]));
 }
 
 // MARK: Rig state and events
