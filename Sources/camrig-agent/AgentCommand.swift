@@ -347,7 +347,7 @@ struct AgentCommand: AsyncParsableCommand {
             } else {
                 let directory = TLSDirectory(path: settings.tlsDir!)
                 enrollment = try await Self.enrollIfNeeded(settings, directory: directory, logger: logger)
-                let tls = try MutualTLS.agent(directory: directory, identityName: settings.identity ?? directory.enrollmentState()?.name)
+                let tls = try MutualTLS.agent(directory: directory, identityName: directory.enrollmentState()?.name ?? settings.identity)
                 security = .tls(tls)
                 agentName = settings.agentID ?? tls.identity.name
             }

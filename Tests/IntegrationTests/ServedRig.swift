@@ -14,7 +14,19 @@ final class ServedRig: Sendable {
     let captures: URL
     private let logFile: URL
 
-    init(agents: Int) async throws {
+    convenience init(agents: Int) async throws {
+        try await self.init(["serve", "--loopback", "\(agents)"], tlsDir: nil)
+    }
+
+    /// `camrig serve --enroll` for the rig whose CA is in `tlsDir` (a rig file with no agents: they join
+    /// by enrollment), signed in with an operator token from that CA; `arguments` are added.
+    convenience init(enrolling tlsDir: String, _ arguments: [String] = []) async throws {
+        let rigFile = tlsDir + "-rig.yaml"
+        try "tls_dir: \(tlsDir)\nagents: []\n".write(toFile: rigFile, atomically: true, encoding: .utf8)
+        try await self.init(["serve", "--rig", rigFile, "--enroll"] + arguments, tlsDir: tlsDir)
+    }
+
+    private init(_ arguments: [String], tlsDir directory: String?) async throws {
         let captures = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-serve-\(UUID().uuidString)")
         let logFile = URL(fileURLWithPath: captures.path + ".log")
         _ = FileManager.default.createFile(atPath: logFile.path, contents: nil)
@@ -23,7 +35,7 @@ final class ServedRig: Sendable {
         let output = Pipe()
         process = try ChildProcess.spawn(
             Executables.url("camrig").path,
-            ["serve", "--loopback", "\(agents)", "--listen", "127.0.0.1:0", "--json", "--out", captures.path],
+            arguments + ["--listen", "127.0.0.1:0", "--json", "--out", captures.path, "--log-level", "info"],
             stdout: .descriptor(output.fileHandleForWriting.fileDescriptor), stderr: .descriptor(log.fileDescriptor))
         try? output.fileHandleForWriting.close()
         (self.captures, self.logFile) = (captures, logFile)
@@ -35,7 +47,14 @@ final class ServedRig: Sendable {
         let said = (try? String(contentsOf: logFile, encoding: .utf8)) ?? ""
         let fields = try #require(
             try? JSONSerialization.jsonObject(with: announcement) as? [String: String], "camrig serve did not announce itself: \(said.suffix(2000))")
-        (url, token, tlsDir) = (try #require(fields["url"]), try #require(fields["token"]), try #require(fields["tls_dir"]))
+        url = try #require(fields["url"])
+        if let directory {
+            tlsDir = directory
+            let issued = try Executables.run("camrig", ["certs", "token", "--dir", directory, "--name", "test-operator", "--role", "operator"], timeout: 30)
+            token = issued.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        } else {
+            (token, tlsDir) = (try #require(fields["token"]), try #require(fields["tls_dir"]))
+        }
     }
 
     /// SIGTERM, as systemd stops it: it releases its cameras and stops its loopback agents. Its exit, or

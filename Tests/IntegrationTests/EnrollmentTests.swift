@@ -1,0 +1,171 @@
+import CamRigSecurity
+import CamRigTestSupport
+import Foundation
+import Testing
+import X509
+
+/// Zero-touch enrollment through real processes: `camrig certs join-token`, `camrig serve --enroll` and
+/// `camrig-agent --enroll`, over TLS on loopback.
+@Suite("Zero-touch enrollment", .serialized, .timeLimit(.minutes(3)))
+struct EnrollmentTests {
+    /// A CA directory made by `camrig certs init`, removed with it.
+    struct CA {
+        let root: URL
+        var path: String { root.appendingPathComponent("ca").path }
+
+        init() throws {
+            root = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-enroll-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+            let made = try Executables.run("camrig", ["certs", "init", "--dir", path], timeout: 30)
+            try #require(made.status == 0, "camrig certs init: \(made.stderr)")
+        }
+
+        func token(_ arguments: [String]) throws -> String {
+            let made = try Executables.run("camrig", ["certs", "join-token", "--dir", path] + arguments, timeout: 30)
+            try #require(made.status == 0, "camrig certs join-token: \(made.stderr)")
+            return made.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+
+        /// A host's own TLS directory (empty until it enrolls).
+        func host(_ name: String) -> String { root.appendingPathComponent("host-\(name)").path }
+
+        func remove() { try? FileManager.default.removeItem(at: root) }
+    }
+
+    /// An agent that enrolls as `name`; its process once it listens.
+    static func enrolledAgent(_ served: ServedRig, ca: CA, token: String, name: String, _ extra: [String] = []) throws -> AgentProcess {
+        try AgentProcess(
+            ["--enroll", served.url, "--token", token, "--tls-dir", ca.host(name), "--identity", name, "--synthetic", "1", "--no-realtime"] + extra)
+    }
+
+    /// `camrig-agent --enroll` that must fail: its exit status and what it said.
+    static func refusedAgent(_ served: ServedRig, ca: CA, token: String, name: String) throws -> Executables.Result {
+        try Executables.run(
+            "camrig-agent",
+            ["--enroll", served.url, "--token", token, "--tls-dir", ca.host(name), "--identity", name, "--synthetic", "1", "--no-realtime",
+             "--listen", "127.0.0.1:0", "--spool-dir", ca.host(name) + "-spool"], timeout: 60)
+    }
+
+    @Test("a host joins with a token: its key stays on it, the service connects to it with a clock estimate and its camera, lists the enrolment as joined, and takes a photo with it")
+    func joins() async throws {
+        let ca = try CA()
+        defer { ca.remove() }
+        let served = try await ServedRig(enrolling: ca.path)
+        let token = try ca.token(["--prefix", "cam-", "--uses", "2", "--expires", "10m"])
+        let first = try Self.enrolledAgent(served, ca: ca, token: token, name: "host1")
+        defer { _ = first.stop() }
+        let second = try Self.enrolledAgent(served, ca: ca, token: token, name: "cam-host2")
+        defer { _ = second.stop() }
+
+        // Each host made its key, and only the host has it; the CA keeps the certificates.
+        for name in ["cam-host1", "cam-host2"] {
+            let directory = ca.host(name == "cam-host1" ? "host1" : "cam-host2")
+            let mode = try FileManager.default.attributesOfItem(atPath: directory + "/\(name)-key.pem")[.posixPermissions] as? NSNumber
+            #expect(mode?.intValue == 0o600)
+            #expect(FileManager.default.fileExists(atPath: ca.path + "/\(name).pem"))
+            #expect(!FileManager.default.fileExists(atPath: ca.path + "/\(name)-key.pem"))
+        }
+        var agents: [[String: Any]] = []
+        let settled = try await eventually(timeout: .seconds(60), pollingEvery: .milliseconds(250)) {
+            agents = try served.json("/api/v1/agents") as? [[String: Any]] ?? []
+            return agents.count == 2 && agents.allSatisfy { $0["status"] as? String == "connected" && $0["clock_settled"] as? Bool == true }
+        }
+        #expect(settled, "\(agents)\n\(served.log().suffix(3000))")
+        #expect(Set(agents.compactMap { $0["agent"] as? String }) == ["cam-host1", "cam-host2"])
+        let devices = try served.json("/api/v1/devices") as? [[String: Any]] ?? []
+        #expect(devices.count == 2, "\(devices)")
+        let listed = try #require(try served.json("/api/v1/enrollments") as? [String: Any])
+        #expect(listed["enabled"] as? Bool == true)
+        #expect(
+            try await eventually(timeout: .seconds(10), pollingEvery: .milliseconds(250)) {
+                let records = (try served.json("/api/v1/enrollments") as? [String: Any])?["enrollments"] as? [[String: Any]] ?? []
+                return records.filter { $0["state"] as? String == "joined" }.count == 2
+            })
+
+        #expect(try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(200)) { ((try served.json("/api/v1/session") as? [String: Any])?["cameras"] as? Int) == 2 }, "no session over both cameras")
+        let photo = try served.curl("/api/v1/captures/photo", ["-H", "Content-Type: application/json", "-X", "POST", "--data", #"{"quality": "speed"}"#])
+        #expect(photo.status == 202, "\(photo.output)")
+        var job: [String: Any]?
+        #expect(
+            try await eventually(timeout: .seconds(60), pollingEvery: .milliseconds(200)) {
+                job = (try served.json("/api/v1/jobs") as? [[String: Any]])?.first
+                return job?["capture_id"] != nil || job?["state"] as? String == "failed"
+            })
+        #expect(job?["capture_id"] != nil, "the photo failed: \(job ?? [:])")
+    }
+
+    @Test("a wrong, used-up, revoked, expired or another rig's token is refused: the agent exits saying why, the service logs the reason and lists the refusal")
+    func refusals() async throws {
+        let ca = try CA()
+        defer { ca.remove() }
+        let served = try await ServedRig(enrolling: ca.path)
+        let once = try ca.token(["--uses", "1"])
+        let first = try Self.enrolledAgent(served, ca: ca, token: once, name: "only")
+        defer { _ = first.stop() }
+
+        var cases: [(token: String, name: String, reason: String)] = [(once, "again", "used up (1 of 1 uses)")]
+        var parts = once.split(separator: ".").map(String.init)
+        parts[1] = String(parts[1].reversed())
+        cases.append((parts.joined(separator: "."), "wrong", "wrong secret"))
+        let revoked = try ca.token(["--uses", "5"])
+        let id = String(revoked.dropFirst(JoinToken.prefix.count).prefix(8))
+        let revocation = try Executables.run("camrig", ["certs", "join-token", "--dir", ca.path, "--revoke", id], timeout: 30)
+        #expect(revocation.status == 0, "\(revocation.stderr)")
+        cases.append((revoked, "late", "was revoked"))
+        let expiring = try ca.token(["--expires", "1s"])
+        try await Task.sleep(for: .milliseconds(1500))
+        cases.append((expiring, "slow", "expired"))
+        let other = try CA()
+        defer { other.remove() }
+        cases.append((try other.token([]), "stray", "does not match the token's pin"))
+
+        for (token, name, reason) in cases {
+            let result = try Self.refusedAgent(served, ca: ca, token: token, name: name)
+            #expect(result.status != 0, "\(name) enrolled")
+            #expect(result.stderr.contains(reason), "\(name): \(result.stderr)")
+            #expect(!result.stderr.contains(token), "the agent printed its token")
+        }
+        let log = served.log()
+        for reason in cases.dropLast().map(\.reason) { #expect(log.contains(reason), "the service's log has no '\(reason)'") }
+        let records = (try served.json("/api/v1/enrollments") as? [String: Any])?["enrollments"] as? [[String: Any]] ?? []
+        #expect(records.filter { $0["state"] as? String == "refused" }.count == 4, "\(records)")
+    }
+
+    @Test("an enrolled agent renews its certificate two thirds into its life without a restart, and a revocation reaches it from the service with nothing copied")
+    func renewsAndRevokes() async throws {
+        let ca = try CA()
+        defer { ca.remove() }
+        // Certificates of 8.6 s: renewed about 5.8 s after they are issued.
+        let served = try await ServedRig(enrolling: ca.path, ["--certificate-days", "0.0001"])
+        let agent = try Self.enrolledAgent(served, ca: ca, token: try ca.token([]), name: "pi", ["--crl-refresh", "1"])
+        defer { _ = agent.stop() }
+        let directory = TLSDirectory(path: ca.host("pi"))
+        let first = try #require(try directory.entries().first { $0.name == "pi" }).certificate
+        #expect(
+            try await eventually(timeout: .seconds(20), pollingEvery: .milliseconds(250)) {
+                (try? directory.entries().first { $0.name == "pi" })??.certificate.serialNumber != first.serialNumber
+            }, "not renewed: \(agent.log().suffix(2000))")
+        #expect(agent.log().contains("certificate renewed"))
+        let renewed = try #require(try directory.entries().first { $0.name == "pi" }).certificate
+        #expect(renewed.publicKey != first.publicKey, "the renewal kept the old key")
+        #expect(agent.isRunning)
+
+        // A viewer reaches the agent; once its certificate is revoked on the CA's machine, the agent, having
+        // fetched the list from the service, refuses it.
+        let issued = try Executables.run("camrig", ["certs", "issue", "--dir", ca.path, "--name", "viewer-1", "--role", "viewer"], timeout: 30)
+        try #require(issued.status == 0, "\(issued.stderr)")
+        func viewerLists() throws -> Executables.Result {
+            try Executables.run("camrig", ["devices", "--agent", agent.address, "--tls-dir", ca.path, "--identity", "viewer-1", "--json"], timeout: 30)
+        }
+        let before = try viewerLists()
+        #expect(before.status == 0, "\(before.stderr)")
+        let revoked = try Executables.run("camrig", ["certs", "revoke", "--dir", ca.path, "--name", "viewer-1"], timeout: 30)
+        #expect(revoked.status == 0, "\(revoked.stderr)")
+        #expect(
+            try await eventually(timeout: .seconds(15), pollingEvery: .milliseconds(250)) { agent.log().contains("new revocation list from the service installed") },
+            "\(agent.log().suffix(2000))")
+        #expect(FileManager.default.contentsEqual(atPath: ca.host("pi") + "/crl.pem", andPath: ca.path + "/crl.pem"))
+        let after = try viewerLists()
+        #expect(after.status != 0, "a revoked viewer still reached the agent: \(after.stdout)")
+    }
+}
