@@ -15,7 +15,8 @@ struct DeploymentTests {
     @Test("the example configuration parses")
     func exampleConfiguration() throws {
         let file = try AgentConfigurationFile(contentsOf: Self.deploy.appendingPathComponent("agent.yaml").path)
-        #expect(file.tlsDir == "/etc/camrig/tls")
+        // The agent's own certificates live in its state directory: an enrolling agent writes them there.
+        #expect(file.tlsDir == "/var/lib/camrig/tls")
         #expect(file.spool?.dir == "/var/lib/camrig/spool")
         #expect(file.devices?.v4l2 == ["/dev/video*"])
     }

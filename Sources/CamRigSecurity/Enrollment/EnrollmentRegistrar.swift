@@ -241,6 +241,9 @@ public final class EnrollmentRegistrar: Sendable {
                 let issued = try issue(csr: csr, name: name, address: address, time: time)
                 let endpoint = try ledger.members.first { $0.name == name }?.endpoint ?? Self.endpoint(host: address, port: request.port)
                 return (issued, Member(name: name, endpoint: endpoint, address: address))
+            }.mapError { refusal in
+                // Whatever is wrong with a renewal's certificate, request or proof, the credential failed.
+                Refusal(kind: refusal.kind == .badRequest ? .forbidden : refusal.kind, reason: refusal.reason)
             }
             switch outcome {
             case .success(let (issued, member)):
