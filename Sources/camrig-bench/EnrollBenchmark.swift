@@ -1,0 +1,226 @@
+import ArgumentParser
+import CamRigAgent
+import CamRigCLI
+import CamRigLocalRig
+import CamRigSecurity
+import CamRigServiceClient
+import CamRigViews
+import Foundation
+
+/// `camrig-bench enroll`: how fast a rig comes together from join tokens, and how many enrolments a second
+/// `camrig serve --enroll` takes.
+///
+/// 1. From nothing to a rig: N `camrig-agent --enroll` processes, each with a synthetic camera, are started
+///    at once against a new service; timed until every one is enrolled, connected and clock-settled, and
+///    then until a photo of every camera is taken through the service.
+/// 2. Enrolments per second: `--clients` hosts enroll at once, again and again (a fresh key, request,
+///    signature and ledger entry each); the baseline, measured in the same run against the same service,
+///    is a verified HTTPS request that does nothing (GET /enroll/v1/crl with nothing revoked) with the
+///    same concurrency: the ratio is what signing and recording an enrolment add.
+struct EnrollBenchmark: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "enroll",
+        abstract: "Time from join tokens to a rig of N connected, settled agents with a photo; enrolments per second against a bare HTTPS baseline."
+    )
+
+    @Option(name: .long, help: "Agents started at once (each a camrig-agent process with one synthetic camera).")
+    var agents = 8
+
+    @Option(name: .long, help: "Enrolments measured for the rate.")
+    var enrollments = 300
+
+    @Option(name: .long, help: "Hosts enrolling at once for the rate.")
+    var clients = 8
+
+    @OptionGroup var options: BenchOptions
+
+    struct Result: BenchResult {
+        var machine: MachineDescription
+        var agents: Int
+        var secondsToEnrolled: Double
+        var secondsToConnectedAndSettled: Double
+        var secondsToPhoto: Double
+        var enrollments: Int
+        var clients: Int
+        var enrollmentsPerSecond: Double
+        var baselineRequestsPerSecond: Double
+        var enrollmentCostVersusBaseline: Double
+
+        var text: String {
+            """
+            camrig-bench enroll — \(machine.text)
+            a rig from join tokens: \(agents) agents started at once
+              all enrolled                   \(String(format: "%6.2f s", secondsToEnrolled))
+              all connected, clock settled   \(String(format: "%6.2f s", secondsToConnectedAndSettled))
+              a photo of every camera taken  \(String(format: "%6.2f s", secondsToPhoto))
+            enrolments against camrig serve --enroll (\(clients) hosts at once, \(enrollments) enrolments)
+              enrolments                     \(String(format: "%8.1f /s", enrollmentsPerSecond))
+              baseline: bare HTTPS requests  \(String(format: "%8.1f /s", baselineRequestsPerSecond))  (GET /enroll/v1/crl, same concurrency)
+              an enrolment costs             \(times(enrollmentCostVersusBaseline)) a bare request
+            """
+        }
+    }
+
+    func validate() throws {
+        guard (1...64).contains(agents), (1...100_000).contains(enrollments), (1...64).contains(clients) else {
+            throw ValidationError("--agents within 1…64, --enrollments within 1…100000, --clients within 1…64")
+        }
+    }
+
+    func run() async throws {
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-bench-enroll-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: scratch) }
+
+        options.say("a rig of \(agents) agents from a join token…")
+        let rig = try await Self.fromTokens(agents: agents, scratch: scratch.appendingPathComponent("rig"), options: options)
+        options.say("enrolments per second, \(clients) at once…")
+        let (rate, baseline) = try await Self.rate(enrollments: enrollments, clients: clients, scratch: scratch.appendingPathComponent("rate"))
+        try options.emit(
+            Result(
+                machine: .current, agents: agents, secondsToEnrolled: rig.enrolled, secondsToConnectedAndSettled: rig.settled, secondsToPhoto: rig.photo,
+                enrollments: enrollments, clients: clients, enrollmentsPerSecond: rate, baselineRequestsPerSecond: baseline,
+                enrollmentCostVersusBaseline: rate > 0 ? baseline / rate : .nan))
+    }
+
+    /// A `camrig serve --enroll` over a new CA in `folder`; stopped by the caller.
+    struct Service {
+        let process: Process
+        let url: String
+        let directory: TLSDirectory
+
+        init(folder: URL, extra: [String] = []) throws {
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            directory = TLSDirectory(path: folder.appendingPathComponent("ca").path)
+            try directory.initialize()
+            let rigFile = folder.appendingPathComponent("rig.yaml")
+            try "tls_dir: \(directory.path)\nagents: []\n".write(to: rigFile, atomically: true, encoding: .utf8)
+            guard let camrig = Programs.find("camrig", override: "CAMRIG") else { throw CommandFailure("cannot find camrig next to camrig-bench") }
+            process = Process()
+            process.executableURL = camrig
+            process.arguments = [
+                "serve", "--rig", rigFile.path, "--enroll", "--listen", "127.0.0.1:0", "--json", "--out", folder.appendingPathComponent("captures").path,
+            ] + extra
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = FileHandle(forWritingAtPath: "/dev/null")
+            try process.run()
+            var line = Data()
+            while let byte = try output.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line.append(byte) }
+            guard let fields = try? JSONSerialization.jsonObject(with: line) as? [String: String], let url = fields["url"] else {
+                process.terminate()
+                throw CommandFailure("camrig serve --enroll did not start")
+            }
+            self.url = url.hasSuffix("/") ? String(url.dropLast()) : url
+        }
+
+        func token(uses: Int) throws -> String {
+            let (token, _) = try JoinTokenList(directory: directory).make(role: .agent, name: nil, prefix: nil, expires: Date() + 3600, uses: uses)
+            return token.text
+        }
+
+        func stop() {
+            process.terminate()
+            process.waitUntilExit()
+        }
+    }
+
+    static func fromTokens(agents count: Int, scratch: URL, options: BenchOptions) async throws -> (enrolled: Double, settled: Double, photo: Double) {
+        let service = try Service(folder: scratch)
+        defer { service.stop() }
+        let token = try service.token(uses: count)
+        let client = try ServiceClient(url: service.url, directory: service.directory, identityName: "coordinator")
+        do {
+            let timings = try await fromTokens(agents: count, token: token, service: service, client: client, scratch: scratch)
+            await client.shutdown()
+            return timings
+        } catch {
+            await client.shutdown()
+            throw error
+        }
+    }
+
+    private static func fromTokens(
+        agents count: Int, token: String, service: Service, client: ServiceClient, scratch: URL
+    ) async throws -> (enrolled: Double, settled: Double, photo: Double) {
+        let started = ContinuousClock.now
+        let processes = try await withThrowingTaskGroup(of: LocalAgentProcess.self) { group in
+            for index in 1...count {
+                let folder = scratch.appendingPathComponent("host-\(index)")
+                group.addTask {
+                    try await LocalAgentProcess.start(
+                        arguments: [
+                            "--enroll", service.url, "--token", token, "--tls-dir", folder.appendingPathComponent("tls").path, "--identity", "host-\(index)",
+                            "--synthetic", "1", "--no-realtime", "--listen", "127.0.0.1:0", "--spool-dir", folder.appendingPathComponent("spool").path,
+                        ], logFile: folder.appendingPathExtension("log"), timeout: .seconds(60))
+                }
+            }
+            var started: [LocalAgentProcess] = []
+            for try await process in group { started.append(process) }
+            return started
+        }
+        let enrolled = (ContinuousClock.now - started).seconds
+        defer { for process in processes { _ = process.stopBlocking() } }
+        while true {
+            let listed: [AgentStatusOutput] = (try? await client.get("/api/v1/agents")) ?? []
+            if listed.count == count && listed.allSatisfy({ $0.status == "connected" && $0.clockSettled == true }) { break }
+            guard ContinuousClock.now - started < .seconds(180) else { throw CommandFailure("the agents did not all connect and settle within 180 s") }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        let settled = (ContinuousClock.now - started).seconds
+        while true {
+            let session: SessionCameras? = try? await client.get("/api/v1/session")
+            if session?.cameras == count { break }
+            guard ContinuousClock.now - started < .seconds(180) else { throw CommandFailure("no session over every camera within 180 s") }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        let job: CaptureJob = try await client.post("/api/v1/captures/photo", PhotoRequest(quality: "speed"))
+        while true {
+            let current: CaptureJob = try await client.get("/api/v1/jobs/\(job.id)")
+            if current.captureId != nil { break }
+            if current.state == .failed { throw CommandFailure("the photo failed: \(current.error ?? "")") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return (enrolled, settled, (ContinuousClock.now - started).seconds)
+    }
+
+    static func rate(enrollments: Int, clients: Int, scratch: URL) async throws -> (enrolments: Double, baseline: Double) {
+        // Members nobody listens for: the service's attempts to reach them are refused at once.
+        let service = try Service(folder: scratch)
+        defer { service.stop() }
+        let token = try service.token(uses: enrollments)
+        let hosts = scratch.appendingPathComponent("hosts")
+        func measure(_ work: @escaping @Sendable (Int) async throws -> Void) async throws -> Double {
+            let started = ContinuousClock.now
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for client in 0..<clients {
+                    group.addTask {
+                        for index in stride(from: client, to: enrollments, by: clients) { try await work(index) }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            return Double(enrollments) / (ContinuousClock.now - started).seconds
+        }
+        let url = service.url
+        let enrolments = try await measure { index in
+            let folder = TLSDirectory(path: hosts.appendingPathComponent("\(index)").path)
+            _ = try await AgentEnrollment(url: url, directory: folder, port: 9).enroll(token: token, name: "bench-\(index)")
+        }
+        // The same hosts, enrolled now, ask for the revocation list: there is none (204).
+        let baseline = try await measure { index in
+            _ = try await AgentEnrollment(url: url, directory: TLSDirectory(path: hosts.appendingPathComponent("\(index)").path), port: 9)
+                .refreshRevocationList()
+        }
+        return (enrolments, baseline)
+    }
+}
+
+/// What the rate of the session's cameras needs of GET /api/v1/session.
+private struct SessionCameras: Decodable {
+    var cameras: Int
+}
+
+extension Duration {
+    fileprivate var seconds: Double { Double(components.seconds) + Double(components.attoseconds) * 1e-18 }
+}
