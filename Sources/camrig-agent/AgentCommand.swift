@@ -346,7 +346,13 @@ struct AgentCommand: AsyncParsableCommand {
                 agentName = settings.agentID ?? ProcessInfo.processInfo.hostName
             } else {
                 let directory = TLSDirectory(path: settings.tlsDir!)
-                enrollment = try await Self.enrollIfNeeded(settings, directory: directory, logger: logger)
+                do {
+                    enrollment = try await Self.enrollIfNeeded(settings, directory: directory, logger: logger)
+                } catch let error as SecurityError {
+                    // Not a usage error: no usage text, and systemd restarts the agent to try again.
+                    logger.error("enrollment failed", metadata: ["reason": "\(error.message)"])
+                    throw CommandFailure("enrollment failed: \(error.message)")
+                }
                 let tls = try MutualTLS.agent(directory: directory, identityName: directory.enrollmentState()?.name ?? settings.identity)
                 security = .tls(tls)
                 agentName = settings.agentID ?? tls.identity.name
