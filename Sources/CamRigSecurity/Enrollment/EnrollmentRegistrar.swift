@@ -131,25 +131,7 @@ public final class EnrollmentRegistrar: Sendable {
                 ledger.uses[token.id] = used + 1
                 return (issued, Member(name: name, endpoint: endpoint, address: address))
             }
-            switch outcome {
-            case .success(let (issued, member)):
-                ledger.members.removeAll { $0.name == member.name }
-                ledger.members.append(member)
-                Self.append(
-                    Enrollment.Record(
-                        time: time, state: .pending, name: member.name, address: address, endpoint: member.endpoint, token: tokenID, reason: nil,
-                        notValidAfter: issued.notValidAfter), to: &ledger)
-            case .failure(let refusal):
-                Self.append(
-                    Enrollment.Record(
-                        time: time, state: .refused, name: String(request.name.prefix(64)), address: address, endpoint: nil, token: tokenID,
-                        reason: refusal.reason, notValidAfter: nil), to: &ledger)
-            }
-            if let error = save(ledger) {
-                // Nothing is given out that the ledger does not hold.
-                return .failure(Refusal(kind: .conflict, reason: "the service cannot record the enrolment: \(error)"))
-            }
-            return outcome
+            return settle(outcome, in: &ledger, time: time, name: String(request.name.prefix(64)), address: address, token: tokenID, issued: .pending, what: "enrolment")
         }
     }
 
@@ -245,27 +227,37 @@ public final class EnrollmentRegistrar: Sendable {
                 // Whatever is wrong with a renewal's certificate, request or proof, the credential failed.
                 Refusal(kind: refusal.kind == .badRequest ? .forbidden : refusal.kind, reason: refusal.reason)
             }
-            switch outcome {
-            case .success(let (issued, member)):
-                if !ledger.members.contains(where: { $0.name == member.name }) { ledger.members.append(member) }
-                Self.append(
-                    Enrollment.Record(
-                        time: time, state: .joined, name: name, address: address, endpoint: member.endpoint, token: "renewal", reason: nil,
-                        notValidAfter: issued.notValidAfter), to: &ledger)
-            case .failure(let refusal):
-                Self.append(
-                    Enrollment.Record(
-                        time: time, state: .refused, name: name, address: address, endpoint: nil, token: "renewal", reason: refusal.reason, notValidAfter: nil),
-                    to: &ledger)
-            }
-            if let error = save(ledger) {
-                return .failure(Refusal(kind: .conflict, reason: "the service cannot record the renewal: \(error)"))
-            }
-            return outcome
+            return settle(outcome, in: &ledger, time: time, name: name, address: address, token: "renewal", issued: .joined, what: "renewal")
         }
     }
 
     // MARK: The ledger
+
+    /// Records `outcome` (an issued certificate's member and record in state `issued`, or the refusal
+    /// of `name`) and writes the ledger; nothing is given out that the ledger does not hold.
+    private func settle(
+        _ outcome: Result<(Enrollment.Issued, Member), Refusal>, in ledger: inout Ledger, time: Date, name: String, address: String, token: String,
+        issued state: Enrollment.Record.State, what: String
+    ) -> Result<(Enrollment.Issued, Member), Refusal> {
+        switch outcome {
+        case .success(let (issued, member)):
+            ledger.members.removeAll { $0.name == member.name }
+            ledger.members.append(member)
+            Self.append(
+                Enrollment.Record(
+                    time: time, state: state, name: member.name, address: address, endpoint: member.endpoint, token: token, reason: nil,
+                    notValidAfter: issued.notValidAfter), to: &ledger)
+        case .failure(let refusal):
+            Self.append(
+                Enrollment.Record(
+                    time: time, state: .refused, name: name, address: address, endpoint: nil, token: token, reason: refusal.reason, notValidAfter: nil),
+                to: &ledger)
+        }
+        if let error = save(ledger) {
+            return .failure(Refusal(kind: .conflict, reason: "the service cannot record the \(what): \(error)"))
+        }
+        return outcome
+    }
 
     /// The coordinator reached these agents: their pending enrolments have joined.
     public func connected(_ names: Set<String>) {

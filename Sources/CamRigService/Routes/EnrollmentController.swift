@@ -24,18 +24,10 @@ struct EnrollmentController {
             return Response(status: .ok, headers: [.contentType: "application/x-pem-file"], body: .init(byteBuffer: ByteBuffer(string: pem)))
         }
         routes.post("/enroll/v1/join") { request, context in
-            let registrar = try Self.registrar(service)
-            let body = try await Self.decode(Enrollment.JoinRequest.self, request, context)
-            let address = Self.address(context)
-            let outcome = try await BlockingWork.run { registrar.join(body, from: address) }
-            return try await Self.answer(outcome, service: service, address: address, what: "enrolment")
+            try await Self.issue(Enrollment.JoinRequest.self, request, context, service: service, what: "enrolment") { $0.join($1, from: $2) }
         }
         routes.post("/enroll/v1/renew") { request, context in
-            let registrar = try Self.registrar(service)
-            let body = try await Self.decode(Enrollment.RenewRequest.self, request, context)
-            let address = Self.address(context)
-            let outcome = try await BlockingWork.run { registrar.renew(body, from: address) }
-            return try await Self.answer(outcome, service: service, address: address, what: "renewal")
+            try await Self.issue(Enrollment.RenewRequest.self, request, context, service: service, what: "renewal") { $0.renew($1, from: $2) }
         }
         return routes
     }
@@ -65,27 +57,21 @@ struct EnrollmentController {
         return registrar
     }
 
-    static func address(_ context: ServiceRequestContext) -> String {
-        context.channel.remoteAddress?.ipAddress ?? "unknown"
-    }
-
-    static func decode<T: Decodable>(_ type: T.Type, _ request: Request, _ context: ServiceRequestContext) async throws -> T {
+    /// A join or renewal: the JSON body decoded, `registrar` asked on a thread that may block (it writes the
+    /// ledger durably), and its answer.
+    static func issue<Body: Decodable & Sendable>(
+        _ type: Body.Type, _ request: Request, _ context: ServiceRequestContext, service: RigService, what: String,
+        _ ask: @escaping @Sendable (EnrollmentRegistrar, Body, String) -> Result<(Enrollment.Issued, EnrollmentRegistrar.Member), EnrollmentRegistrar.Refusal>
+    ) async throws -> Response {
+        let registrar = try registrar(service)
         let contentType = request.headers[.contentType] ?? ""
         guard contentType.lowercased().hasPrefix("application/json") else {
             throw ServiceError(.unsupportedMediaType, "\(request.uri.path) takes Content-Type: application/json" + (contentType.isEmpty ? "" : ", not \(contentType)"))
         }
-        var request = request
-        let body: ByteBuffer
-        do {
-            body = try await request.collectBody(upTo: context.maxUploadSize)
-        } catch {
-            throw ServiceError(.tooLarge, "the request body is larger than \(context.maxUploadSize) bytes")
-        }
-        do {
-            return try Enrollment.decoder.decode(T.self, from: Data(buffer: body))
-        } catch {
-            throw ServiceError(.badRequest, "the request body is not the JSON this route takes (see /openapi.yaml): \(error)")
-        }
+        let body = try await ServiceRoutes.decode(type, request, context)
+        let address = context.channel.remoteAddress?.ipAddress ?? "unknown"
+        let outcome = try await BlockingWork.run { ask(registrar, body, address) }
+        return try await answer(outcome, service: service, address: address, what: what)
     }
 
     /// The certificate, with the member connected to; or the refusal, logged with its reason.

@@ -49,7 +49,7 @@ public enum ServiceRoutes {
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(data: try encoder.encode(value))))
     }
 
-    static func decode<T: Decodable>(_ type: T.Type, _ request: Request, _ context: AuthenticatedContext, emptyAs empty: T? = nil) async throws -> T {
+    static func decode<T: Decodable>(_ type: T.Type, _ request: Request, _ context: some RequestContext, emptyAs empty: T? = nil) async throws -> T {
         var request = request
         let body: ByteBuffer
         do {
