@@ -17,6 +17,8 @@ CAMRIG_PACKAGES=(
     openssl           # camrig-bench throughput's TLS baseline (s_server/s_client)
     gcc make libc6-dev pkg-config  # the emulated V4L2 device (Tests/V4L2Emulator) and libv4l2's flags
     chromium chromium-driver  # the web console's browser test (headless, driven by Selenium)
+    dpkg-dev binutils lintian # scripts/package: dpkg-shlibdeps, dpkg-gencontrol, strip; lintian on the packages
+    debootstrap systemd       # scripts/test-packages: a Debian 12 root to install them in; systemd-analyze verify
     ca-certificates
     git
 )
