@@ -191,7 +191,7 @@ public final class AgentServer: Service, Sendable {
             // A connection reaches the agent only once its client has sent something (its ClientHello):
             // silent connections wait in the kernel and cost the agent nothing (Linux's TCP_DEFER_ACCEPT).
             .serverChannelOption(deferAccept, value: deferSeconds)
-            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { channel in
                 var connectionLogger = logger
                 connectionLogger[metadataKey: "peer"] = "\(channel.remoteAddress.map { "\($0)" } ?? "?")"

@@ -60,7 +60,7 @@ public final class AgentClient: Sendable {
         let handshake = eventLoop.makePromise(of: WireWelcome.self)
         let bootstrap = ClientBootstrap(group: eventLoop)
             .connectTimeout(timeout)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 do {
                     let handlers = channel.pipeline.syncOperations

@@ -149,12 +149,12 @@ public final class LinkRelay: Sendable {
     private static func listenTCP(host: String, port: Int, loop: any EventLoop, state: NIOLockedValueBox<State>, target: SocketAddress) throws -> any Channel {
         try ServerBootstrap(group: loop)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
             .childChannelOption(.autoRead, value: false)
             .childChannelInitializer { inbound in
                 // Connect onwards first; only then start reading the client.
                 ClientBootstrap(group: inbound.eventLoop)
-                    .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                    .channelOption(.tcpOption(.tcp_nodelay), value: 1)
                     .channelOption(.autoRead, value: false)
                     .connect(to: target)
                     .flatMap { outbound in
