@@ -63,7 +63,8 @@ public struct AgentEnrollment: Sendable {
         return try directory.installRevocationList(String(decoding: response.body, as: UTF8.self), verifiedBy: ca)
     }
 
-    static func request(name: String, key: P256.Signing.PrivateKey) throws -> CertificateSigningRequest {
+    /// The certificate request an agent named `name` sends for `key`.
+    public static func request(name: String, key: P256.Signing.PrivateKey) throws -> CertificateSigningRequest {
         let subject = try DistinguishedName {
             OrganizationName("CamRig")
             OrganizationalUnitName(PeerRole.agent.rawValue)
