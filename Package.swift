@@ -302,7 +302,7 @@ let package = Package(
             dependencies: [
                 "CamRigCLI", "CamRigClock", "CamRigCoordinator", "CamRigLocalRig", "CamRigWire",
                 "CamRigDevices", "CamRigCapture", "CamRigStorage", "CamRigWireModel", "CamRigViews", "CamRigMedia",
-                "CamRigAgent", "CamRigSecurity", "CamRigServiceClient",
+                "CamRigAgent", "CamRigSecurity", "CamRigServiceClient", "CamRigFiles",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

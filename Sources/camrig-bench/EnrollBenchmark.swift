@@ -1,6 +1,7 @@
 import ArgumentParser
 import CamRigAgent
 import CamRigCLI
+import CamRigFiles
 import CamRigLocalRig
 import CamRigSecurity
 import CamRigServiceClient
@@ -47,6 +48,10 @@ struct EnrollBenchmark: AsyncParsableCommand {
         var enrollmentsPerSecond: Double
         var baselineRequestsPerSecond: Double
         var enrollmentCostVersusBaseline: Double
+        /// Durable writes (write, fsync, rename, fsync of the folder) of a ledger-sized file a second, in
+        /// the service's folder: an enrolment makes two (the certificate's copy and the ledger).
+        var durableWritesPerSecond: Double
+        var enrollmentsPerDurableWrite: Double
 
         var text: String {
             """
@@ -59,6 +64,8 @@ struct EnrollBenchmark: AsyncParsableCommand {
               enrolments                     \(String(format: "%8.1f /s", enrollmentsPerSecond))
               baseline: bare HTTPS requests  \(String(format: "%8.1f /s", baselineRequestsPerSecond))  (GET /api/v1/whoami, same client and concurrency)
               an enrolment costs             \(times(enrollmentCostVersusBaseline)) a bare request
+              baseline: durable file writes  \(String(format: "%8.1f /s", durableWritesPerSecond))  (the ledger's size, fsync'd, in the service's folder)
+              enrolments per durable write   \(String(format: "%8.2f", enrollmentsPerDurableWrite))  (each writes two files durably and re-encodes the whole ledger)
             """
         }
     }
@@ -77,17 +84,18 @@ struct EnrollBenchmark: AsyncParsableCommand {
         options.say("a rig of \(agents) agents from a join token…")
         let rig = try await Self.fromTokens(agents: agents, scratch: scratch.appendingPathComponent("rig"), options: options)
         options.say("enrolments per second, \(clients) at once…")
-        let (rate, baseline) = try await Self.rate(enrollments: enrollments, clients: clients, scratch: scratch.appendingPathComponent("rate"))
+        let (rate, baseline, durable) = try await Self.rate(enrollments: enrollments, clients: clients, scratch: scratch.appendingPathComponent("rate"))
         try options.emit(
             Result(
                 machine: .current, agents: agents, secondsToEnrolled: rig.enrolled, secondsToConnectedAndSettled: rig.settled, secondsToPhoto: rig.photo,
                 enrollments: enrollments, clients: clients, enrollmentsPerSecond: rate, baselineRequestsPerSecond: baseline,
-                enrollmentCostVersusBaseline: rate > 0 ? baseline / rate : .nan))
+                enrollmentCostVersusBaseline: rate > 0 ? baseline / rate : .nan, durableWritesPerSecond: durable,
+                enrollmentsPerDurableWrite: durable > 0 ? rate / durable : .nan))
     }
 
     /// A `camrig serve --enroll` over a new CA in `folder`; stopped by the caller.
     struct Service {
-        let process: Process
+        let process: ChildProcess
         let url: String
         let directory: TLSDirectory
 
@@ -98,19 +106,18 @@ struct EnrollBenchmark: AsyncParsableCommand {
             let rigFile = folder.appendingPathComponent("rig.yaml")
             try "tls_dir: \(directory.path)\nagents: []\n".write(to: rigFile, atomically: true, encoding: .utf8)
             guard let camrig = Programs.find("camrig", override: "CAMRIG") else { throw CommandFailure("cannot find camrig next to camrig-bench") }
-            process = Process()
-            process.executableURL = camrig
-            process.arguments = [
-                "serve", "--rig", rigFile.path, "--enroll", "--listen", "127.0.0.1:0", "--json", "--out", folder.appendingPathComponent("captures").path,
-            ] + extra
             let output = Pipe()
-            process.standardOutput = output
-            process.standardError = FileHandle(forWritingAtPath: "/dev/null")
-            try process.run()
+            process = try ChildProcess.spawn(
+                camrig.path,
+                [
+                    "serve", "--rig", rigFile.path, "--enroll", "--listen", "127.0.0.1:0", "--json", "--out",
+                    folder.appendingPathComponent("captures").path,
+                ] + extra, stdout: .descriptor(output.fileHandleForWriting.fileDescriptor), stderr: .null)
+            try? output.fileHandleForWriting.close()
             var line = Data()
             while let byte = try output.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line.append(byte) }
             guard let fields = try? JSONSerialization.jsonObject(with: line) as? [String: String], let url = fields["url"] else {
-                process.terminate()
+                process.reapBlocking(grace: .seconds(5))
                 throw CommandFailure("camrig serve --enroll did not start")
             }
             self.url = url.hasSuffix("/") ? String(url.dropLast()) : url
@@ -123,7 +130,7 @@ struct EnrollBenchmark: AsyncParsableCommand {
 
         func stop() {
             process.terminate()
-            process.waitUntilExit()
+            process.reapBlocking(grace: .seconds(20))
         }
     }
 
@@ -189,7 +196,7 @@ struct EnrollBenchmark: AsyncParsableCommand {
     /// Enrolments a second the service takes, the requests made beforehand (keys and certificate requests
     /// are the hosts' work), sent over kept-alive HTTPS connections; and the baseline, a bare authenticated
     /// request (GET /api/v1/whoami) over the same client.
-    static func rate(enrollments: Int, clients: Int, scratch: URL) async throws -> (enrolments: Double, baseline: Double) {
+    static func rate(enrollments: Int, clients: Int, scratch: URL) async throws -> (enrolments: Double, baseline: Double, durableWrites: Double) {
         // Members nobody listens for (port 9): the service's attempts to reach them are refused at once.
         let service = try Service(folder: scratch)
         defer { service.stop() }
@@ -220,7 +227,14 @@ struct EnrollBenchmark: AsyncParsableCommand {
                 let _: Named = try await client.get("/api/v1/whoami")
             }
             await client.shutdown()
-            return (enrolments, baseline)
+            // The disk's part: the ledger as it now is, written durably again and again beside it.
+            let ledger = try Data(contentsOf: URL(fileURLWithPath: service.directory.path).appendingPathComponent("enrollment/ledger.json"))
+            let probe = URL(fileURLWithPath: service.directory.path).appendingPathComponent("enrollment/durable-probe.json")
+            let count = 100
+            let started = ContinuousClock.now
+            for _ in 0..<count { try DurableFile.write(Array(ledger), to: probe) }
+            let durable = Double(count) / (ContinuousClock.now - started).seconds
+            return (enrolments, baseline, durable)
         } catch {
             await client.shutdown()
             throw error

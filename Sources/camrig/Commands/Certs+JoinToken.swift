@@ -65,11 +65,13 @@ extension Certs {
             var role: String
             var name: String?
             var prefix: String?
-            var created: Date
-            var expires: Date
+            /// ISO 8601, as everywhere in CamRig's JSON.
+            var created: String
+            var expires: String
             var uses: Int
             var used: Int
-            var revoked: Date?
+            var revoked: String?
+            var state: String
         }
 
         func run() async throws {
@@ -86,17 +88,19 @@ extension Certs {
                 }
                 if list {
                     let used = EnrollmentRegistrar.uses(in: directory)
-                    let listed = try tokens.records().map {
-                        Listed(
-                            id: $0.id, role: $0.role.rawValue, name: $0.name, prefix: $0.prefix, created: $0.created, expires: $0.expires, uses: $0.uses,
-                            used: used[$0.id, default: 0], revoked: $0.revoked)
+                    let formatter = ISO8601DateFormatter()
+                    let listed = try tokens.records().map { token in
+                        let count = used[token.id, default: 0]
+                        let state = token.revoked != nil ? "revoked" : token.expires < Date() ? "expired" : count >= token.uses ? "used up" : "valid"
+                        return Listed(
+                            id: token.id, role: token.role.rawValue, name: token.name, prefix: token.prefix, created: formatter.string(from: token.created),
+                            expires: formatter.string(from: token.expires), uses: token.uses, used: count, revoked: token.revoked.map(formatter.string(from:)),
+                            state: state)
                     }
                     if json { try printJSON(listed, snakeCase: true) } else {
-                        let formatter = ISO8601DateFormatter()
                         for token in listed {
-                            let state = token.revoked != nil ? "revoked" : token.expires < Date() ? "expired" : token.used >= token.uses ? "used up" : "valid"
                             let naming = token.name.map { "name \($0)" } ?? token.prefix.map { "prefix \($0)" } ?? "host names"
-                            print("\(token.id)  \(state)  \(token.used)/\(token.uses) used  until \(formatter.string(from: token.expires))  \(naming)")
+                            print("\(token.id)  \(token.state)  \(token.used)/\(token.uses) used  until \(token.expires)  \(naming)")
                         }
                     }
                     return
