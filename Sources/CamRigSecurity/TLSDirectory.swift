@@ -39,10 +39,10 @@ public struct TLSDirectory: Sendable {
     public static func validateName(_ name: String) throws {
         let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
         guard !name.isEmpty, name.count <= 64, name.allSatisfy(allowed.contains), !name.hasPrefix("."),
-            name != "ca", !name.hasSuffix("-key")
+            name != "ca", name != "crl", !name.hasSuffix("-key")
         else {
             throw SecurityError(
-                "'\(name)' is not a usable certificate name: use 1–64 letters, digits, '.', '_' or '-', not starting with '.', not 'ca'"
+                "'\(name)' is not a usable certificate name: use 1–64 letters, digits, '.', '_' or '-', not starting with '.', not 'ca' or 'crl'"
             )
         }
     }

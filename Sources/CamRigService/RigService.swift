@@ -174,7 +174,7 @@ public actor RigService {
             if let count = history[snapshot.name]?.count, count > configuration.historyLength { history[snapshot.name]?.removeFirst() }
         }
         if let enrollment {
-            let connected = pool.agents.map(\.snapshot).filter { $0.status == .connected }.map(\.agentID)
+            let connected = pool.agents.map(\.snapshot).filter { $0.status == .connected }.map(\.endpoint.description)
             try? await BlockingWork.run { enrollment.connected(Set(connected)) }
         }
         await refreshDevices()

@@ -289,7 +289,7 @@ struct AgentCommand: AsyncParsableCommand {
         var settings = try settings()
         if settings.enroll != nil, settings.listenPort == 0 {
             // The service is told the port before the agent listens: a free one is chosen now.
-            settings.listenPort = try FreePort.choose(host: settings.listenHost)
+            settings.listenPort = try await FreePort.choose(host: settings.listenHost)
         }
         let level = settings.logLevel
         LoggingSystem.bootstrap { label in
@@ -401,7 +401,11 @@ struct AgentCommand: AsyncParsableCommand {
         let kept = directory.enrollmentState()
         guard let url = settings.enroll ?? kept?.url else { return nil }
         let enrollment = try AgentEnrollment(url: url, directory: directory, port: settings.listenPort)
-        if directory.hasIdentity(role: .agent) { return kept == nil ? nil : enrollment }
+        // A certificate in force is kept; an expired one is replaced when a token is given.
+        let current = ((try? directory.entries()) ?? []).filter { $0.identity.role == .agent }
+        if current.contains(where: { $0.certificate.notValidAfter > Date() }) || (!current.isEmpty && settings.token == nil) {
+            return kept == nil ? nil : enrollment
+        }
         guard let token = settings.token else {
             throw SecurityError(
                 "\(directory.path) holds no agent certificate, and --enroll needs a join token to get one: give --token (or CAMRIG_JOIN_TOKEN, or enroll.token in agent.yaml) from `camrig certs join-token` on the coordinator")
@@ -416,10 +420,11 @@ struct AgentCommand: AsyncParsableCommand {
 
 /// A TCP port free on `host` now, for an agent that must name its port before it listens.
 enum FreePort {
-    static func choose(host: String) throws -> Int {
-        let socket = try ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: host, port: 0).wait()
-        defer { try? socket.close().wait() }
-        guard let port = socket.localAddress?.port else { throw ValidationError("cannot find a free port on \(host)") }
+    static func choose(host: String) async throws -> Int {
+        let socket = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: host, port: 0).get()
+        let port = socket.localAddress?.port
+        try? await socket.close().get()
+        guard let port else { throw ValidationError("cannot find a free port on \(host)") }
         return port
     }
 }

@@ -76,7 +76,7 @@ struct EnrollmentRegistrarTests {
         #expect(try rig.pki.directory.entries().contains { $0.name == "cam-pi-07" })
         #expect(!FileManager.default.fileExists(atPath: rig.pki.directory.keyFile(for: "cam-pi-07")))
         #expect(rig.registrar.records.first?.state == .pending)
-        rig.registrar.connected(["cam-pi-07"])
+        rig.registrar.connected(["10.0.0.7:7450"])
         #expect(rig.registrar.records.first?.state == .joined)
     }
 
@@ -114,10 +114,13 @@ struct EnrollmentRegistrarTests {
         der[at + 4] = UInt8(ascii: "8")
         tampered.csr = "-----BEGIN CERTIFICATE REQUEST-----\n\(Data(der).base64EncodedString(options: .lineLength64Characters))\n-----END CERTIFICATE REQUEST-----\n"
         #expect(rig.refusal(rig.registrar.join(tampered, from: "10.0.0.6"))?.contains("signature does not verify") == true)
-        #expect(rig.refusal(rig.registrar.join(try rig.request(valid, name: "coordinator"), from: "10.0.0.6"))?.contains("coordinator certificate") == true)
+        #expect(rig.refusal(rig.registrar.join(try rig.request(valid, name: "coordinator"), from: "10.0.0.6"))?.contains("already has a certificate") == true)
         _ = try rig.registrar.join(try rig.request(valid, name: "pi-09"), from: "10.0.0.9").get()
         #expect(rig.refusal(rig.registrar.join(try rig.request(valid, name: "pi-09"), from: "10.0.0.10"))?.contains("already enrolled from 10.0.0.9") == true)
-        #expect(rig.registrar.records.filter { $0.state == .refused }.count == 8)
+        // Names the rig already gave otherwise, or that are its own files, are not taken by a token's holder.
+        #expect(rig.refusal(rig.registrar.join(try rig.request(valid, name: "agent-1"), from: "10.0.0.11"))?.contains("already has a certificate") == true)
+        #expect(rig.refusal(rig.registrar.join(try rig.request(valid, name: "crl"), from: "10.0.0.12"))?.contains("not a usable certificate name") == true)
+        #expect(rig.registrar.records.filter { $0.state == .refused }.count == 10)
         #expect(rig.registrar.records.allSatisfy { !($0.reason ?? "").contains(valid.secret) })
     }
 
@@ -142,6 +145,8 @@ struct EnrollmentRegistrarTests {
         #expect(certificate.publicKey == Certificate.PublicKey(next.publicKey))
         #expect(try PeerIdentity(certificate: certificate).name == "pi-02")
         #expect(certificate.notValidAfter > (try Certificate(pemEncoded: issued.certificate)).notValidAfter)
+        // The certificate it replaced renews no more, whoever holds its key.
+        #expect(rig.refusal(rig.registrar.renew(try renewal(signedBy: key), from: "10.0.0.2"))?.contains("not the one this rig last issued") == true)
         rig.clock.withLockedValue { $0 += 200 * 86_400 }
         #expect(rig.refusal(rig.registrar.renew(try renewal(signedBy: key), from: "10.0.0.2"))?.contains("expired") == true)
     }

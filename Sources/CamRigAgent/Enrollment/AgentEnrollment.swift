@@ -98,30 +98,50 @@ public struct EnrollmentMaintenance: Service {
         self.logger = logger
     }
 
+    /// Two thirds into the life of the certificate in the directory (which may be older than the state
+    /// file says, if the agent stopped in the middle of installing a renewal).
+    func renewalDue(_ state: EnrollmentState) -> Date {
+        guard let entry = ((try? enrollment.directory.entries()) ?? []).first(where: { $0.name == state.name }) else { return state.renewAfter }
+        // Certificates are dated five minutes back, against clocks a little behind.
+        let issued = entry.certificate.notValidBefore.addingTimeInterval(300)
+        return issued.addingTimeInterval(entry.certificate.notValidAfter.timeIntervalSince(issued) * 2 / 3)
+    }
+
     public func run() async throws {
         guard var state = enrollment.directory.enrollmentState() else { return }
-        var renewAt = state.renewAfter
+        var renewAt = min(state.renewAfter, renewalDue(state))
         var revocationAt = Date()
+        var reloadOwed = false
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
             let now = Date()
             if now >= renewAt {
                 do {
                     state = try await enrollment.renew(state)
-                    renewAt = state.renewAfter
+                    renewAt = min(state.renewAfter, renewalDue(state))
                     try await reload()
                     logger.notice(
                         "certificate renewed", metadata: ["name": "\(state.name)", "valid_until": "\(state.notValidAfter)", "renew_after": "\(state.renewAfter)"])
                 } catch {
                     // Tried again soon, sooner as the end nears; the current certificate serves meanwhile.
                     let left = state.notValidAfter.timeIntervalSince(now)
-                    renewAt = now.addingTimeInterval(min(300, max(2, left / 10)))
-                    logger.warning("certificate renewal failed; trying again", metadata: ["error": "\(error)", "retry_at": "\(renewAt)", "valid_until": "\(state.notValidAfter)"])
+                    if left <= 0 {
+                        renewAt = .distantFuture
+                        logger.error(
+                            "the certificate expired before it could be renewed: enroll again with a new token (camrig-agent --enroll URL --token TOKEN)",
+                            metadata: ["error": "\(error)", "valid_until": "\(state.notValidAfter)"])
+                    } else {
+                        renewAt = now.addingTimeInterval(min(300, max(2, left / 10)))
+                        logger.warning("certificate renewal failed; trying again", metadata: ["error": "\(error)", "retry_at": "\(renewAt)", "valid_until": "\(state.notValidAfter)"])
+                    }
                 }
             }
             if now >= revocationAt {
                 do {
-                    if try await enrollment.refreshRevocationList() {
+                    // A list installed but not yet loaded (the reload failed) is loaded on the next round.
+                    if try await enrollment.refreshRevocationList() || reloadOwed {
+                        reloadOwed = true
                         try await reload()
+                        reloadOwed = false
                         logger.notice("new revocation list from the service installed")
                     }
                 } catch {

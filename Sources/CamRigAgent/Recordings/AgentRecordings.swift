@@ -51,6 +51,8 @@ public final class AgentRecordings: Sendable {
     }
 
     private let state = NIOLockedValueBox(State())
+    /// Where recordings' state files are written, one after another in the order they were decided.
+    private let stateFiles = DispatchQueue(label: "camrig.recordings.state")
 
     init(
         directory: URL, capacityBytes: UInt64?, reserveBytes: UInt64 = 256 << 20, agentID: String, streams: AgentStreams,
@@ -330,26 +332,38 @@ public final class AgentRecordings: Sendable {
 
     /// A track closed: its stream stops, and once every track of the recording has, the recording ends.
     ///
-    /// The state file is written in the same critical section that records the track: two tracks closing
-    /// at once must not write it out of order (an older "recording" state written last would hide the
-    /// files of the track that closed second from the offload).
+    /// The state file is written on one serial queue, in the order the critical section decides: two
+    /// tracks closing at once never write it out of order (an older "recording" state written last would
+    /// hide the files of the track that closed second from the offload), and no lock is held, nor event
+    /// loop kept waiting, while it is flushed. The end is announced once the final state is on disk.
     private func trackFinished(_ track: WireRecordedTrack, recording: String) {
         let folder = directory.appendingPathComponent(recording)
-        let outcome = state.withLockedValue { state -> (active: Active, done: Bool, written: (any Error)?)? in
+        let (logger, stateFiles) = (self.logger, self.stateFiles)
+        let outcome = state.withLockedValue { state -> (active: Active, done: Bool)? in
             guard var active = state.active[recording] else { return nil }
             active.finished[track.deviceID] = track
             let done = active.finished.count == active.recorders.count
             if done { state.active[recording] = nil } else { state.active[recording] = active }
-            let tracks = active.tracks
+            let (tracks, request, watchers) = (active.tracks, active.request, done ? active.watchers : [])
             let recordingState: WireRecordingState =
                 !done ? .recording : tracks.allSatisfy { $0.state == .complete } ? .complete : .failed
-            do {
-                // Closed tracks are remembered as they close: a crash later leaves them as they are.
-                try Self.writeState(recordingState, tracks: tracks, of: active.request, in: folder)
-                return (active, done, nil)
-            } catch {
-                return (active, done, error)
+            stateFiles.async {
+                do {
+                    // Closed tracks are remembered as they close: a crash later leaves them as they are.
+                    try Self.writeState(recordingState, tracks: tracks, of: request, in: folder)
+                } catch {
+                    logger.error("cannot record a recording's state", metadata: ["recording": "\(recording)", "error": "\(error)"])
+                }
+                guard done else { return }
+                logger.info(
+                    "recording ended",
+                    metadata: ["recording": "\(recording)", "state": "\(recordingState)", "frames": "\(tracks.map(\.frames))", "gaps": "\(tracks.map(\.gaps))"])
+                var ended = WireRecordingEnded()
+                ended.recordingID = recording
+                ended.tracks = tracks
+                for watcher in watchers { watcher.connection.write(WireFrame(requestID: watcher.requestID, .recordingEnded(ended)), nil) }
             }
+            return (active, done)
         }
         defer {
             let waiting = state.withLockedValue { state -> [CheckedContinuation<Void, Never>] in
@@ -359,22 +373,12 @@ public final class AgentRecordings: Sendable {
             }
             for continuation in waiting { continuation.resume() }
         }
-        guard let (active, done, written) = outcome else { return }
-        if let written {
-            logger.error("cannot record a recording's state", metadata: ["recording": "\(recording)", "error": "\(written)"])
-        }
+        guard let (active, done) = outcome else { return }
         if let recorder = active.recorders.first(where: { $0.plan.deviceID == track.deviceID }) {
             streams.devices.queue.async { self.streams.stop(streamID: recorder.streamID, reason: .stopped) }
         }
         guard done else { return }
         for task in active.tasks { task.cancel() }
-        let tracks = active.tracks
-        let overall: WireRecordingState = tracks.allSatisfy { $0.state == .complete } ? .complete : .failed
-        logger.info("recording ended", metadata: ["recording": "\(recording)", "state": "\(overall)", "frames": "\(tracks.map(\.frames))", "gaps": "\(tracks.map(\.gaps))"])
-        var ended = WireRecordingEnded()
-        ended.recordingID = recording
-        ended.tracks = tracks
-        for watcher in active.watchers { watcher.connection.write(WireFrame(requestID: watcher.requestID, .recordingEnded(ended)), nil) }
     }
 
     /// Ends a recording at its next grid instant.
@@ -594,6 +598,8 @@ public final class AgentRecordings: Sendable {
             }
             if idle { continuation.resume() }
         }
+        // The state files of the recordings just closed are on disk before the agent goes.
+        await withCheckedContinuation { continuation in stateFiles.async { continuation.resume() } }
     }
 }
 

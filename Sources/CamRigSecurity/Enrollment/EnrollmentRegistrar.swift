@@ -90,6 +90,7 @@ public final class EnrollmentRegistrar: Sendable {
         let time = now()
         return ledger.withLockedValue { ledger in
             var tokenID = "unknown"
+            var draft = ledger
             let outcome = Self.attempt { () throws -> (Enrollment.Issued, Member) in
                 let token: JoinToken
                 do { token = try JoinToken(text: request.token) } catch { throw Refusal(kind: .forbidden, reason: "\(error)") }
@@ -111,27 +112,31 @@ public final class EnrollmentRegistrar: Sendable {
                 guard record.expires > time else {
                     throw Refusal(kind: .forbidden, reason: "token \(token) expired at \(PeerCertificateVerifier.format(record.expires)): make a new one with `camrig certs join-token`")
                 }
-                let used = ledger.uses[token.id, default: 0]
+                let used = draft.uses[token.id, default: 0]
                 guard used < record.uses else {
                     throw Refusal(kind: .forbidden, reason: "token \(token) is used up (\(used) of \(record.uses) uses)")
                 }
                 let name = Self.name(asked: request.name, token: record)
                 do { try TLSDirectory.validateName(name) } catch { throw Refusal(kind: .badRequest, reason: "\(error)") }
                 let endpoint = try Self.endpoint(host: request.host ?? address, port: request.port)
-                if let existing = try? directory.entries().first(where: { $0.name == name }), existing.identity.role != .agent {
-                    throw Refusal(kind: .conflict, reason: "'\(name)' is the name of this rig's \(existing.identity.role.rawValue) certificate: give the host another name")
+                // A name the CA issued otherwise (`camrig certs issue`: a coordinator, a viewer, an agent set
+                // up by hand) is never taken over by a token's holder.
+                if FileManager.default.fileExists(atPath: directory.certificateFile(for: name)), !draft.members.contains(where: { $0.name == name }) {
+                    throw Refusal(
+                        kind: .conflict,
+                        reason: "'\(name)' already has a certificate in this rig (`camrig certs list`): give the host another name (camrig-agent --identity NAME)")
                 }
-                if let other = ledger.members.first(where: { $0.name == name }), other.address != address {
+                if let other = draft.members.first(where: { $0.name == name }), other.address != address {
                     throw Refusal(
                         kind: .conflict,
                         reason: "'\(name)' is already enrolled from \(other.address): give this host another name (camrig-agent --identity NAME), or revoke '\(name)' first")
                 }
                 let csr = try Self.request(request.csr)
                 let issued = try issue(csr: csr, name: name, address: address, time: time)
-                ledger.uses[token.id] = used + 1
+                draft.uses[token.id] = used + 1
                 return (issued, Member(name: name, endpoint: endpoint, address: address))
             }
-            return settle(outcome, in: &ledger, time: time, name: String(request.name.prefix(64)), address: address, token: tokenID, issued: .pending, what: "enrolment")
+            return settle(outcome, draft: draft, in: &ledger, time: time, name: String(request.name.prefix(64)), address: address, token: tokenID, issued: .pending, what: "enrolment")
         }
     }
 
@@ -211,8 +216,19 @@ public final class EnrollmentRegistrar: Sendable {
                 guard current.notValidAfter > time else {
                     throw Refusal(kind: .forbidden, reason: "'\(name)''s certificate expired at \(PeerCertificateVerifier.format(current.notValidAfter)): enroll again with a new token")
                 }
-                if let list = try? directory.revocationList(verifiedBy: authority.certificate), list.entry(for: current.serialNumber) != nil {
-                    throw Refusal(kind: .forbidden, reason: "'\(name)''s certificate was revoked")
+                let list: RevocationList?
+                do { list = try directory.revocationList(verifiedBy: authority.certificate) } catch {
+                    throw Refusal(kind: .conflict, reason: "the rig's revocation list cannot be read, so no certificate is renewed: \(error)")
+                }
+                if list?.entry(for: current.serialNumber) != nil { throw Refusal(kind: .forbidden, reason: "'\(name)''s certificate was revoked") }
+                // Only the certificate last issued to the name renews: an older one (replaced by a renewal,
+                // its key perhaps copied) or one whose name was revoked (its file moved away) does not.
+                guard let pem = try? String(contentsOfFile: directory.certificateFile(for: name), encoding: .utf8),
+                    let kept = try? Certificate(pemEncoded: pem), kept.serialNumber == current.serialNumber
+                else {
+                    throw Refusal(
+                        kind: .forbidden,
+                        reason: "'\(name)''s certificate is not the one this rig last issued to that name (replaced by a renewal, or revoked): enroll again with a new token")
                 }
                 let csr = try Self.request(request.csr)
                 guard let proof = Data(base64Encoded: request.proof),
@@ -227,43 +243,49 @@ public final class EnrollmentRegistrar: Sendable {
                 // Whatever is wrong with a renewal's certificate, request or proof, the credential failed.
                 Refusal(kind: refusal.kind == .badRequest ? .forbidden : refusal.kind, reason: refusal.reason)
             }
-            return settle(outcome, in: &ledger, time: time, name: name, address: address, token: "renewal", issued: .joined, what: "renewal")
+            return settle(outcome, draft: ledger, in: &ledger, time: time, name: name, address: address, token: "renewal", issued: .joined, what: "renewal")
         }
     }
 
     // MARK: The ledger
 
-    /// Records `outcome` (an issued certificate's member and record in state `issued`, or the refusal
-    /// of `name`) and writes the ledger; nothing is given out that the ledger does not hold.
+    /// Records `outcome`. An issued certificate: its member and record added to `draft` (the ledger with
+    /// the token's use counted), written durably, and only then made the ledger: nothing is given out that
+    /// the ledger on disk does not hold. A refusal of `name`: kept in memory only (listed at once, written
+    /// with the next enrolment), so that a flood of refused requests costs no disk writes.
     private func settle(
-        _ outcome: Result<(Enrollment.Issued, Member), Refusal>, in ledger: inout Ledger, time: Date, name: String, address: String, token: String,
-        issued state: Enrollment.Record.State, what: String
+        _ outcome: Result<(Enrollment.Issued, Member), Refusal>, draft: Ledger, in ledger: inout Ledger, time: Date, name: String, address: String,
+        token: String, issued state: Enrollment.Record.State, what: String
     ) -> Result<(Enrollment.Issued, Member), Refusal> {
         switch outcome {
         case .success(let (issued, member)):
-            ledger.members.removeAll { $0.name == member.name }
-            ledger.members.append(member)
+            var draft = draft
+            draft.members.removeAll { $0.name == member.name }
+            draft.members.append(member)
             Self.append(
                 Enrollment.Record(
                     time: time, state: state, name: member.name, address: address, endpoint: member.endpoint, token: token, reason: nil,
-                    notValidAfter: issued.notValidAfter), to: &ledger)
+                    notValidAfter: issued.notValidAfter), to: &draft)
+            if let error = save(draft) {
+                return .failure(Refusal(kind: .conflict, reason: "the service cannot record the \(what): \(error)"))
+            }
+            ledger = draft
         case .failure(let refusal):
             Self.append(
                 Enrollment.Record(
                     time: time, state: .refused, name: name, address: address, endpoint: nil, token: token, reason: refusal.reason, notValidAfter: nil),
                 to: &ledger)
         }
-        if let error = save(ledger) {
-            return .failure(Refusal(kind: .conflict, reason: "the service cannot record the \(what): \(error)"))
-        }
         return outcome
     }
 
-    /// The coordinator reached these agents: their pending enrolments have joined.
-    public func connected(_ names: Set<String>) {
+    /// The coordinator is connected to agents at these endpoints (HOST:PORT): their pending enrolments
+    /// have joined.
+    public func connected(_ endpoints: Set<String>) {
         ledger.withLockedValue { ledger in
             var changed = false
-            for index in ledger.records.indices where ledger.records[index].state == .pending && names.contains(ledger.records[index].name) {
+            for index in ledger.records.indices
+            where ledger.records[index].state == .pending && ledger.records[index].endpoint.map(endpoints.contains) == true {
                 ledger.records[index].state = .joined
                 changed = true
             }

@@ -59,15 +59,18 @@ extension TLSDirectory {
             throw SecurityError("the certificate the service sent is for '\(identity.name)' (\(identity.role.rawValue)), not the agent '\(issued.name)'")
         }
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        // The state first: a certificate in the directory always has the enrollment that renews it (an
+        // agent stopped before the certificate is in place enrolls again).
+        let state = EnrollmentState(url: url, name: issued.name, notValidAfter: issued.notValidAfter, renewAfter: issued.renewAfter)
+        try DurableFile.write(Array(try JoinTokenList.encoder.encode(state)), to: URL(fileURLWithPath: file(EnrollmentState.fileName)), permissions: 0o600)
+        try write(pem: issued.ca, to: caCertificatePath, secret: false)
         let suffix = ".enrolling-\(UInt32.random(in: 0...UInt32.max))"
         try write(pem: key.pemRepresentation, to: keyFile(for: issued.name + suffix), secret: true)
         try write(pem: issued.certificate, to: certificateFile(for: issued.name + suffix), secret: false)
         try replace(keyFile(for: issued.name + suffix), with: keyFile(for: issued.name))
         try replace(certificateFile(for: issued.name + suffix), with: certificateFile(for: issued.name))
-        try write(pem: issued.ca, to: caCertificatePath, secret: false)
-        if let crl = issued.crl { try installRevocationList(crl, verifiedBy: ca) }
-        let state = EnrollmentState(url: url, name: issued.name, notValidAfter: issued.notValidAfter, renewAfter: issued.renewAfter)
-        try DurableFile.write(Array(try JoinTokenList.encoder.encode(state)), to: URL(fileURLWithPath: file(EnrollmentState.fileName)), permissions: 0o600)
+        // A list that does not verify is left out (the previous one stays); the next fetch tries again.
+        if let crl = issued.crl { _ = try? installRevocationList(crl, verifiedBy: ca) }
         return state
     }
 

@@ -38,7 +38,9 @@ struct EnrollmentController {
         let service = self.service
         routes.get("enrollments") { _, _ in
             let registrar = service.enrollment
-            let output = EnrollmentsOutput(enabled: registrar != nil, enrollments: registrar?.records ?? [])
+            // Off the cooperative pool: an enrolment holds the ledger while it is flushed.
+            let records = try await BlockingWork.run { registrar?.records ?? [] }
+            let output = EnrollmentsOutput(enabled: registrar != nil, enrollments: records)
             return Response(
                 status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(data: try Enrollment.encoder.encode(output))))
         }
