@@ -1,6 +1,7 @@
 import ArgumentParser
 import CamRigAgent
 import CamRigCLI
+import CamRigClock
 import CamRigFiles
 import CamRigLocalRig
 import CamRigSecurity
@@ -250,8 +251,4 @@ private struct Named: Decodable {
 /// What the rate of the session's cameras needs of GET /api/v1/session.
 private struct SessionCameras: Decodable {
     var cameras: Int
-}
-
-extension Duration {
-    fileprivate var seconds: Double { Double(components.seconds) + Double(components.attoseconds) * 1e-18 }
 }

@@ -1,3 +1,4 @@
+import CamRigClock
 import CamRigSecurity
 import Crypto
 import Foundation
@@ -147,7 +148,7 @@ public struct EnrollmentMaintenance: Service {
                 } catch {
                     logger.warning("cannot fetch the revocation list from the service", metadata: ["error": "\(error)"])
                 }
-                revocationAt = Date().addingTimeInterval(Double(revocationInterval.components.seconds) + Double(revocationInterval.components.attoseconds) * 1e-18)
+                revocationAt = Date().addingTimeInterval(revocationInterval.seconds)
             }
             let wait = max(0.05, min(renewAt, revocationAt).timeIntervalSinceNow)
             try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .milliseconds(Int64(wait * 1000))) }
