@@ -12,6 +12,8 @@
 //                      timestamping constants)
 //   CamRigClockSocket  the UDP clock channel's kernel-timestamping socket (receive and transmit stamps)
 //   CamRigSecurity     certificate authority, peer roles, TLS 1.3 with client certificates, access tokens
+//   CamRigObjectStore  S3-compatible object storage: AWS Signature V4 (swift-crypto), requests over
+//                      AsyncHTTPClient, resumable checksummed multipart uploads
 //   CamRigDeviceModel  the device model's value types: formats, durations, frames, settings, photo plans,
 //                      leases, the phase grid; no backend, no image code
 //   CamRigMedia        video files: Matroska written frame by frame through FFmpeg's libraries (CMediaFile),
@@ -21,9 +23,11 @@
 //   CamRigDevices      devices and their backends (synthetic, V4L2 through CLibV4L2, libcamera through
 //                      CLibcamera), image kernels
 //                      (CImageKernels) and JPEG (CTurboJPEG)
+//   CamRigImage        image files of frames: PNG (CZlib) for raw pixel formats, JPEG as it came
 //   CamRigWireModel    the only mapping between wire messages and the device model
 //   CamRigCapture      what a capture produces: manifests, contact sheets, the sink protocol storage implements
-//   CamRigStorage      image encoding (PNG through CZlib), capture directories, the SQLite catalog
+//   CamRigStorage      capture stores (a local folder, or S3-compatible object storage) and the catalog
+//                      (SQLite through GRDB, or PostgreSQL through postgres-nio)
 //   CamRigAgent        the server that runs on each camera host
 //   CamRigCoordinator  the client side: agent pool, clock synchronization, rig sessions, sync sets; it
 //                      links the device model, not the devices
@@ -88,6 +92,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
     ],
     targets: [
         .target(
@@ -118,6 +123,19 @@ let package = Package(
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
+            ]
+        ),
+        .target(
+            name: "CamRigObjectStore",
+            dependencies: [
+                "CamRigFiles",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .systemLibrary(
@@ -153,6 +171,7 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
+        .target(name: "CamRigImage", dependencies: ["CZlib", "CamRigDevices"]),
         .target(
             name: "CamRigWireModel",
             dependencies: ["CamRigWire", "CamRigDeviceModel", "CamRigSecurity"]
@@ -169,8 +188,10 @@ let package = Package(
         .target(
             name: "CamRigStorage",
             dependencies: [
-                "CZlib", "CamRigDevices", "CamRigCapture", "CamRigFiles", "CamRigMedia", "CLinux",
+                "CamRigImage", "CamRigDevices", "CamRigCapture", "CamRigFiles", "CamRigMedia", "CamRigObjectStore", "CLinux",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
@@ -179,7 +200,7 @@ let package = Package(
             name: "CamRigAgent",
             dependencies: [
                 "CamRigClock", "CamRigWire", "CamRigClockSocket", "CamRigSecurity", "CamRigDevices", "CamRigWireModel",
-                "CamRigCapture", "CamRigFiles", "CamRigMedia", "CLinux",
+                "CamRigCapture", "CamRigFiles", "CamRigMedia", "CamRigImage", "CamRigObjectStore", "CLinux",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -358,7 +379,18 @@ let package = Package(
         ),
         .testTarget(
             name: "CamRigStorageTests",
-            dependencies: ["CamRigStorage", "CamRigCapture", "CamRigFiles", "CamRigDevices", "CZlib", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: [
+                "CamRigStorage", "CamRigCapture", "CamRigFiles", "CamRigDevices", "CamRigImage", "CamRigObjectStore", "CZlib",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        .testTarget(
+            name: "CamRigObjectStoreTests",
+            dependencies: [
+                "CamRigObjectStore", "CamRigTestSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ]
         ),
         .testTarget(
             name: "CamRigServiceTests",

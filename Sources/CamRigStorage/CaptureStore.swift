@@ -2,6 +2,7 @@ import Crypto
 import CamRigCapture
 import CamRigDevices
 import CamRigFiles
+import CamRigImage
 import CLinux
 import Foundation
 import NIOConcurrencyHelpers

@@ -1,6 +1,7 @@
 import CamRigCapture
 import CamRigDevices
 import CamRigFiles
+import CamRigImage
 import CamRigMedia
 import Foundation
 import NIOCore

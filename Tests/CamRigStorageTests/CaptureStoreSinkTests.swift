@@ -1,5 +1,6 @@
 import CamRigCapture
 import CamRigDevices
+import CamRigImage
 import CamRigStorage
 import Foundation
 import Testing

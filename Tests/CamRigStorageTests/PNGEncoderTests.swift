@@ -1,5 +1,6 @@
 import CZlib
 import CamRigDevices
+import CamRigImage
 import CamRigStorage
 import Testing
 
