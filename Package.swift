@@ -12,8 +12,6 @@
 //                      timestamping constants)
 //   CamRigClockSocket  the UDP clock channel's kernel-timestamping socket (receive and transmit stamps)
 //   CamRigSecurity     certificate authority, peer roles, TLS 1.3 with client certificates, access tokens
-//   CamRigObjectStore  S3-compatible object storage: AWS Signature V4 (swift-crypto), requests over
-//                      AsyncHTTPClient, resumable checksummed multipart uploads
 //   CamRigDeviceModel  the device model's value types: formats, durations, frames, settings, photo plans,
 //                      leases, the phase grid; no backend, no image code
 //   CamRigMedia        video files: Matroska written frame by frame through FFmpeg's libraries (CMediaFile),
@@ -24,8 +22,11 @@
 //                      CLibcamera), image kernels
 //                      (CImageKernels) and JPEG (CTurboJPEG)
 //   CamRigImage        image files of frames: PNG (CZlib) for raw pixel formats, JPEG as it came
-//   CamRigWireModel    the only mapping between wire messages and the device model
-//   CamRigCapture      what a capture produces: manifests, contact sheets, the sink protocol storage implements
+//   CamRigCapture      what a capture produces: manifests, contact sheets, the sink protocol storage implements,
+//                      where captures go (an object store's address and credentials)
+//   CamRigObjectStore  S3-compatible object storage: AWS Signature V4 (swift-crypto), requests over
+//                      AsyncHTTPClient, resumable checksummed multipart uploads
+//   CamRigWireModel    the only mapping between wire messages and the device model (and object store targets)
 //   CamRigStorage      capture stores (a local folder, or S3-compatible object storage) and the catalog
 //                      (SQLite through GRDB, or PostgreSQL through postgres-nio)
 //   CamRigAgent        the server that runs on each camera host
@@ -128,7 +129,7 @@ let package = Package(
         .target(
             name: "CamRigObjectStore",
             dependencies: [
-                "CamRigFiles",
+                "CamRigFiles", "CamRigCapture",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -174,7 +175,7 @@ let package = Package(
         .target(name: "CamRigImage", dependencies: ["CZlib", "CamRigDevices"]),
         .target(
             name: "CamRigWireModel",
-            dependencies: ["CamRigWire", "CamRigDeviceModel", "CamRigSecurity"]
+            dependencies: ["CamRigWire", "CamRigDeviceModel", "CamRigSecurity", "CamRigCapture"]
         ),
         .target(
             name: "CamRigCapture",
@@ -387,7 +388,7 @@ let package = Package(
         .testTarget(
             name: "CamRigObjectStoreTests",
             dependencies: [
-                "CamRigObjectStore", "CamRigTestSupport",
+                "CamRigObjectStore", "CamRigCapture", "CamRigTestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ]

@@ -75,6 +75,14 @@ public protocol CaptureSink: Sendable {
     func completeFile(_ name: String, size: UInt64, sha256: String, in capture: CaptureHandle) async throws
     /// The bytes of a complete file of the capture.
     func readFile(_ name: String, in capture: CaptureHandle) async throws -> [UInt8]
+
+    /// Where the capture's agents put their results themselves (photos, recorded files), under the
+    /// capture's own prefix; nil when results come through the coordinator (`write`, `receive`).
+    func directUpload(for capture: CaptureHandle) -> ObjectStoreLocation?
+    /// An object an agent put in the store of `directUpload`: checked against what the store holds, and
+    /// named as the capture lists it (relative to the capture). Once this returns, the agent may delete
+    /// its copy.
+    func adopt(_ object: StoredObject, in capture: CaptureHandle) async throws -> String
 }
 
 /// A sink that stores no whole files (a test sink) refuses them.
@@ -112,6 +120,9 @@ extension CaptureSink {
     public func receive(_ bytes: some FrameBytes, into name: String, at offset: UInt64, in capture: CaptureHandle) async throws { throw FilesNotStored() }
     public func completeFile(_ name: String, size: UInt64, sha256: String, in capture: CaptureHandle) async throws { throw FilesNotStored() }
     public func readFile(_ name: String, in capture: CaptureHandle) async throws -> [UInt8] { throw FilesNotStored() }
+    /// Results come through the coordinator.
+    public func directUpload(for capture: CaptureHandle) -> ObjectStoreLocation? { nil }
+    public func adopt(_ object: StoredObject, in capture: CaptureHandle) async throws -> String { throw FilesNotStored() }
     /// A sink without a JPEG decoder shows JPEG photos as undecodable.
     public func thumbnail(of bytes: UnsafeRawBufferPointer, layout: FrameLayout, width: Int) -> Result<ContactSheet.Thumbnail, ContactSheet.ThumbnailRefusal> {
         ContactSheet.thumbnail(of: bytes, layout: layout, width: width) { _ in nil }
@@ -212,3 +223,20 @@ extension FrameBytes where Self: ContiguousBytes {
 extension Array: FrameBytes where Element == UInt8 {}
 
 extension Data: FrameBytes {}
+
+/// How a capture names its files.
+public enum CaptureFileNames {
+    /// The stem of a photo of camera stem `stem`: a deferred photo's proxy beside its final
+    /// (`STEM-proxy`), each image of an exposure bracket after the first under a name of its own
+    /// (`STEM-bN`).
+    public static func photo(_ stem: String, proxy: Bool, bracketIndex: Int) -> String {
+        proxy ? stem + "-proxy" : bracketIndex > 1 ? stem + "-b\(bracketIndex)" : stem
+    }
+
+    /// Whether `relative` may name a file inside a capture: '/'-separated parts, none empty or starting
+    /// with '.' (so no `..`, and none of the hidden files stores keep).
+    public static func isValid(_ relative: String) -> Bool {
+        let components = relative.split(separator: "/", omittingEmptySubsequences: false)
+        return !relative.isEmpty && !components.contains { $0.isEmpty || $0.hasPrefix(".") }
+    }
+}

@@ -27,6 +27,12 @@ public struct ContactSheet: Sendable {
         public var height: Int
         /// RGB, 3 bytes a pixel, rows packed.
         public var rgb: [UInt8]
+
+        public init(width: Int, height: Int, rgb: [UInt8]) {
+            self.width = width
+            self.height = height
+            self.rgb = rgb
+        }
     }
 
     static let labelHeight = 20

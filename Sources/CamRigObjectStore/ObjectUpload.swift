@@ -1,3 +1,4 @@
+import CamRigCapture
 import CamRigFiles
 import Crypto
 import Foundation

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import CamRigCapture
 import Crypto
 import Foundation
 import NIOCore

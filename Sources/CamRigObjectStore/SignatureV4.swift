@@ -1,3 +1,4 @@
+import CamRigCapture
 import Crypto
 import Foundation
 
@@ -105,20 +106,4 @@ public struct SignatureV4: Sendable {
     public static func hex(_ bytes: some Sequence<UInt8>) -> String {
         bytes.map { String(format: "%02x", $0) }.joined()
     }
-}
-
-/// An access key and its secret (and a session token with temporary credentials). Its description names
-/// the key only: the secret never reaches a log.
-public struct ObjectStoreCredentials: Sendable, Hashable, CustomStringConvertible {
-    public var accessKeyID: String
-    public var secretAccessKey: String
-    public var sessionToken: String?
-
-    public init(accessKeyID: String, secretAccessKey: String, sessionToken: String? = nil) {
-        self.accessKeyID = accessKeyID
-        self.secretAccessKey = secretAccessKey
-        self.sessionToken = sessionToken?.isEmpty == true ? nil : sessionToken
-    }
-
-    public var description: String { "access key \(accessKeyID)" }
 }

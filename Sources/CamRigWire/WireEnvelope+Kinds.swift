@@ -69,6 +69,8 @@ extension WireEnvelope.OneOf_Body {
         case .fetchRecordingFile: "fetch_recording_file"
         case .fileChunk: "file_chunk"
         case .acknowledgeRecording: "acknowledge_recording"
+        case .uploadRecordingFile: "upload_recording_file"
+        case .storedObject: "stored_object"
         }
     }
 
@@ -87,7 +89,7 @@ extension WireEnvelope.OneOf_Body {
             .configure, .startStream, .stopStream, .capturePhoto, .scheduleTrigger, .fetchResults,
             .acknowledgeResults, .preparePhotoSettings, .finalizePhotos, .subscribe, .lockPhase, .unlockPhase, .getPhaseStatus,
             .getSpoolStatus, .checkRecording, .startRecording, .stopRecording, .listRecordings, .fetchRecordingFile,
-            .acknowledgeRecording:
+            .acknowledgeRecording, .uploadRecordingFile:
             true
         default:
             false

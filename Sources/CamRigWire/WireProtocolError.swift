@@ -78,6 +78,8 @@ extension WireErrorCode {
         case .spoolFull: "SPOOL_FULL"
         case .notFound: "NOT_FOUND"
         case .unimplemented: "UNIMPLEMENTED"
+        case .storeUnavailable: "STORE_UNAVAILABLE"
+        case .storeRefused: "STORE_REFUSED"
         case .internal: "INTERNAL"
         case .shuttingDown: "SHUTTING_DOWN"
         case .resourceExhausted: "RESOURCE_EXHAUSTED"

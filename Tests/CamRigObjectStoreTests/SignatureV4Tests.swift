@@ -1,3 +1,4 @@
+import CamRigCapture
 import CamRigObjectStore
 import Foundation
 import Testing

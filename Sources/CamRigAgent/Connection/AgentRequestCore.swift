@@ -51,8 +51,9 @@ public struct AgentRequestCore: Sendable {
         case spoolStatus
         /// Schedule a validated trigger.
         case scheduleTrigger(WireScheduleTrigger)
-        /// Send spooled results of `session`, at most `limit` (0: all).
-        case fetchResults(session: String, limit: Int)
+        /// Send spooled results of `session`, at most `limit` (0: all), each put in an object store first
+        /// when `upload` says so.
+        case fetchResults(session: String, limit: Int, upload: ResultUpload?)
         /// Delete acknowledged results.
         case acknowledgeResults([String])
         /// Start, re-aim or end a device's phase lock, or report phase status.
@@ -131,7 +132,11 @@ public struct AgentRequestCore: Sendable {
         case .fetchResults(let fetch):
             guard configuration.capture else { return unimplemented(request) }
             // 0 asks for every result; the rest of a smaller page is reported as remaining.
-            return .fetchResults(session: fetch.sessionID, limit: Int(fetch.maxResults))
+            switch ResultUpload.from(fetch, agentID: agentID) {
+            case .none: return .fetchResults(session: fetch.sessionID, limit: Int(fetch.maxResults), upload: nil)
+            case .upload(let upload): return .fetchResults(session: fetch.sessionID, limit: Int(fetch.maxResults), upload: upload)
+            case .refused(let refusal): return .reply(.error(refusal))
+            }
         case .getSpoolStatus:
             guard configuration.capture else { return unimplemented(request) }
             return .spoolStatus
@@ -147,7 +152,7 @@ public struct AgentRequestCore: Sendable {
         case .unlockPhase, .getPhaseStatus:
             guard configuration.devices else { return unimplemented(request) }
             return .phase(request)
-        case .checkRecording, .startRecording, .stopRecording, .listRecordings, .fetchRecordingFile, .acknowledgeRecording:
+        case .checkRecording, .startRecording, .stopRecording, .listRecordings, .fetchRecordingFile, .acknowledgeRecording, .uploadRecordingFile:
             guard configuration.capture, configuration.devices else { return unimplemented(request) }
             return .recording(request)
         default:

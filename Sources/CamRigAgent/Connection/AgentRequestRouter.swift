@@ -100,9 +100,14 @@ struct AgentRequestRouter: Sendable {
             connection.work.enqueue { reply(await capture.finalize(ids)) }
         case .scheduleTrigger(let trigger):
             capture?.schedule(trigger, requestID: requestID, connection: connection, reply: reply)
-        case .fetchResults(let session, let limit):
+        case .fetchResults(let session, let limit, let upload):
             guard let results else { return }
-            connection.work.enqueue { await results.fetch(session: session, limit: limit, requestID: requestID, connection: connection) }
+            if upload != nil {
+                // Uploads take a while: beside the connection's other work, never in its way.
+                Task { await results.fetch(session: session, limit: limit, upload: upload, requestID: requestID, connection: connection) }
+            } else {
+                connection.work.enqueue { await results.fetch(session: session, limit: limit, requestID: requestID, connection: connection) }
+            }
         case .spoolStatus:
             guard let results else { return }
             var status = WireSpoolStatus()
@@ -129,6 +134,8 @@ struct AgentRequestRouter: Sendable {
                 Task { await recordings.fetch(fetch, requestID: requestID, connection: connection) }
             case .acknowledgeRecording(let acknowledge):
                 connection.work.enqueue { reply(await recordings.acknowledge(acknowledge)) }
+            case .uploadRecordingFile(let upload):
+                Task { reply(await recordings.upload(upload)) }
             default:
                 reply(.error(WireError(.unexpectedMessage, agent: agentID, "\(body.messageName) is not a recording request")))
             }

@@ -2,6 +2,8 @@ import CamRigClock
 import CamRigDevices
 import CamRigFiles
 import CamRigMedia
+import CamRigCapture
+import CamRigObjectStore
 import CamRigWire
 import CamRigWireModel
 import Foundation
@@ -546,6 +548,49 @@ public final class AgentRecordings: Sendable {
         }
     }
 
+    /// Puts file `name` of a finished recording in the object store the request names, as PREFIX/NAME:
+    /// resumed where an earlier upload was cut off (its state is kept beside the file, hidden), and
+    /// checked against the SHA-256 the recording noted for it. The file stays until acknowledged.
+    func upload(_ request: WireUploadRecordingFile) async -> WireEnvelope.OneOf_Body {
+        guard let file = file(request.recordingID, request.name) else {
+            return .error(WireError(
+                .notFound, agent: agentID,
+                "agent \(agentID) holds no finished file '\(request.name)' of recording '\(request.recordingID)' (never recorded here, still recording, or acknowledged)"))
+        }
+        let location: ObjectStoreLocation
+        switch request.store.location() {
+        case .success(let parsed): location = parsed
+        case .failure(let error): return .error(WireError(.invalidArgument, agent: agentID, "UploadRecordingFile.store: \(error)"))
+        }
+        let folder = directory.appendingPathComponent(request.recordingID)
+        let partSize = request.store.partSize == 0 ? ObjectUpload.defaultPartSize : Int(request.store.partSize)
+        let upload = ObjectUpload(
+            key: location.key(request.name), source: .file(folder.appendingPathComponent(request.name).path), partSize: partSize,
+            stateFile: folder.appendingPathComponent(".\(request.name).upload"), contentType: request.name.hasSuffix(".mkv") ? "video/x-matroska" : nil)
+        let client: S3Client
+        do {
+            client = try S3Client(location)
+        } catch {
+            return .error(WireError(.invalidArgument, agent: agentID, "\(error)"))
+        }
+        defer { Task { await client.shutdown() } }
+        do {
+            let stored = try await upload.run(with: client)
+            let recorded = file.sha256.map { String(format: "%02x", $0) }.joined()
+            guard stored.sha256 == recorded, stored.size == file.size else {
+                return .error(WireError(
+                    .internal, agent: agentID,
+                    "'\(request.name)' of recording '\(request.recordingID)' on agent \(agentID) is \(stored.size) bytes with SHA-256 \(stored.sha256.prefix(16))… on disk, not the \(file.size) bytes with \(recorded.prefix(16))… recorded: the file changed after it was written"))
+            }
+            return .storedObject(WireStoredObject(stored))
+        } catch let error as ObjectStoreError {
+            let code: WireErrorCode = error.kind == .unreachable ? .storeUnavailable : .storeRefused
+            return .error(WireError(code, agent: agentID, "agent \(agentID) could not put '\(request.name)' in \(location.url): \(error.description)"))
+        } catch {
+            return .error(WireError(.storeRefused, agent: agentID, "agent \(agentID) could not put '\(request.name)' in \(location.url): \(error)"))
+        }
+    }
+
     /// Deletes acknowledged files; the recording's folder goes with its last file.
     func acknowledge(_ request: WireAcknowledgeRecording) async -> WireEnvelope.OneOf_Body {
         let folder = directory.appendingPathComponent(request.recordingID)
@@ -568,7 +613,10 @@ public final class AgentRecordings: Sendable {
                 guard unknown.isEmpty else {
                     return .error(WireError(.notFound, agent: agentID, "recording '\(request.recordingID)' on agent \(agentID) has no file \(unknown.sorted().joined(separator: ", "))"))
                 }
-                for name in names { try? FileManager.default.removeItem(at: folder.appendingPathComponent(name)) }
+                for name in names {
+                    try? FileManager.default.removeItem(at: folder.appendingPathComponent(name))
+                    try? FileManager.default.removeItem(at: folder.appendingPathComponent(".\(name).upload"))
+                }
                 for index in summary.tracks.indices { summary.tracks[index].files.removeAll { names.contains($0.name) } }
                 guard summary.tracks.allSatisfy(\.files.isEmpty) else {
                     try DurableFile.write(try summary.serializedBytes() as [UInt8], to: folder.appendingPathComponent("state.pb"))

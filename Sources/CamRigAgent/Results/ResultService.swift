@@ -1,4 +1,7 @@
+import CamRigDeviceModel
+import CamRigObjectStore
 import CamRigWire
+import CamRigWireModel
 import NIOCore
 import NIOPosix
 
@@ -21,14 +24,40 @@ public struct ResultService: Sendable {
     }
 
     /// Sends the results of `session` (all when empty), at most `limit` (0: all), then `ResultsEnd`.
-    func fetch(session: String, limit: Int, requestID: UInt64, connection: AgentRequestRouter.Connection) async {
-        let results = spool.pending(session: session)
+    ///
+    /// With `upload`, each result is first put in the object store it names, and sent with what the
+    /// store holds (`stored`) and a thumbnail instead of its image; one the store did not take is sent
+    /// with `upload_error`. Either way it stays in the spool until acknowledged.
+    func fetch(session: String, limit: Int, upload: ResultUpload? = nil, requestID: UInt64, connection: AgentRequestRouter.Connection) async {
+        let results = spool.pending(session: session).filter { upload?.takes($0) ?? true }
         let page = limit > 0 ? Array(results.prefix(limit)) : results
         var sent: UInt32 = 0
+        let client: S3Client?
+        do {
+            client = try upload.map { try S3Client($0.location) }
+        } catch {
+            try? await connection.send(WireFrame(requestID: requestID, .error(WireError(.invalidArgument, agent: agentID, "\(error)"))))
+            return
+        }
+        defer { if let client { Task { await client.shutdown() } } }
         for result in page {
             guard let image = try? await threadPool.runIfActive({ try spool.image(of: result) }) else { continue }
+            var frame = WireFrame(requestID: requestID, .photoResult(result), payload: image)
+            if let upload, let client {
+                var described = result
+                do {
+                    let (stored, thumbnail) = try await upload.store(
+                        result, image: image, client: client, stateFile: spool.uploadState(of: result), threadPool: threadPool)
+                    described.stored = stored
+                    if let thumbnail { described.thumbnail = WireDimensions(Dimensions(width: UInt32(thumbnail.width), height: UInt32(thumbnail.height))) }
+                    frame = WireFrame(requestID: requestID, .photoResult(described), payload: thumbnail.map { ByteBuffer(bytes: $0.rgb) })
+                } catch {
+                    described.uploadError = "agent \(agentID) could not store \(result.resultID) in \(upload.location): \(error)"
+                    frame = WireFrame(requestID: requestID, .photoResult(described))
+                }
+            }
             do {
-                try await connection.send(WireFrame(requestID: requestID, .photoResult(result), payload: image))
+                try await connection.send(frame)
             } catch {
                 // The connection is gone: the results stay spooled for the next fetch.
                 return

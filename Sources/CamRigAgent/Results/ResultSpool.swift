@@ -40,6 +40,7 @@ public final class ResultSpool: Sendable {
         let manager = FileManager.default
         try manager.createDirectory(at: directory.appendingPathComponent("results"), withIntermediateDirectories: true)
         try manager.createDirectory(at: directory.appendingPathComponent("tmp"), withIntermediateDirectories: true)
+        try manager.createDirectory(at: directory.appendingPathComponent("uploads"), withIntermediateDirectories: true)
         // Half-written results from a crash are not results.
         for leftover in (try? manager.contentsOfDirectory(atPath: directory.appendingPathComponent("tmp").path)) ?? [] {
             try? manager.removeItem(at: directory.appendingPathComponent("tmp").appendingPathComponent(leftover))
@@ -96,6 +97,12 @@ public final class ResultSpool: Sendable {
         }
     }
 
+    /// Where an upload of `result`'s image to an object store keeps its state until the store has it
+    /// whole (`uploads/ID.json`); deleted with the result.
+    public func uploadState(of result: WirePhotoResult) -> URL {
+        directory.appendingPathComponent("uploads").appendingPathComponent("\(result.resultID).json")
+    }
+
     /// The image bytes of a stored result.
     public func image(of result: WirePhotoResult) throws -> ByteBuffer {
         let url = directory.appendingPathComponent("results").appendingPathComponent("\(result.resultID).result")
@@ -120,6 +127,7 @@ public final class ResultSpool: Sendable {
         }
         for id in removed {
             try? FileManager.default.removeItem(at: directory.appendingPathComponent("results").appendingPathComponent("\(id).result"))
+            try? FileManager.default.removeItem(at: directory.appendingPathComponent("uploads").appendingPathComponent("\(id).json"))
         }
         try? DurableFile.flushDirectory(directory.appendingPathComponent("results"))
         return (removed.count, unknown)

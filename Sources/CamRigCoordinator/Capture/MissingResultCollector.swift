@@ -2,6 +2,7 @@ import CamRigCapture
 import CamRigClock
 import CamRigWire
 import CamRigWireModel
+import NIOCore
 import Foundation
 import Logging
 
@@ -300,13 +301,18 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
         manifest: CaptureManifest,
         capture: CaptureHandle
     ) async -> Fetched {
-        var fetch = WireFetchResults()
-        fetch.sessionID = sessionID
+        let fetch = CaptureRig.fetchRequest(
+            sessionID: sessionID, triggerID: manifest.triggerId,
+            cameras: Set(wanted.map(\.camera)).sorted().map {
+                (manifest.cameras[$0].device, CaptureRig.fileStem(camera: $0, name: manifest.cameras[$0].name))
+            },
+            thumbnailWidth: 0, sink: sink, capture: capture)
         var fetched = Fetched()
         var stored: [String] = []
         do {
             for try await frame in client.stream(.fetchResults(fetch)) {
-                guard case .photoResult(let result) = frame.envelope.body, let payload = frame.payload,
+                guard case .photoResult(let result) = frame.envelope.body,
+                    let payload = frame.payload ?? (result.hasStored || !result.uploadError.isEmpty ? ByteBuffer() : nil),
                     let entry = wanted.first(where: { $0.matches(result) }),
                     fetched.found[entry.camera] == nil || result.resolved.bracketIndex > 0 || !result.photoID.isEmpty
                 else { continue }

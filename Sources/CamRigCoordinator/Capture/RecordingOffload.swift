@@ -214,17 +214,27 @@ public struct RecordingOffload<Sink: CaptureSink>: Sendable {
         let files = result.tracks.indices.flatMap { track in
             result.tracks[track].files.indices.filter { !result.tracks[track].files[$0].offloaded }.map { (track, $0, result.tracks[track].files[$0]) }
         }
+        let store = sink.directUpload(for: capture)
         let finished = await withTaskGroup(of: (Int, Int, String?).self) { group in
             for (trackIndex, fileIndex, file) in files {
                 do {
-                    result.bytes += try await download(file, recordingID: recordingID, from: client, capture: capture, counter: counter)
+                    if let store {
+                        // The agent puts it in the store itself; the bytes never come here.
+                        try await upload(file, recordingID: recordingID, by: client, to: store, capture: capture)
+                        counter.add(file.size)
+                        result.bytes += file.size
+                    } else {
+                        result.bytes += try await download(file, recordingID: recordingID, from: client, capture: capture, counter: counter)
+                    }
                 } catch {
                     group.addTask { (trackIndex, fileIndex, RigSession.message(error)) }
                     continue
                 }
                 group.addTask {
                     do {
-                        try await self.sink.completeFile(file.name, size: file.size, sha256: file.sha256, in: capture)
+                        if store == nil {
+                            try await self.sink.completeFile(file.name, size: file.size, sha256: file.sha256, in: capture)
+                        }
                         var acknowledge = WireAcknowledgeRecording()
                         acknowledge.recordingID = recordingID
                         acknowledge.names = [file.name]
@@ -254,6 +264,28 @@ public struct RecordingOffload<Sink: CaptureSink>: Sendable {
             }
         }
         return result
+    }
+
+    /// Has the agent put `file` in the capture's object store, then checks what the store holds against
+    /// what the host recorded.
+    private func upload(
+        _ file: CaptureManifest.HostRecording.File, recordingID: String, by client: AgentClient, to store: ObjectStoreLocation, capture: CaptureHandle
+    ) async throws {
+        var request = WireUploadRecordingFile()
+        request.recordingID = recordingID
+        request.name = file.name
+        request.store = WireObjectStoreTarget(store)
+        let reply = try await client.request(.uploadRecordingFile(request))
+        guard case .storedObject(let object) = reply.frame.envelope.body else {
+            throw AgentClientError(.protocolViolation, agent: client.welcome.agentID, "answered UploadRecordingFile with \(reply.frame.envelope.messageName)")
+        }
+        let stored = object.stored
+        guard stored.size == file.size, stored.sha256 == file.sha256, stored.key == store.key(file.name) else {
+            throw AgentClientError(
+                .protocolViolation, agent: client.welcome.agentID,
+                "stored \(file.name) as \(stored.key), \(stored.size) bytes with SHA-256 \(stored.sha256.prefix(16))…, not the \(file.size) bytes with \(file.sha256.prefix(16))… it recorded")
+        }
+        _ = try await sink.adopt(stored, in: capture)
     }
 
     /// Fetches `file`'s bytes into the capture from where its copy ends; returns the bytes fetched. The

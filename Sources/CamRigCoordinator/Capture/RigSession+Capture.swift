@@ -120,18 +120,64 @@ struct CaptureRig: Sendable {
     ) async throws -> CaptureManifest.Frame {
         let (timestamp, uncertainty) = coordinatorTime(
             of: result.hasExposureStart ? result.exposureStart : result.captureTime, estimate: estimate)
-        let proxy = result.resolved.deferredProxy
-        let file = try await sink.write(
-            PayloadBytes(payload),
-            layout: layout(pixelFormat: result.pixelFormat, dimensions: result.dimensions, bytesPerLine: result.bytesPerLine),
-            // A proxy beside its final, and each image of an exposure bracket after the first, under names of their own.
-            named: proxy ? stem + "-proxy" : result.resolved.bracketIndex > 1 ? stem + "-b\(result.resolved.bracketIndex)" : stem,
-            in: capture
-        )
+        let file: String
+        if !result.uploadError.isEmpty {
+            throw UploadFailure(description: result.uploadError)
+        } else if result.hasStored {
+            // The agent put it in the store itself: checked there, never carried here.
+            file = try await sink.adopt(result.stored.stored, in: capture)
+        } else {
+            file = try await sink.write(
+                PayloadBytes(payload),
+                layout: layout(pixelFormat: result.pixelFormat, dimensions: result.dimensions, bytesPerLine: result.bytesPerLine),
+                named: CaptureFileNames.photo(stem, proxy: result.resolved.deferredProxy, bracketIndex: Int(result.resolved.bracketIndex)),
+                in: capture
+            )
+        }
         return CaptureManifest.Frame(
             camera: camera, sequence: result.sequence, file: file, timestampNs: timestamp,
             agentTimestampNs: result.captureTime.nanoseconds, marks: result.captureTime.marks.name,
             uncertaintyNs: uncertainty, latenessNs: lateness, photo: result.hasResolved ? Self.photo(result) : nil)
+    }
+
+    /// The request for an agent's results of `triggerID`: with a sink whose agents upload themselves,
+    /// it names the store (the capture's prefix), each device's file stem and the contact sheet's
+    /// thumbnail width.
+    static func fetchRequest(
+        sessionID: String, triggerID: String?, cameras: [(deviceID: String, stem: String)], thumbnailWidth: Int, sink: some CaptureSink,
+        capture: CaptureHandle
+    ) -> WireFetchResults {
+        var fetch = WireFetchResults()
+        fetch.sessionID = sessionID
+        guard let location = sink.directUpload(for: capture) else { return fetch }
+        fetch.uploadTo = WireObjectStoreTarget(location)
+        fetch.triggerID = triggerID ?? ""
+        fetch.names = cameras.map {
+            var name = WireUploadName()
+            name.deviceID = $0.deviceID
+            name.stem = $0.stem
+            return name
+        }
+        fetch.thumbnailWidth = UInt32(thumbnailWidth)
+        return fetch
+    }
+
+    /// The contact sheet's thumbnail of a fetched photo: the agent's, when it stored the photo itself;
+    /// otherwise made by the sink from the image.
+    static func thumbnail(
+        of result: WirePhotoResult, payload: ByteBuffer?, width: Int, sink: some CaptureSink
+    ) -> Result<ContactSheet.Thumbnail, ContactSheet.ThumbnailRefusal>? {
+        guard let payload else { return nil }
+        if result.hasStored {
+            let width = Int(result.thumbnail.width)
+            let height = Int(result.thumbnail.height)
+            guard width > 0, height > 0, payload.readableBytes == width * height * 3 else {
+                return .failure(ContactSheet.ThumbnailRefusal("stored; no thumbnail from its agent"))
+            }
+            return .success(ContactSheet.Thumbnail(width: width, height: height, rgb: Array(payload.readableBytesView)))
+        }
+        let layout = layout(pixelFormat: result.pixelFormat, dimensions: result.dimensions, bytesPerLine: result.bytesPerLine)
+        return payload.withUnsafeReadableBytes { sink.thumbnail(of: $0, layout: layout, width: width) }
     }
 
     /// A photo's resolved settings as the manifest records them.
@@ -182,4 +228,10 @@ extension RigSession {
             sessionID: id, inputs: inputs, formats: formats ?? Array(repeating: nil, count: inputs.count), grid: phaseGrid,
             readPhases: readPhases, lastFanOut: lastFanOut)
     }
+}
+
+/// An agent could not put a result in the capture's object store; its message names the agent, the
+/// store and why. The result stays in the agent's spool.
+struct UploadFailure: Error, CustomStringConvertible {
+    var description: String
 }

@@ -3,6 +3,7 @@ import CamRigClock
 import CamRigDeviceModel
 import CamRigWire
 import CamRigWireModel
+import NIOCore
 
 extension RigSession {
     /// Fires every camera at one coordinator instant T and gathers one photo per camera into a sync set.
@@ -259,8 +260,10 @@ extension RigSession {
         var stored: [String] = []
         do {
             let client = try agent.client()
-            var fetch = WireFetchResults()
-            fetch.sessionID = rig.sessionID
+            let tileWidth = ContactSheet.tileWidth(cameras: rig.inputs.count)
+            let fetch = CaptureRig.fetchRequest(
+                sessionID: rig.sessionID, triggerID: triggerID, cameras: cameras.map { (rig.inputs[$0].deviceID, rig.fileStem(camera: $0)) },
+                thumbnailWidth: tileWidth, sink: sink, capture: capture)
             let (writes, fetchFailure) = await withTaskGroup(of: PhotoWrite.self) {
                 group -> ([PhotoWrite], (any Error)?) in
                 var fetchFailure: (any Error)?
@@ -268,8 +271,9 @@ extension RigSession {
                     for try await frame in client.stream(.fetchResults(fetch)) {
                         guard case .photoResult(let result) = frame.envelope.body, result.triggerID == triggerID,
                             let camera = cameras.first(where: { rig.inputs[$0].deviceID == result.deviceID }),
-                            let payload = frame.payload
+                            frame.payload != nil || result.hasStored || !result.uploadError.isEmpty
                         else { continue }
+                        let payload = frame.payload ?? ByteBuffer()
                         let estimate = estimates[camera]
                         group.addTask {
                             do {
@@ -280,10 +284,7 @@ extension RigSession {
                                 // the capture's folder says everything the manifest needs of it.
                                 try await sink.journal(
                                     JournalEntry(resultId: result.resultID, agent: rig.inputs[camera].agentID, frame: stored), in: capture)
-                                let layout = CaptureRig.layout(pixelFormat: result.pixelFormat, dimensions: result.dimensions, bytesPerLine: result.bytesPerLine)
-                                let thumbnail = payload.withUnsafeReadableBytes {
-                                    sink.thumbnail(of: $0, layout: layout, width: ContactSheet.tileWidth(cameras: rig.inputs.count))
-                                }
+                                let thumbnail = CaptureRig.thumbnail(of: result, payload: frame.payload, width: tileWidth, sink: sink)
                                 return (camera, result.resultID, .success(SyncFrame(stored)), thumbnail)
                             } catch {
                                 return (camera, result.resultID, .failure(error), nil)

@@ -155,6 +155,12 @@ public nonisolated enum WireErrorCode: SwiftProtobuf.Enum, Swift.CaseIterable {
   /// a message this agent's version does not serve yet
   case unimplemented // = 43
 
+  /// the object store named in the request did not answer
+  case storeUnavailable // = 44
+
+  /// the object store refused the request (credentials, access, checksum)
+  case storeRefused // = 45
+
   /// Agent conditions (70-79).
   case `internal` // = 70
 
@@ -195,6 +201,8 @@ public nonisolated enum WireErrorCode: SwiftProtobuf.Enum, Swift.CaseIterable {
     case 41: self = .spoolFull
     case 42: self = .notFound
     case 43: self = .unimplemented
+    case 44: self = .storeUnavailable
+    case 45: self = .storeRefused
     case 70: self = .internal
     case 71: self = .shuttingDown
     case 72: self = .resourceExhausted
@@ -228,6 +236,8 @@ public nonisolated enum WireErrorCode: SwiftProtobuf.Enum, Swift.CaseIterable {
     case .spoolFull: return 41
     case .notFound: return 42
     case .unimplemented: return 43
+    case .storeUnavailable: return 44
+    case .storeRefused: return 45
     case .internal: return 70
     case .shuttingDown: return 71
     case .resourceExhausted: return 72
@@ -261,6 +271,8 @@ public nonisolated enum WireErrorCode: SwiftProtobuf.Enum, Swift.CaseIterable {
     .spoolFull,
     .notFound,
     .unimplemented,
+    .storeUnavailable,
+    .storeRefused,
     .internal,
     .shuttingDown,
     .resourceExhausted,
@@ -1816,6 +1828,22 @@ public nonisolated struct WireEnvelope: @unchecked Sendable {
     set {_uniqueStorage()._body = .acknowledgeRecording(newValue)}
   }
 
+  public var uploadRecordingFile: WireUploadRecordingFile {
+    get {
+      if case .uploadRecordingFile(let v)? = _storage._body {return v}
+      return WireUploadRecordingFile()
+    }
+    set {_uniqueStorage()._body = .uploadRecordingFile(newValue)}
+  }
+
+  public var storedObject: WireStoredObject {
+    get {
+      if case .storedObject(let v)? = _storage._body {return v}
+      return WireStoredObject()
+    }
+    set {_uniqueStorage()._body = .storedObject(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -1886,6 +1914,8 @@ public nonisolated struct WireEnvelope: @unchecked Sendable {
     case fetchRecordingFile(WireFetchRecordingFile)
     case fileChunk(WireFileChunk)
     case acknowledgeRecording(WireAcknowledgeRecording)
+    case uploadRecordingFile(WireUploadRecordingFile)
+    case storedObject(WireStoredObject)
 
   }
 
@@ -3471,6 +3501,12 @@ public nonisolated struct WireTriggerFired: Sendable {
 
 /// Offer spooled results of a session (all sessions when empty). Replied to with PhotoResult messages,
 /// then ResultsEnd, all with this request's request_id.
+///
+/// With `upload_to` set the agent puts each result in that S3-compatible store itself, then sends its
+/// PhotoResult with `stored` (and a thumbnail as its payload) rather than the image: the image never
+/// crosses this connection. Only results of `trigger_id` (when set) whose device `names` lists are
+/// offered then. A result that could not be stored comes with `upload_error` and no payload, and stays
+/// in the spool.
 public nonisolated struct WireFetchResults: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -3480,6 +3516,101 @@ public nonisolated struct WireFetchResults: Sendable {
 
   /// 0: no limit
   public var maxResults: UInt32 = 0
+
+  public var uploadTo: WireObjectStoreTarget {
+    get {_uploadTo ?? WireObjectStoreTarget()}
+    set {_uploadTo = newValue}
+  }
+  /// Returns true if `uploadTo` has been explicitly set.
+  public var hasUploadTo: Bool {self._uploadTo != nil}
+  /// Clears the value of `uploadTo`. Subsequent reads from it will return its default value.
+  public mutating func clearUploadTo() {self._uploadTo = nil}
+
+  public var triggerID: String = String()
+
+  public var names: [WireUploadName] = []
+
+  /// pixels; 0: no thumbnail
+  public var thumbnailWidth: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _uploadTo: WireObjectStoreTarget? = nil
+}
+
+/// A device's results are stored as PREFIX/STEM.EXT (PREFIX from ObjectStoreTarget; EXT: png for raw
+/// pixel formats, jpg for JPEG). A deferred photo's proxy is STEM-proxy, the Nth image of an exposure
+/// bracket after the first STEM-bN.
+public nonisolated struct WireUploadName: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var deviceID: String = String()
+
+  /// relative, '/'-separated, no '..' or leading '.'
+  public var stem: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Where and how an agent puts objects in an S3-compatible store. Sent only over the TLS connection,
+/// and never logged; the agent writes only keys under `prefix`.
+public nonisolated struct WireObjectStoreTarget: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// http(s)://HOST[:PORT]
+  public var endpoint: String = String()
+
+  public var region: String = String()
+
+  public var bucket: String = String()
+
+  /// the capture's: keys start with PREFIX/
+  public var prefix: String = String()
+
+  /// ENDPOINT/BUCKET/KEY rather than BUCKET.HOST/KEY
+  public var pathStyle: Bool = false
+
+  public var accessKeyID: String = String()
+
+  public var secretAccessKey: String = String()
+
+  public var sessionToken: String = String()
+
+  /// bytes per part of a multipart upload; 0: 8 MiB (at least 5 MiB)
+  public var partSize: UInt32 = 0
+
+  /// for an https endpoint with a private CA; empty: the system's
+  public var caCertificatesPem: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// An object as the store holds it, checked by the agent: the store verified each request's MD5, and
+/// its entity tag matched.
+public nonisolated struct WireStoredObject: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var key: String = String()
+
+  public var size: UInt64 = 0
+
+  /// of the object's bytes; also its x-amz-meta-sha256 metadata
+  public var sha256: Data = Data()
+
+  /// the store's, without quotes
+  public var etag: String = String()
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -3587,6 +3718,32 @@ public nonisolated struct WirePhotoResult: @unchecked Sendable {
     get {_storage._photoID}
     set {_uniqueStorage()._photoID = newValue}
   }
+
+  /// Stored in the object store FetchResults named: the payload is then a thumbnail (RGB, 3 bytes a
+  /// pixel, rows packed) of `thumbnail` size, or empty.
+  public var stored: WireStoredObject {
+    get {_storage._stored ?? WireStoredObject()}
+    set {_uniqueStorage()._stored = newValue}
+  }
+  /// Returns true if `stored` has been explicitly set.
+  public var hasStored: Bool {_storage._stored != nil}
+  /// Clears the value of `stored`. Subsequent reads from it will return its default value.
+  public mutating func clearStored() {_uniqueStorage()._stored = nil}
+
+  /// not stored, and why: no payload, and the result stays spooled
+  public var uploadError: String {
+    get {_storage._uploadError}
+    set {_uniqueStorage()._uploadError = newValue}
+  }
+
+  public var thumbnail: WireDimensions {
+    get {_storage._thumbnail ?? WireDimensions()}
+    set {_uniqueStorage()._thumbnail = newValue}
+  }
+  /// Returns true if `thumbnail` has been explicitly set.
+  public var hasThumbnail: Bool {_storage._thumbnail != nil}
+  /// Clears the value of `thumbnail`. Subsequent reads from it will return its default value.
+  public mutating func clearThumbnail() {_uniqueStorage()._thumbnail = nil}
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -4507,6 +4664,35 @@ public nonisolated struct WireFileChunk: Sendable {
   public init() {}
 }
 
+/// Put a file of a recording in an S3-compatible store as PREFIX/NAME: a multipart upload for large
+/// files, resumed where an earlier one was cut off. Replied to with StoredObject once the store holds it
+/// whole and checked, or an Error (STORE_UNAVAILABLE, STORE_REFUSED, NOT_FOUND); the file
+/// stays on the agent until AcknowledgeRecording.
+public nonisolated struct WireUploadRecordingFile: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var recordingID: String = String()
+
+  public var name: String = String()
+
+  public var store: WireObjectStoreTarget {
+    get {_store ?? WireObjectStoreTarget()}
+    set {_store = newValue}
+  }
+  /// Returns true if `store` has been explicitly set.
+  public var hasStore: Bool {self._store != nil}
+  /// Clears the value of `store`. Subsequent reads from it will return its default value.
+  public mutating func clearStore() {self._store = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _store: WireObjectStoreTarget? = nil
+}
+
 /// The client has stored these files of a recording (all of them when `names` is empty); the agent
 /// deletes them, and the recording's folder once it is empty. Replied to with Ok, or NOT_FOUND.
 public nonisolated struct WireAcknowledgeRecording: Sendable {
@@ -4532,7 +4718,7 @@ nonisolated extension WirePeerRole: SwiftProtobuf._ProtoNameProviding {
 }
 
 nonisolated extension WireErrorCode: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_MALFORMED_FRAME\0\u{1}ERROR_CODE_FRAME_TOO_LARGE\0\u{1}ERROR_CODE_UNDECODABLE_MESSAGE\0\u{1}ERROR_CODE_UNKNOWN_MESSAGE\0\u{1}ERROR_CODE_UNEXPECTED_MESSAGE\0\u{1}ERROR_CODE_UNSUPPORTED_VERSION\0\u{1}ERROR_CODE_HANDSHAKE_TIMEOUT\0\u{1}ERROR_CODE_INVALID_REQUEST_ID\0\u{2}\u{c}ERROR_CODE_PERMISSION_DENIED\0\u{2}\u{a}ERROR_CODE_INVALID_ARGUMENT\0\u{1}ERROR_CODE_DEVICE_NOT_FOUND\0\u{1}ERROR_CODE_DEVICE_DISCONNECTED\0\u{1}ERROR_CODE_DEVICE_BUSY\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_OUT_OF_RANGE\0\u{1}ERROR_CODE_LEASE_HELD\0\u{1}ERROR_CODE_LEASE_REQUIRED\0\u{1}ERROR_CODE_LEASE_EXPIRED\0\u{1}ERROR_CODE_TRIGGER_LATE\0\u{1}ERROR_CODE_QUEUE_FULL\0\u{1}ERROR_CODE_SPOOL_FULL\0\u{1}ERROR_CODE_NOT_FOUND\0\u{1}ERROR_CODE_UNIMPLEMENTED\0\u{2}\u{1b}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_SHUTTING_DOWN\0\u{1}ERROR_CODE_RESOURCE_EXHAUSTED\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_MALFORMED_FRAME\0\u{1}ERROR_CODE_FRAME_TOO_LARGE\0\u{1}ERROR_CODE_UNDECODABLE_MESSAGE\0\u{1}ERROR_CODE_UNKNOWN_MESSAGE\0\u{1}ERROR_CODE_UNEXPECTED_MESSAGE\0\u{1}ERROR_CODE_UNSUPPORTED_VERSION\0\u{1}ERROR_CODE_HANDSHAKE_TIMEOUT\0\u{1}ERROR_CODE_INVALID_REQUEST_ID\0\u{2}\u{c}ERROR_CODE_PERMISSION_DENIED\0\u{2}\u{a}ERROR_CODE_INVALID_ARGUMENT\0\u{1}ERROR_CODE_DEVICE_NOT_FOUND\0\u{1}ERROR_CODE_DEVICE_DISCONNECTED\0\u{1}ERROR_CODE_DEVICE_BUSY\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_OUT_OF_RANGE\0\u{1}ERROR_CODE_LEASE_HELD\0\u{1}ERROR_CODE_LEASE_REQUIRED\0\u{1}ERROR_CODE_LEASE_EXPIRED\0\u{1}ERROR_CODE_TRIGGER_LATE\0\u{1}ERROR_CODE_QUEUE_FULL\0\u{1}ERROR_CODE_SPOOL_FULL\0\u{1}ERROR_CODE_NOT_FOUND\0\u{1}ERROR_CODE_UNIMPLEMENTED\0\u{1}ERROR_CODE_STORE_UNAVAILABLE\0\u{1}ERROR_CODE_STORE_REFUSED\0\u{2}\u{19}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_SHUTTING_DOWN\0\u{1}ERROR_CODE_RESOURCE_EXHAUSTED\0")
 }
 
 nonisolated extension WireClockDomain: SwiftProtobuf._ProtoNameProviding {
@@ -4621,7 +4807,7 @@ nonisolated extension WireRecordingState: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Envelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{2}\u{9}hello\0\u{1}welcome\0\u{1}error\0\u{1}goodbye\0\u{1}ping\0\u{1}pong\0\u{3}clock_probe\0\u{3}clock_probe_reply\0\u{1}ok\0\u{3}open_clock_channel\0\u{3}list_devices\0\u{3}discovery_query\0\u{3}device_list\0\u{3}describe_device\0\u{3}device_description\0\u{2}\u{6}lock\0\u{1}lease\0\u{3}renew_lease\0\u{1}unlock\0\u{1}configure\0\u{3}device_state\0\u{4}\u{5}start_stream\0\u{3}stream_started\0\u{3}stop_stream\0\u{3}stream_ended\0\u{3}video_frame\0\u{4}\u{6}capture_photo\0\u{3}schedule_trigger\0\u{3}trigger_scheduled\0\u{3}trigger_fired\0\u{3}fetch_results\0\u{3}photo_result\0\u{3}results_end\0\u{3}acknowledge_results\0\u{3}prepare_photo_settings\0\u{3}photo_stage\0\u{1}subscribe\0\u{1}event\0\u{3}clock_channel\0\u{3}finalize_photos\0\u{3}get_spool_status\0\u{3}spool_status\0\u{4}\u{5}lock_phase\0\u{3}unlock_phase\0\u{3}get_phase_status\0\u{3}phase_status\0\u{3}phase_status_list\0\u{4}\u{6}check_recording\0\u{3}recording_check\0\u{3}start_recording\0\u{3}recording_started\0\u{3}recording_progress\0\u{3}recording_ended\0\u{3}stop_recording\0\u{3}list_recordings\0\u{3}recording_list\0\u{3}fetch_recording_file\0\u{3}file_chunk\0\u{3}acknowledge_recording\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{2}\u{9}hello\0\u{1}welcome\0\u{1}error\0\u{1}goodbye\0\u{1}ping\0\u{1}pong\0\u{3}clock_probe\0\u{3}clock_probe_reply\0\u{1}ok\0\u{3}open_clock_channel\0\u{3}list_devices\0\u{3}discovery_query\0\u{3}device_list\0\u{3}describe_device\0\u{3}device_description\0\u{2}\u{6}lock\0\u{1}lease\0\u{3}renew_lease\0\u{1}unlock\0\u{1}configure\0\u{3}device_state\0\u{4}\u{5}start_stream\0\u{3}stream_started\0\u{3}stop_stream\0\u{3}stream_ended\0\u{3}video_frame\0\u{4}\u{6}capture_photo\0\u{3}schedule_trigger\0\u{3}trigger_scheduled\0\u{3}trigger_fired\0\u{3}fetch_results\0\u{3}photo_result\0\u{3}results_end\0\u{3}acknowledge_results\0\u{3}prepare_photo_settings\0\u{3}photo_stage\0\u{1}subscribe\0\u{1}event\0\u{3}clock_channel\0\u{3}finalize_photos\0\u{3}get_spool_status\0\u{3}spool_status\0\u{4}\u{5}lock_phase\0\u{3}unlock_phase\0\u{3}get_phase_status\0\u{3}phase_status\0\u{3}phase_status_list\0\u{4}\u{6}check_recording\0\u{3}recording_check\0\u{3}start_recording\0\u{3}recording_started\0\u{3}recording_progress\0\u{3}recording_ended\0\u{3}stop_recording\0\u{3}list_recordings\0\u{3}recording_list\0\u{3}fetch_recording_file\0\u{3}file_chunk\0\u{3}acknowledge_recording\0\u{3}upload_recording_file\0\u{3}stored_object\0")
 
   fileprivate class _StorageClass {
     var _requestID: UInt64 = 0
@@ -5424,6 +5610,32 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
             _storage._body = .acknowledgeRecording(v)
           }
         }()
+        case 92: try {
+          var v: WireUploadRecordingFile?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .uploadRecordingFile(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .uploadRecordingFile(v)
+          }
+        }()
+        case 93: try {
+          var v: WireStoredObject?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .storedObject(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .storedObject(v)
+          }
+        }()
         default: break
         }
       }
@@ -5675,6 +5887,14 @@ nonisolated extension WireEnvelope: SwiftProtobuf.Message, SwiftProtobuf._Messag
       case .acknowledgeRecording?: try {
         guard case .acknowledgeRecording(let v)? = _storage._body else { preconditionFailure() }
         try visitor.visitSingularMessageField(value: v, fieldNumber: 91)
+      }()
+      case .uploadRecordingFile?: try {
+        guard case .uploadRecordingFile(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 92)
+      }()
+      case .storedObject?: try {
+        guard case .storedObject(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 93)
       }()
       case nil: break
       }
@@ -8338,7 +8558,7 @@ nonisolated extension WireTriggerFired: SwiftProtobuf.Message, SwiftProtobuf._Me
 
 nonisolated extension WireFetchResults: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".FetchResults"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}session_id\0\u{3}max_results\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}session_id\0\u{3}max_results\0\u{3}upload_to\0\u{3}trigger_id\0\u{1}names\0\u{3}thumbnail_width\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -8348,17 +8568,37 @@ nonisolated extension WireFetchResults: SwiftProtobuf.Message, SwiftProtobuf._Me
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.sessionID) }()
       case 2: try { try decoder.decodeSingularUInt32Field(value: &self.maxResults) }()
+      case 3: try { try decoder.decodeSingularMessageField(value: &self._uploadTo) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.triggerID) }()
+      case 5: try { try decoder.decodeRepeatedMessageField(value: &self.names) }()
+      case 6: try { try decoder.decodeSingularUInt32Field(value: &self.thumbnailWidth) }()
       default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if !self.sessionID.isEmpty {
       try visitor.visitSingularStringField(value: self.sessionID, fieldNumber: 1)
     }
     if self.maxResults != 0 {
       try visitor.visitSingularUInt32Field(value: self.maxResults, fieldNumber: 2)
+    }
+    try { if let v = self._uploadTo {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    } }()
+    if !self.triggerID.isEmpty {
+      try visitor.visitSingularStringField(value: self.triggerID, fieldNumber: 4)
+    }
+    if !self.names.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.names, fieldNumber: 5)
+    }
+    if self.thumbnailWidth != 0 {
+      try visitor.visitSingularUInt32Field(value: self.thumbnailWidth, fieldNumber: 6)
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -8366,6 +8606,165 @@ nonisolated extension WireFetchResults: SwiftProtobuf.Message, SwiftProtobuf._Me
   public static func ==(lhs: WireFetchResults, rhs: WireFetchResults) -> Bool {
     if lhs.sessionID != rhs.sessionID {return false}
     if lhs.maxResults != rhs.maxResults {return false}
+    if lhs._uploadTo != rhs._uploadTo {return false}
+    if lhs.triggerID != rhs.triggerID {return false}
+    if lhs.names != rhs.names {return false}
+    if lhs.thumbnailWidth != rhs.thumbnailWidth {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireUploadName: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".UploadName"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}device_id\0\u{1}stem\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.deviceID) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.stem) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.deviceID.isEmpty {
+      try visitor.visitSingularStringField(value: self.deviceID, fieldNumber: 1)
+    }
+    if !self.stem.isEmpty {
+      try visitor.visitSingularStringField(value: self.stem, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireUploadName, rhs: WireUploadName) -> Bool {
+    if lhs.deviceID != rhs.deviceID {return false}
+    if lhs.stem != rhs.stem {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireObjectStoreTarget: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ObjectStoreTarget"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}endpoint\0\u{1}region\0\u{1}bucket\0\u{1}prefix\0\u{3}path_style\0\u{3}access_key_id\0\u{3}secret_access_key\0\u{3}session_token\0\u{3}part_size\0\u{3}ca_certificates_pem\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.endpoint) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.region) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.bucket) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.prefix) }()
+      case 5: try { try decoder.decodeSingularBoolField(value: &self.pathStyle) }()
+      case 6: try { try decoder.decodeSingularStringField(value: &self.accessKeyID) }()
+      case 7: try { try decoder.decodeSingularStringField(value: &self.secretAccessKey) }()
+      case 8: try { try decoder.decodeSingularStringField(value: &self.sessionToken) }()
+      case 9: try { try decoder.decodeSingularUInt32Field(value: &self.partSize) }()
+      case 10: try { try decoder.decodeSingularStringField(value: &self.caCertificatesPem) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.endpoint.isEmpty {
+      try visitor.visitSingularStringField(value: self.endpoint, fieldNumber: 1)
+    }
+    if !self.region.isEmpty {
+      try visitor.visitSingularStringField(value: self.region, fieldNumber: 2)
+    }
+    if !self.bucket.isEmpty {
+      try visitor.visitSingularStringField(value: self.bucket, fieldNumber: 3)
+    }
+    if !self.prefix.isEmpty {
+      try visitor.visitSingularStringField(value: self.prefix, fieldNumber: 4)
+    }
+    if self.pathStyle != false {
+      try visitor.visitSingularBoolField(value: self.pathStyle, fieldNumber: 5)
+    }
+    if !self.accessKeyID.isEmpty {
+      try visitor.visitSingularStringField(value: self.accessKeyID, fieldNumber: 6)
+    }
+    if !self.secretAccessKey.isEmpty {
+      try visitor.visitSingularStringField(value: self.secretAccessKey, fieldNumber: 7)
+    }
+    if !self.sessionToken.isEmpty {
+      try visitor.visitSingularStringField(value: self.sessionToken, fieldNumber: 8)
+    }
+    if self.partSize != 0 {
+      try visitor.visitSingularUInt32Field(value: self.partSize, fieldNumber: 9)
+    }
+    if !self.caCertificatesPem.isEmpty {
+      try visitor.visitSingularStringField(value: self.caCertificatesPem, fieldNumber: 10)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireObjectStoreTarget, rhs: WireObjectStoreTarget) -> Bool {
+    if lhs.endpoint != rhs.endpoint {return false}
+    if lhs.region != rhs.region {return false}
+    if lhs.bucket != rhs.bucket {return false}
+    if lhs.prefix != rhs.prefix {return false}
+    if lhs.pathStyle != rhs.pathStyle {return false}
+    if lhs.accessKeyID != rhs.accessKeyID {return false}
+    if lhs.secretAccessKey != rhs.secretAccessKey {return false}
+    if lhs.sessionToken != rhs.sessionToken {return false}
+    if lhs.partSize != rhs.partSize {return false}
+    if lhs.caCertificatesPem != rhs.caCertificatesPem {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireStoredObject: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".StoredObject"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}key\0\u{1}size\0\u{1}sha256\0\u{1}etag\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.key) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.size) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.sha256) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.etag) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.key.isEmpty {
+      try visitor.visitSingularStringField(value: self.key, fieldNumber: 1)
+    }
+    if self.size != 0 {
+      try visitor.visitSingularUInt64Field(value: self.size, fieldNumber: 2)
+    }
+    if !self.sha256.isEmpty {
+      try visitor.visitSingularBytesField(value: self.sha256, fieldNumber: 3)
+    }
+    if !self.etag.isEmpty {
+      try visitor.visitSingularStringField(value: self.etag, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireStoredObject, rhs: WireStoredObject) -> Bool {
+    if lhs.key != rhs.key {return false}
+    if lhs.size != rhs.size {return false}
+    if lhs.sha256 != rhs.sha256 {return false}
+    if lhs.etag != rhs.etag {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -8373,7 +8772,7 @@ nonisolated extension WireFetchResults: SwiftProtobuf.Message, SwiftProtobuf._Me
 
 nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PhotoResult"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}result_id\0\u{3}session_id\0\u{3}trigger_id\0\u{3}device_id\0\u{3}capture_time\0\u{3}pixel_format\0\u{1}dimensions\0\u{3}bytes_per_line\0\u{3}photo_settings_id\0\u{1}metadata\0\u{1}sequence\0\u{3}exposure_start\0\u{1}resolved\0\u{3}photo_id\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}result_id\0\u{3}session_id\0\u{3}trigger_id\0\u{3}device_id\0\u{3}capture_time\0\u{3}pixel_format\0\u{1}dimensions\0\u{3}bytes_per_line\0\u{3}photo_settings_id\0\u{1}metadata\0\u{1}sequence\0\u{3}exposure_start\0\u{1}resolved\0\u{3}photo_id\0\u{1}stored\0\u{3}upload_error\0\u{1}thumbnail\0")
 
   fileprivate class _StorageClass {
     var _resultID: String = String()
@@ -8390,6 +8789,9 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
     var _exposureStart: WireTimestamp? = nil
     var _resolved: WireResolvedPhotoSettings? = nil
     var _photoID: String = String()
+    var _stored: WireStoredObject? = nil
+    var _uploadError: String = String()
+    var _thumbnail: WireDimensions? = nil
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -8414,6 +8816,9 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
       _exposureStart = source._exposureStart
       _resolved = source._resolved
       _photoID = source._photoID
+      _stored = source._stored
+      _uploadError = source._uploadError
+      _thumbnail = source._thumbnail
     }
   }
 
@@ -8446,6 +8851,9 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
         case 12: try { try decoder.decodeSingularMessageField(value: &_storage._exposureStart) }()
         case 13: try { try decoder.decodeSingularMessageField(value: &_storage._resolved) }()
         case 14: try { try decoder.decodeSingularStringField(value: &_storage._photoID) }()
+        case 15: try { try decoder.decodeSingularMessageField(value: &_storage._stored) }()
+        case 16: try { try decoder.decodeSingularStringField(value: &_storage._uploadError) }()
+        case 17: try { try decoder.decodeSingularMessageField(value: &_storage._thumbnail) }()
         default: break
         }
       }
@@ -8500,6 +8908,15 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
       if !_storage._photoID.isEmpty {
         try visitor.visitSingularStringField(value: _storage._photoID, fieldNumber: 14)
       }
+      try { if let v = _storage._stored {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 15)
+      } }()
+      if !_storage._uploadError.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._uploadError, fieldNumber: 16)
+      }
+      try { if let v = _storage._thumbnail {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 17)
+      } }()
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -8523,6 +8940,9 @@ nonisolated extension WirePhotoResult: SwiftProtobuf.Message, SwiftProtobuf._Mes
         if _storage._exposureStart != rhs_storage._exposureStart {return false}
         if _storage._resolved != rhs_storage._resolved {return false}
         if _storage._photoID != rhs_storage._photoID {return false}
+        if _storage._stored != rhs_storage._stored {return false}
+        if _storage._uploadError != rhs_storage._uploadError {return false}
+        if _storage._thumbnail != rhs_storage._thumbnail {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -10250,6 +10670,50 @@ nonisolated extension WireFileChunk: SwiftProtobuf.Message, SwiftProtobuf._Messa
     if lhs.offset != rhs.offset {return false}
     if lhs.size != rhs.size {return false}
     if lhs.last != rhs.last {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension WireUploadRecordingFile: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".UploadRecordingFile"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}recording_id\0\u{1}name\0\u{1}store\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.recordingID) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.name) }()
+      case 3: try { try decoder.decodeSingularMessageField(value: &self._store) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if !self.recordingID.isEmpty {
+      try visitor.visitSingularStringField(value: self.recordingID, fieldNumber: 1)
+    }
+    if !self.name.isEmpty {
+      try visitor.visitSingularStringField(value: self.name, fieldNumber: 2)
+    }
+    try { if let v = self._store {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: WireUploadRecordingFile, rhs: WireUploadRecordingFile) -> Bool {
+    if lhs.recordingID != rhs.recordingID {return false}
+    if lhs.name != rhs.name {return false}
+    if lhs._store != rhs._store {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -171,5 +171,21 @@ public struct ObjectStoreError: Error, Sendable, CustomStringConvertible {
         self.description = description
     }
 
-    static func configuration(_ description: String) -> ObjectStoreError { ObjectStoreError(.configuration, description) }
+    public static func configuration(_ description: String) -> ObjectStoreError { ObjectStoreError(.configuration, description) }
+}
+
+/// An access key and its secret (and a session token with temporary credentials). Its description names
+/// the key only: the secret never reaches a log.
+public struct ObjectStoreCredentials: Sendable, Hashable, CustomStringConvertible {
+    public var accessKeyID: String
+    public var secretAccessKey: String
+    public var sessionToken: String?
+
+    public init(accessKeyID: String, secretAccessKey: String, sessionToken: String? = nil) {
+        self.accessKeyID = accessKeyID
+        self.secretAccessKey = secretAccessKey
+        self.sessionToken = sessionToken?.isEmpty == true ? nil : sessionToken
+    }
+
+    public var description: String { "access key \(accessKeyID)" }
 }
