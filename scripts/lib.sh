@@ -19,14 +19,17 @@ CAMRIG_PACKAGES=(
     chromium chromium-driver  # the web console's browser test (headless, driven by Selenium)
     dpkg-dev binutils lintian # scripts/package: dpkg-shlibdeps, dpkg-gencontrol, strip; lintian on the packages
     debootstrap systemd       # scripts/test-packages: a Debian 12 root to install them in; systemd-analyze verify
+    swift swift-proxy swift-account swift-container swift-object  # scripts/object-store: OpenStack Swift with s3api, a real S3 API on loopback
+    postgresql-15             # scripts/postgres: a PostgreSQL 15 server on loopback (no default cluster: see install_system_packages)
     ca-certificates
     git
 )
 
 # Python packages the tests use beyond Debian's, as PACKAGE:MODULE: Selenium drives Debian's
 # chromium-driver in the console's browser test; openapi-spec-validator checks the service's OpenAPI
-# document; prometheus-client parses /metrics; PyYAML reads the OpenAPI document.
-CAMRIG_PYTHON_PACKAGES=(selenium:selenium openapi-spec-validator:openapi_spec_validator prometheus-client:prometheus_client pyyaml:yaml schemathesis:schemathesis)
+# document; prometheus-client parses /metrics; PyYAML reads the OpenAPI document; boto3 is the upload
+# benchmark's baseline (scripts/s3-put-baseline) against scripts/object-store.
+CAMRIG_PYTHON_PACKAGES=(selenium:selenium openapi-spec-validator:openapi_spec_validator prometheus-client:prometheus_client pyyaml:yaml schemathesis:schemathesis boto3:boto3)
 
 install_python_packages() {
     local missing=()
@@ -54,8 +57,30 @@ install_system_packages() {
         sudo="sudo"
     fi
     echo "installing: ${missing[*]}" >&2
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+    # Debian's postgresql-15 would make a cluster "main" on port 5432 and start it: the tests start their own
+    # servers (scripts/postgres), so the machine gets none. Its postinst reads this before making one.
+    if printf '%s\n' "${missing[@]}" | grep -q '^postgresql'; then
+        $sudo mkdir -p /etc/postgresql-common
+        if [ -f /etc/postgresql-common/createcluster.conf ]; then
+            $sudo sed -i '/^[[:space:]]*create_main_cluster[[:space:]]*=/d' /etc/postgresql-common/createcluster.conf
+        fi
+        echo "create_main_cluster = false" | $sudo tee -a /etc/postgresql-common/createcluster.conf >/dev/null
+    fi
+    # No package's service is started by its installation (PostgreSQL, rsyslog, Swift's daemons): a
+    # policy-rc.d that refuses every start, unless the machine has one of its own, for the install only.
+    local policy=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        policy=/usr/sbin/policy-rc.d
+        printf '#!/bin/sh\n# scripts/lib.sh: no service starts while CamRig installs its packages\nexit 101\n' | $sudo tee "$policy" >/dev/null
+        $sudo chmod 0755 "$policy"
+    fi
+    local status=0
+    $sudo apt-get update -qq || status=$?
+    if [ "$status" -eq 0 ]; then
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null || status=$?
+    fi
+    [ -z "$policy" ] || $sudo rm -f "$policy"
+    return "$status"
 }
 
 # Builds the emulated V4L2 camera (a libv4l2 plugin) and installs it where libv4l2 loads plugins, so
