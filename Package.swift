@@ -324,7 +324,7 @@ let package = Package(
             dependencies: [
                 "CamRigCLI", "CamRigClock", "CamRigCoordinator", "CamRigLocalRig", "CamRigWire",
                 "CamRigDevices", "CamRigCapture", "CamRigStorage", "CamRigWireModel", "CamRigViews", "CamRigMedia",
-                "CamRigAgent", "CamRigSecurity", "CamRigServiceClient", "CamRigFiles",
+                "CamRigAgent", "CamRigSecurity", "CamRigServiceClient", "CamRigFiles", "CamRigObjectStore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -334,7 +334,7 @@ let package = Package(
         .target(
             name: "CamRigTestSupport",
             dependencies: [
-                "CamRigWire", "CamRigSecurity", "CamRigCoordinator", "CamRigDevices", "CamRigLocalRig",
+                "CamRigWire", "CamRigSecurity", "CamRigCoordinator", "CamRigDevices", "CamRigLocalRig", "CamRigCapture",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -389,6 +389,7 @@ let package = Package(
             name: "CamRigObjectStoreTests",
             dependencies: [
                 "CamRigObjectStore", "CamRigCapture", "CamRigTestSupport",
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ]

@@ -101,7 +101,7 @@ public struct AgentConfiguration: Sendable {
         var capabilities = [WireProtocol.Capability.ping, WireProtocol.Capability.clockProbe, WireProtocol.Capability.clockUDP]
         if devices != nil {
             capabilities += [WireProtocol.Capability.devices, WireProtocol.Capability.leases, WireProtocol.Capability.streaming]
-            if spool != nil { capabilities += [WireProtocol.Capability.capture] }
+            if spool != nil { capabilities += [WireProtocol.Capability.capture, WireProtocol.Capability.objectStore] }
             capabilities += [WireProtocol.Capability.events]
         }
         return ServerConnectionStateMachine.Configuration(

@@ -15,11 +15,14 @@ public struct ObjectStoreLocation: Sendable, Hashable, CustomStringConvertible {
     /// PEM file of the certificate authorities to trust for an https endpoint (`AWS_CA_BUNDLE`); the
     /// system's when nil.
     public var caBundle: String?
+    /// Bytes per part of multipart uploads (nil: 8 MiB; S3 takes no less than 5 MiB).
+    public var partSize: Int?
 
     public init(
         endpoint: String, region: String, bucket: String, prefix: String, pathStyle: Bool, credentials: ObjectStoreCredentials,
-        caBundle: String? = nil
+        caBundle: String? = nil, partSize: Int? = nil
     ) {
+        self.partSize = partSize
         self.endpoint = endpoint.hasSuffix("/") ? String(endpoint.dropLast()) : endpoint
         self.region = region
         self.bucket = bucket
@@ -88,7 +91,7 @@ public struct ObjectStoreLocation: Sendable, Hashable, CustomStringConvertible {
             pathStyle: settings.pathStyle ?? (endpoint != nil),
             credentials: ObjectStoreCredentials(
                 accessKeyID: accessKey, secretAccessKey: secret, sessionToken: value(settings.sessionToken, "AWS_SESSION_TOKEN")),
-            caBundle: value(settings.caBundle, "AWS_CA_BUNDLE"))
+            caBundle: value(settings.caBundle, "AWS_CA_BUNDLE"), partSize: settings.partSizeMiB.map { max(5, $0) << 20 })
     }
 
     /// What a rig file may say about its store (`store:`); each setting overrides the environment's.
@@ -101,11 +104,20 @@ public struct ObjectStoreLocation: Sendable, Hashable, CustomStringConvertible {
         public var secretAccessKey: String?
         public var sessionToken: String?
         public var caBundle: String?
+        /// MiB per part of multipart uploads (at least 5).
+        public var partSizeMiB: Int?
+        /// What the agents put results with, when not these credentials.
+        public var agentAccessKeyID: String?
+        public var agentSecretAccessKey: String?
 
         public init(
             url: String? = nil, endpoint: String? = nil, region: String? = nil, pathStyle: Bool? = nil, accessKeyID: String? = nil,
-            secretAccessKey: String? = nil, sessionToken: String? = nil, caBundle: String? = nil
+            secretAccessKey: String? = nil, sessionToken: String? = nil, caBundle: String? = nil, partSizeMiB: Int? = nil,
+            agentAccessKeyID: String? = nil, agentSecretAccessKey: String? = nil
         ) {
+            self.partSizeMiB = partSizeMiB
+            self.agentAccessKeyID = agentAccessKeyID
+            self.agentSecretAccessKey = agentSecretAccessKey
             self.url = url
             self.endpoint = endpoint
             self.region = region
@@ -123,6 +135,19 @@ public struct ObjectStoreLocation: Sendable, Hashable, CustomStringConvertible {
             case secretAccessKey = "secret_access_key"
             case sessionToken = "session_token"
             case caBundle = "ca_bundle"
+            case partSizeMiB = "part_size_mib"
+            case agentAccessKeyID = "agent_access_key_id"
+            case agentSecretAccessKey = "agent_secret_access_key"
+        }
+
+        /// The agents' own credentials: `agent_access_key_id` and `agent_secret_access_key`, else
+        /// `CAMRIG_AGENT_AWS_ACCESS_KEY_ID` and `CAMRIG_AGENT_AWS_SECRET_ACCESS_KEY`; nil when neither says
+        /// (the agents then use the coordinator's).
+        public func agentCredentials(environment: [String: String] = ProcessInfo.processInfo.environment) -> ObjectStoreCredentials? {
+            guard let key = agentAccessKeyID ?? environment["CAMRIG_AGENT_AWS_ACCESS_KEY_ID"], !key.isEmpty,
+                let secret = agentSecretAccessKey ?? environment["CAMRIG_AGENT_AWS_SECRET_ACCESS_KEY"], !secret.isEmpty
+            else { return nil }
+            return ObjectStoreCredentials(accessKeyID: key, secretAccessKey: secret)
         }
     }
 }

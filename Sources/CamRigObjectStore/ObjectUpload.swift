@@ -29,6 +29,8 @@ public struct ObjectUpload: Sendable {
     public var contentType: String?
     /// Parts in flight at once.
     public var concurrency: Int
+    /// Told the number of each part once the store has it (not of parts found there from before).
+    public var partStored: (@Sendable (Int) -> Void)?
 
     public static let minimumPartSize = 5 << 20
     public static let defaultPartSize = 8 << 20
@@ -109,6 +111,7 @@ public struct ObjectUpload: Sendable {
                 group.addTask {
                     let etag = try await client.uploadPart(key, uploadID: upload.uploadID, number: number, body: body)
                     progress?(sent.add(UInt64(length)))
+                    partStored?(number)
                     return (number, etag)
                 }
             }

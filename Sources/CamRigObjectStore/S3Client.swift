@@ -241,7 +241,9 @@ public final class S3Client: Sendable {
         let said = "the object store at \(location.endpoint) refused \(what) with HTTP \(response.status)\(detail.isEmpty ? "" : " (\(detail))")"
         switch (response.status, code) {
         case (403, "SignatureDoesNotMatch"?):
-            return ObjectStoreError(.accessDenied, code: code, "\(said): the secret of \(location.credentials) is wrong; check AWS_SECRET_ACCESS_KEY")
+            return ObjectStoreError(
+                .accessDenied, code: code,
+                "\(said): it does not take the signature of \(location.credentials) (an unknown key, or a wrong secret); check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
         case (403, "InvalidAccessKeyId"?):
             return ObjectStoreError(.accessDenied, code: code, "\(said): the store knows no \(location.credentials); check AWS_ACCESS_KEY_ID")
         case (403, _):

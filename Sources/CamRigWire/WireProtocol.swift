@@ -39,6 +39,9 @@ public enum WireProtocol {
         public static let capture = "capture"
         /// `subscribe`, with `event` messages.
         public static let events = "events"
+        /// `fetch_results` with `upload_to`, and `upload_recording_file`: the agent puts its results in
+        /// an S3-compatible object store itself.
+        public static let objectStore = "object-store"
     }
 
     /// Picks the version two peers speak: the highest version in both ranges, or `nil` if they share none.

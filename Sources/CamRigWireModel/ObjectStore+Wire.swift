@@ -4,7 +4,7 @@ import Foundation
 
 extension WireObjectStoreTarget {
     /// The target an agent is sent: where to put objects and with which credentials.
-    public init(_ location: ObjectStoreLocation, partSize: Int = 0, caCertificatesPEM: String = "") {
+    public init(_ location: ObjectStoreLocation, caCertificatesPEM: String = "") {
         self.init()
         endpoint = location.endpoint
         region = location.region
@@ -14,7 +14,7 @@ extension WireObjectStoreTarget {
         accessKeyID = location.credentials.accessKeyID
         secretAccessKey = location.credentials.secretAccessKey
         sessionToken = location.credentials.sessionToken ?? ""
-        self.partSize = UInt32(clamping: partSize)
+        partSize = UInt32(clamping: location.partSize ?? 0)
         self.caCertificatesPem = caCertificatesPEM
     }
 
@@ -27,7 +27,8 @@ extension WireObjectStoreTarget {
         }
         return .success(ObjectStoreLocation(
             endpoint: endpoint, region: region.isEmpty ? "us-east-1" : region, bucket: bucket, prefix: prefix, pathStyle: pathStyle,
-            credentials: ObjectStoreCredentials(accessKeyID: accessKeyID, secretAccessKey: secretAccessKey, sessionToken: sessionToken)))
+            credentials: ObjectStoreCredentials(accessKeyID: accessKeyID, secretAccessKey: secretAccessKey, sessionToken: sessionToken),
+            partSize: partSize == 0 ? nil : Int(partSize)))
     }
 }
 

@@ -75,9 +75,48 @@ struct AgentRequestCoreTests {
     func fetchPaging() {
         var fetch = WireFetchResults()
         fetch.sessionID = "s"
-        #expect(core(.coordinator).request(.fetchResults(fetch)) == .fetchResults(session: "s", limit: 0))
+        #expect(core(.coordinator).request(.fetchResults(fetch)) == .fetchResults(session: "s", limit: 0, upload: nil))
         fetch.maxResults = 5
-        #expect(core(.coordinator).request(.fetchResults(fetch)) == .fetchResults(session: "s", limit: 5))
+        #expect(core(.coordinator).request(.fetchResults(fetch)) == .fetchResults(session: "s", limit: 5, upload: nil))
+    }
+
+    @Test("a fetch that asks for uploads names a whole store target and file names inside the capture, or is refused")
+    func fetchWithUpload() throws {
+        var fetch = WireFetchResults()
+        fetch.sessionID = "s"
+        fetch.triggerID = "t1"
+        fetch.uploadTo.endpoint = "http://127.0.0.1:9000"
+        fetch.uploadTo.bucket = "rig"
+        fetch.uploadTo.prefix = "captures/20261126-053000-photo"
+        fetch.uploadTo.accessKeyID = "AKID"
+        fetch.uploadTo.secretAccessKey = "secret"
+        var name = WireUploadName()
+        name.deviceID = "synthetic:0"
+        name.stem = "cam0-a_synthetic_0"
+        fetch.names = [name]
+        let upload = try #require(Self.upload(of: core(.coordinator).request(.fetchResults(fetch))), "a valid upload was not taken")
+        #expect(upload.location.key("cam0.png") == "captures/20261126-053000-photo/cam0.png" && upload.triggerID == "t1")
+        for stem in ["../other/cam0", ".hidden", "a//b", ""] {
+            var bad = fetch
+            bad.names[0].stem = stem
+            #expect(isInvalidArgument(core(.coordinator).request(.fetchResults(bad))), "stem \(stem.debugDescription) was taken")
+        }
+        var noPrefix = fetch
+        noPrefix.uploadTo.prefix = ""
+        #expect(isInvalidArgument(core(.coordinator).request(.fetchResults(noPrefix))))
+        var noNames = fetch
+        noNames.names = []
+        #expect(isInvalidArgument(core(.coordinator).request(.fetchResults(noNames))))
+    }
+
+    private static func upload(of action: AgentRequestCore.Action) -> ResultUpload? {
+        if case .fetchResults(_, _, let upload) = action { return upload }
+        return nil
+    }
+
+    private func isInvalidArgument(_ action: AgentRequestCore.Action) -> Bool {
+        if case .reply(.error(let error)) = action { return error.code == .invalidArgument }
+        return false
     }
 
     @Test("a stream queue deeper than the agent's limit of 64 frames is refused, naming the limit; up to it is granted as asked")

@@ -563,7 +563,7 @@ public final class AgentRecordings: Sendable {
         case .failure(let error): return .error(WireError(.invalidArgument, agent: agentID, "UploadRecordingFile.store: \(error)"))
         }
         let folder = directory.appendingPathComponent(request.recordingID)
-        let partSize = request.store.partSize == 0 ? ObjectUpload.defaultPartSize : Int(request.store.partSize)
+        let partSize = location.partSize ?? ObjectUpload.defaultPartSize
         let upload = ObjectUpload(
             key: location.key(request.name), source: .file(folder.appendingPathComponent(request.name).path), partSize: partSize,
             stateFile: folder.appendingPathComponent(".\(request.name).upload"), contentType: request.name.hasSuffix(".mkv") ? "video/x-matroska" : nil)

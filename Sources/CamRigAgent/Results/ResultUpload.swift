@@ -38,7 +38,7 @@ public struct ResultUpload: Sendable, Equatable {
             return .refused(WireError(.invalidArgument, agent: agentID, "FetchResults with upload_to names no device (names)"))
         }
         return .upload(ResultUpload(
-            location: location, partSize: fetch.uploadTo.partSize == 0 ? ObjectUpload.defaultPartSize : Int(fetch.uploadTo.partSize),
+            location: location, partSize: location.partSize ?? ObjectUpload.defaultPartSize,
             triggerID: fetch.triggerID, stems: stems, thumbnailWidth: Int(min(fetch.thumbnailWidth, 1024))))
     }
 

@@ -271,6 +271,11 @@ public struct RecordingOffload<Sink: CaptureSink>: Sendable {
     private func upload(
         _ file: CaptureManifest.HostRecording.File, recordingID: String, by client: AgentClient, to store: ObjectStoreLocation, capture: CaptureHandle
     ) async throws {
+        guard client.welcome.capabilities.contains(WireProtocol.Capability.objectStore) else {
+            throw AgentClientError(
+                .remoteError, agent: client.welcome.agentID,
+                "\(client.welcome.agentSoftware) cannot put its files in an object store; update camrig-agent on that host, or offload to a captures folder")
+        }
         var request = WireUploadRecordingFile()
         request.recordingID = recordingID
         request.name = file.name
