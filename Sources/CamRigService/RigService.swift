@@ -22,6 +22,11 @@ import ServiceLifecycle
 public actor RigService {
     public struct Configuration: Sendable {
         public var capturesDirectory: URL
+        /// The capture catalog, `postgres://…` for one several rigs share; nil: `catalog.sqlite` in the
+        /// captures directory.
+        public var catalogURL: String?
+        /// The rig's name, recorded with its captures in the catalog.
+        public var rigName = CaptureNaming.hostRig
         /// Phase-lock free-running cameras onto one frame grid, with this tolerance.
         public var phaseLock = true
         public var lockTolerance: Duration = .microseconds(100)
@@ -77,8 +82,20 @@ public actor RigService {
     public internal(set) var droppedFrames: [String: Int] = [:]
     public nonisolated let started = Date()
 
+    /// A service over `pool` whose captures go to `configuration`'s directory, listed in its own SQLite
+    /// catalog (`configuration.catalogURL` is for `connect`).
     public init(
         pool: AgentPool, configuration: Configuration, metrics: ServiceMetrics = ServiceMetrics(), enrollment: EnrollmentRegistrar? = nil, logger: Logger
+    ) throws {
+        try self.init(
+            pool: pool, configuration: configuration, store: try CaptureStore(root: configuration.capturesDirectory, rig: configuration.rigName), metrics: metrics,
+            enrollment: enrollment, logger: logger)
+    }
+
+    /// A service whose captures go to `store`.
+    public init(
+        pool: AgentPool, configuration: Configuration, store: CaptureStore, metrics: ServiceMetrics = ServiceMetrics(), enrollment: EnrollmentRegistrar? = nil,
+        logger: Logger
     ) throws {
         self.pool = pool
         self.enrollment = enrollment
@@ -91,8 +108,29 @@ public actor RigService {
         self.events = EventHub()
         self.previews = PreviewHub(logger: logger)
         self.jobs = JobRunner()
-        self.store = try CaptureStore(root: configuration.capturesDirectory)
+        self.store = store
         supervisor = RigSupervisor(configuration: .init(rebuildBackoff: configuration.rebuildBackoff))
+    }
+
+    /// A service over `pool` with the catalog `configuration` names (connected, and migrated as needed):
+    /// its opener calls `disconnectCatalog()` once the service has stopped.
+    public static func connect(
+        pool: AgentPool, configuration: Configuration, metrics: ServiceMetrics = ServiceMetrics(), enrollment: EnrollmentRegistrar? = nil, logger: Logger
+    ) async throws -> RigService {
+        try CaptureNaming.checkRig(configuration.rigName, from: "--rig-name")
+        let store = try await CaptureStore.connect(
+            root: configuration.capturesDirectory, catalogURL: configuration.catalogURL, rig: configuration.rigName, logger: logger)
+        do {
+            return try RigService(pool: pool, configuration: configuration, store: store, metrics: metrics, enrollment: enrollment, logger: logger)
+        } catch {
+            await store.disconnect()
+            throw error
+        }
+    }
+
+    /// Closes the capture catalog (after the service has stopped: captures cannot be listed then).
+    public nonisolated func disconnectCatalog() async {
+        await store.disconnect()
     }
 
     /// The service's parts for a `ServiceGroup`, in start order (shutdown runs the other way: previews and

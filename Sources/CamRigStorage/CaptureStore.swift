@@ -5,19 +5,29 @@ import CamRigFiles
 import CamRigImage
 import CLinux
 import Foundation
+import Logging
 import NIOConcurrencyHelpers
 
-/// A captures directory: one subdirectory per capture (frames and `manifest.json`) and
-/// `catalog.sqlite` listing them all.
+/// A captures directory: one subdirectory per capture (frames and `manifest.json`), listed in a
+/// catalog: `catalog.sqlite` in the directory, or a PostgreSQL catalog that several rigs share.
 ///
 /// As a `CaptureSink` it does its file I/O and image encoding on Dispatch's worker threads, so callers
 /// in Swift concurrency never block on the disk; the synchronous methods block their caller.
 public struct CaptureStore: Sendable {
     public let root: URL
-    public let catalog: CaptureCatalog
+    public let catalog: any CaptureCatalog
+    /// The rig whose captures this store makes: recorded with each in the catalog.
+    public let rig: String
+    /// Where this store's captures are, as the catalog records them: the directory's absolute path.
+    public let location: String
 
-    public init(root: URL) throws {
+    /// A store in `root` (created if need be) listing its captures, as rig `rig`'s, in `catalog`. The
+    /// catalog stays its opener's to close.
+    public init(root: URL, catalog: any CaptureCatalog, rig: String) throws {
         self.root = root
+        self.catalog = catalog
+        self.rig = rig
+        location = root.absoluteURL.standardizedFileURL.path
         do {
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         } catch {
@@ -25,36 +35,94 @@ public struct CaptureStore: Sendable {
                 "cannot create the captures directory \(root.path): \(error.localizedDescription); choose another with --out"
             )
         }
-        catalog = try CaptureCatalog(path: root.appendingPathComponent("catalog.sqlite").path)
     }
 
-    /// A new, empty capture directory named after the time and `kind` (unique even within a second).
-    public func makeCaptureDirectory(kind: String, date: Date = Date()) throws -> (id: String, url: URL) {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "UTC")
-        formatter.dateFormat = "yyyyMMdd-HHmmss"
-        let base = "\(formatter.string(from: date))-\(kind)"
-        for attempt in 0..<1000 {
-            let id = attempt == 0 ? base : "\(base)-\(attempt + 1)"
-            let url = root.appendingPathComponent(id)
-            if FileManager.default.fileExists(atPath: url.path) { continue }
-            do {
-                try FileManager.default.createDirectory(at: url, withIntermediateDirectories: false)
-                return (id, url)
-            } catch {
-                if FileManager.default.fileExists(atPath: url.path) { continue }
-                throw StorageError("cannot create capture directory \(url.path): \(error.localizedDescription)")
-            }
+    /// A store in `root` with its own SQLite catalog, `catalog.sqlite` in it (closed when the last copy
+    /// of the store goes; `disconnect()` closes it at once).
+    public init(root: URL, rig: String = CaptureNaming.hostRig) throws {
+        do {
+            try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        } catch {
+            throw StorageError(
+                "cannot create the captures directory \(root.path): \(error.localizedDescription); choose another with --out"
+            )
         }
-        throw StorageError("too many captures named \(base) in \(root.path)")
+        try self.init(root: root, catalog: try SQLiteCaptureCatalog(directory: root), rig: rig)
+    }
+
+    /// The store in `root` with the catalog `catalogURL` names (`postgres://…`), or with none the SQLite
+    /// catalog in `root`, connected. `disconnect()` closes the catalog.
+    public static func connect(
+        root: URL, catalogURL: String?, rig: String, logger: Logger = Logger(label: "camrig.catalog")
+    ) async throws -> CaptureStore {
+        guard let catalogURL, !catalogURL.isEmpty else { return try CaptureStore(root: root, rig: rig) }
+        guard PostgresCatalogAddress.isPostgres(catalogURL) else {
+            throw StorageError(
+                "--catalog \(PostgresCatalogAddress.redacted(catalogURL)) is not a PostgreSQL URL: give postgres://USER:PASSWORD@HOST:PORT/DB, or leave --catalog (and CAMRIG_CATALOG) out for the SQLite catalog in the captures directory"
+            )
+        }
+        let catalog = try await PostgresCaptureCatalog(url: catalogURL, logger: logger)
+        do {
+            return try CaptureStore(root: root, catalog: catalog, rig: rig)
+        } catch {
+            await catalog.close()
+            throw error
+        }
+    }
+
+    /// Closes the catalog.
+    public func disconnect() async {
+        await catalog.close()
+    }
+
+    /// Whether `entry`'s files are in this store (captures listed before catalogs said where are taken to
+    /// be).
+    public func holds(_ entry: CaptureCatalogEntry) -> Bool {
+        entry.store.isEmpty || entry.store == location
+    }
+
+    /// A new, empty capture directory named after the time and `kind`, its id reserved in the catalog:
+    /// the first of `CaptureNaming.candidates` that is free both here and in the catalog (another rig
+    /// sharing the catalog may have taken it).
+    public func makeCaptureDirectory(kind: String, date: Date = Date()) async throws -> (id: String, url: URL) {
+        let created = CaptureNaming.created(date)
+        var last = ""
+        for id in CaptureNaming.candidates(kind: kind, date: date) {
+            last = id
+            let url = root.appendingPathComponent(id)
+            guard try await BlockingWork.run({ try Self.makeDirectory(url) }) else { continue }
+            if try await catalog.reserve(id: id, kind: kind, created: created, rig: rig, store: location) { return (id, url) }
+            // Taken by a capture of another rig (or one whose folder was removed): the folder is given back.
+            try? FileManager.default.removeItem(at: url)
+        }
+        throw StorageError("too many captures named like \(last) in \(root.path) and the catalog \(catalog.location)")
+    }
+
+    /// Makes the folder `url`; false when it exists already (made by another capture, maybe of this
+    /// process, at the same moment).
+    private static func makeDirectory(_ url: URL) throws -> Bool {
+        if mkdir(url.path, 0o777) == 0 { return true }
+        if errno == EEXIST { return false }
+        throw StorageError("cannot create capture directory \(url.path): \(String(cString: strerror(errno)))")
+    }
+
+    /// The catalog's row for `manifest`, whose folder is `directory`.
+    func entry(_ manifest: CaptureManifest, directory: String) -> CaptureCatalogEntry {
+        CaptureCatalogEntry(manifest: manifest, directory: directory, rig: rig, store: location)
     }
 
     /// Writes `manifest.json` into the capture's directory, durably with every file already in it, and
     /// records the capture in the catalog.
-    public func finish(_ manifest: CaptureManifest, in directory: URL) throws {
+    public func finish(_ manifest: CaptureManifest, in directory: URL) async throws {
+        try await BlockingWork.run { try Self.writeFinal(manifest, in: directory) }
+        try await catalog.record(entry(manifest, directory: directory.lastPathComponent))
+        Self.letGo(directory)
+    }
+
+    /// `finish`'s files: the manifest, durably with every frame.
+    private static func writeFinal(_ manifest: CaptureManifest, in directory: URL) throws {
         let target = directory.appendingPathComponent("manifest.json")
-        let json = try Self.encode(manifest)
+        let json = try encode(manifest)
         // Frames converted after a recording were written without flushing their directories; flushed
         // here, once per directory, so that a capture with a manifest has every frame it lists.
         let subdirectories =
@@ -66,8 +134,6 @@ public struct CaptureStore: Sendable {
         }
         try DurableFile.write(json, to: target)
         try DurableFile.flushDirectory(directory.deletingLastPathComponent())
-        try catalog.record(CaptureCatalog.Entry(manifest: manifest, directory: directory.lastPathComponent))
-        Self.letGo(directory)
     }
 
     /// The journal of stored results in a capture's directory (one JSON `JournalEntry` per line).
@@ -108,11 +174,13 @@ public struct CaptureStore: Sendable {
     }
 
     /// Writes the manifest of a capture just begun and lists it in the catalog.
-    public func started(_ manifest: CaptureManifest, in directory: URL) throws {
-        try Self.hold(directory)
-        try DurableFile.write(try Self.encode(manifest), to: directory.appendingPathComponent("manifest.json"))
-        try DurableFile.flushDirectory(directory.deletingLastPathComponent())
-        try catalog.record(CaptureCatalog.Entry(manifest: manifest, directory: directory.lastPathComponent))
+    public func started(_ manifest: CaptureManifest, in directory: URL) async throws {
+        try await BlockingWork.run {
+            try Self.hold(directory)
+            try DurableFile.write(try Self.encode(manifest), to: directory.appendingPathComponent("manifest.json"))
+            try DurableFile.flushDirectory(directory.deletingLastPathComponent())
+        }
+        try await catalog.record(entry(manifest, directory: directory.lastPathComponent))
     }
 
     /// Appends `entry` to the capture's journal, durably.
@@ -133,22 +201,33 @@ public struct CaptureStore: Sendable {
         return data.split(separator: UInt8(ascii: "\n")).compactMap { try? decoder.decode(JournalEntry.self, from: Data($0)) }
     }
 
-    /// Captures a coordinator left in progress or whose agents still hold results of them, each with its
-    /// manifest and journal. A capture whose manifest
-    /// cannot be read is left out (and stays listed).
+    /// This rig's captures in this store that a coordinator left in progress or whose agents still hold
+    /// results of them, each with its manifest and journal. A capture whose manifest cannot be read is
+    /// left out (and stays listed).
     ///
     /// A capture folder with a manifest but no catalog entry (the coordinator died between writing the
     /// one and the other) is listed in the catalog now, and returned when it is not complete.
-    public func unfinishedCaptures() throws -> [UnfinishedCapture] {
-        var unfinished = try catalog.unfinished().compactMap { entry -> UnfinishedCapture? in
-            guard let manifest = try? manifest(of: entry) else { return nil }
-            return self.unfinished(manifest, directory: entry.directory)
+    public func unfinishedCaptures() async throws -> [UnfinishedCapture] {
+        let entries = try await catalog.unfinished(rig: rig).filter(holds)
+        // This rig's rows, and those of captures listed before catalogs had rigs.
+        let listed = Set(try await catalog.list(CaptureCatalogQuery(rig: rig)).map(\.directory) + catalog.list(CaptureCatalogQuery(rig: "")).map(\.directory))
+        let (found, orphans) = try await BlockingWork.run { () -> ([UnfinishedCapture], [(String, CaptureManifest)]) in
+            let found = entries.compactMap { entry -> UnfinishedCapture? in
+                guard let manifest = try? manifest(of: entry) else { return nil }
+                return self.unfinished(manifest, directory: entry.directory)
+            }
+            let folders = (try? FileManager.default.contentsOfDirectory(atPath: root.path)) ?? []
+            let orphans = folders.sorted().filter { !listed.contains($0) }.compactMap { folder -> (String, CaptureManifest)? in
+                guard let manifest = try? Self.readManifest(in: root.appendingPathComponent(folder)) else { return nil }
+                return (folder, manifest)
+            }
+            return (found, orphans)
         }
-        let listed = Set(try catalog.list().map(\.directory))
-        let folders = (try? FileManager.default.contentsOfDirectory(atPath: root.path)) ?? []
-        for folder in folders.sorted() where !listed.contains(folder) {
-            guard let manifest = try? Self.readManifest(in: root.appendingPathComponent(folder)) else { continue }
-            try catalog.record(CaptureCatalog.Entry(manifest: manifest, directory: folder))
+        var unfinished = found
+        for (folder, manifest) in orphans {
+            // A capture of another rig with this id keeps its row.
+            guard try await catalog.reserve(id: manifest.id, kind: manifest.kind, created: manifest.created, rig: rig, store: location) else { continue }
+            try await catalog.record(entry(manifest, directory: folder))
             if let capture = self.unfinished(manifest, directory: folder) { unfinished.append(capture) }
         }
         return unfinished
@@ -178,8 +257,12 @@ public struct CaptureStore: Sendable {
         }
     }
 
-    /// Reads a capture's manifest.
-    public func manifest(of entry: CaptureCatalog.Entry) throws -> CaptureManifest {
+    /// Reads a capture's manifest; a capture whose files are in another store is refused, saying where.
+    public func manifest(of entry: CaptureCatalogEntry) throws -> CaptureManifest {
+        guard holds(entry) else {
+            throw StorageError(
+                "capture \(entry.id) is rig \(entry.rig.isEmpty ? "?" : entry.rig)'s, stored in \(entry.store), not in \(location): run the command where that store is (--out), or on that rig's coordinator")
+        }
         let directory = root.appendingPathComponent(entry.directory)
         guard let manifest = try Self.readManifest(in: directory) else {
             throw StorageError("cannot read \(directory.appendingPathComponent("manifest.json").path): there is no such file")
@@ -260,12 +343,10 @@ extension CaptureStore: CaptureSink {
         ContactSheet.thumbnail(of: bytes, layout: layout, width: width, decodeJPEG: JPEGDecoding.rgb)
     }
 
-    /// A new capture directory (see `makeCaptureDirectory(kind:date:)`).
+    /// A new capture directory, its id reserved in the catalog (see `makeCaptureDirectory(kind:date:)`).
     public func begin(_ kind: CaptureKind) async throws -> CaptureHandle {
-        try await BlockingWork.run {
-            let (id, url) = try makeCaptureDirectory(kind: kind.rawValue)
-            return CaptureHandle(id: id, kind: kind, location: url)
-        }
+        let (id, url) = try await makeCaptureDirectory(kind: kind.rawValue)
+        return CaptureHandle(id: id, kind: kind, location: url)
     }
 
     /// Encodes and writes the frame durably (see `writeFrame`): the coordinator deletes the agent's
@@ -348,11 +429,11 @@ extension CaptureStore: CaptureSink {
 
     /// Writes `manifest.json` durably and records the capture in the catalog.
     public func finish(_ manifest: CaptureManifest, in capture: CaptureHandle) async throws {
-        try await BlockingWork.run { try finish(manifest, in: capture.location) }
+        try await finish(manifest, in: capture.location)
     }
 
     public func started(_ manifest: CaptureManifest, in capture: CaptureHandle) async throws {
-        try await BlockingWork.run { try started(manifest, in: capture.location) }
+        try await started(manifest, in: capture.location)
     }
 
     public func journal(_ entry: JournalEntry, in capture: CaptureHandle) async throws {
@@ -360,7 +441,7 @@ extension CaptureStore: CaptureSink {
     }
 
     public func unfinished() async throws -> [UnfinishedCapture] {
-        try await BlockingWork.run { try unfinishedCaptures() }
+        try await unfinishedCaptures()
     }
 
     public func reread(_ capture: CaptureHandle) async throws -> UnfinishedCapture? {

@@ -277,7 +277,7 @@ struct SoakBenchmark: AsyncParsableCommand {
             recordings: 0, recordingFramesDelivered: 0, recordingFramesReportedDropped: 0, incompleteRecordings: 0, unaccounted: 0,
             duplicates: 0, leftInSpools: 0, hung: 0, roundsSkipped: 0, skipReasons: [:])
         var seen: [String: Int] = [:]
-        for entry in try store.catalog.list() {
+        for entry in try await store.catalog.list() {
             let manifest = try store.manifest(of: entry)
             let folder = store.root.appendingPathComponent(entry.directory)
             if manifest.kind == CaptureKind.photo.rawValue {

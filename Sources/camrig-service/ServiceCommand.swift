@@ -25,6 +25,16 @@ struct ServiceCommand: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Captures directory.", valueName: "dir"))
     var out: String?
 
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "The capture catalog, postgres://USER:PASSWORD@HOST:PORT/DB (default $CAMRIG_CATALOG; without either, catalog.sqlite in the captures directory).",
+            valueName: "url"))
+    var catalog: String?
+
+    @Option(name: .long, help: ArgumentHelp("The rig's name, recorded with its captures (default: this host's name).", valueName: "name"))
+    var rigName: String?
+
     @Option(name: .long, help: ArgumentHelp("An agent, HOST:PORT (repeatable).", valueName: "host:port"))
     var agent: [String] = []
 
@@ -83,9 +93,24 @@ struct ServiceCommand: AsyncParsableCommand {
         let root = URL(fileURLWithPath: out ?? ProcessInfo.processInfo.environment["CAMRIG_CAPTURES"] ?? "captures")
         var configuration = RigService.Configuration(capturesDirectory: root)
         configuration.phaseLock = !serve.noPhaseLock
+        if let rigName { configuration.rigName = rigName }
+        configuration.catalogURL = (catalog ?? ProcessInfo.processInfo.environment["CAMRIG_CATALOG"]).flatMap { $0.isEmpty ? nil : $0 }
         // Enrollment is on where asked, and in a loopback rig (its CA is at hand) for trying it out.
         let enrollment = serve.enroll || serve.loopback != nil ? try EnrollmentRegistrar(directory: directory, validity: serve.certificateDays * 86_400) : nil
-        let service = try RigService(pool: pool, configuration: configuration, enrollment: enrollment, logger: logger)
+        let service = try await RigService.connect(pool: pool, configuration: configuration, enrollment: enrollment, logger: logger)
+        do {
+            try await serveAPI(service, directory: directory, identity: identity, host: host, port: port, announceToken: announceToken, logger: logger)
+            await service.disconnectCatalog()
+        } catch {
+            await service.disconnectCatalog()
+            throw error
+        }
+    }
+
+    /// Serves the API and the console of `service` until the group ends.
+    private func serveAPI(
+        _ service: RigService, directory: TLSDirectory, identity: String?, host: String, port: Int, announceToken: Bool, logger: Logger
+    ) async throws {
         let trustRoot = try directory.trustRoot()
         let consoleDirectory = ServiceServer.consoleDirectory(serve.console)
         guard FileManager.default.fileExists(atPath: consoleDirectory + "/index.html") else {

@@ -52,7 +52,7 @@ struct CaptureStoreSinkTests {
         }
 
         try await store.finish(Self.manifest(id: capture.id, kind: .photo, file: files[0]), in: capture)
-        let entry = try #require(try store.catalog.entry(capture.id))
+        let entry = try #require(try await store.catalog.entry(capture.id))
         #expect(entry.directory == capture.location.lastPathComponent)
         #expect(try store.manifest(of: entry).sets[0].frames[0].file == "cam0-x.png")
     }
@@ -139,7 +139,7 @@ struct CaptureStoreSinkTests {
         var manifest = Self.manifest(id: capture.id, kind: .photo, file: "cam0.png")
         manifest.state = .inProgress
         try await store.started(manifest, in: capture)
-        #expect(try store.catalog.list().first?.state == "in_progress")
+        #expect(try await store.catalog.list().first?.state == "in_progress")
         #expect(await store.claim(capture) == nil, "the writer holds the capture")
         #expect(try await store.unfinished().map(\.handle.id) == [capture.id])
         manifest.state = .complete
@@ -154,6 +154,6 @@ struct CaptureStoreSinkTests {
         left.state = .inProgress
         try CaptureStore.manifestJSON(left).write(to: orphan.location.appendingPathComponent("manifest.json"))
         #expect(try await store.unfinished().map(\.handle.id) == [orphan.id])
-        #expect(try store.catalog.entry(orphan.id)?.state == "in_progress", "listed in the catalog once found")
+        #expect(try await store.catalog.entry(orphan.id)?.state == "in_progress", "listed in the catalog once found")
     }
 }

@@ -33,32 +33,49 @@ struct CaptureStoreTests {
     }
 
     @Test("a finished capture's manifest reads back equal, and the catalog lists it newest first and finds it by prefix")
-    func roundTrip() throws {
+    func roundTrip() async throws {
         let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-store-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: root) }
-        let store = try CaptureStore(root: root)
-        let (firstID, firstDirectory) = try store.makeCaptureDirectory(kind: "photo", date: Date(timeIntervalSince1970: 1_700_000_000))
-        let (secondID, secondDirectory) = try store.makeCaptureDirectory(kind: "photo", date: Date(timeIntervalSince1970: 1_700_000_000))
+        let store = try CaptureStore(root: root, rig: "north")
+        let (firstID, firstDirectory) = try await store.makeCaptureDirectory(kind: "photo", date: Date(timeIntervalSince1970: 1_700_000_000))
+        let (secondID, secondDirectory) = try await store.makeCaptureDirectory(kind: "photo", date: Date(timeIntervalSince1970: 1_700_000_000))
         #expect(firstID != secondID, "two captures in one second share a folder")
         let first = Self.manifest(id: firstID, kind: "photo", created: "2026-11-22T06:00:00Z")
         let second = Self.manifest(id: secondID, kind: "recording", created: "2026-11-22T07:00:00Z")
-        try store.finish(first, in: firstDirectory)
-        try store.finish(second, in: secondDirectory)
+        try await store.finish(first, in: firstDirectory)
+        try await store.finish(second, in: secondDirectory)
 
-        let entries = try store.catalog.list()
+        let entries = try await store.catalog.list()
         #expect(entries.map(\.id) == [secondID, firstID])
         #expect(entries[0].sets == 3 && entries[0].incompleteSets == 1 && entries[0].droppedFrames == 1)
+        #expect(entries.allSatisfy { $0.rig == "north" && $0.store == store.location && store.holds($0) })
         #expect(try store.manifest(of: entries[1]) == first)
-        #expect(try store.catalog.entry(String(secondID.dropLast())) == entries[0])
-        #expect(try store.catalog.entry("no-such-capture") == nil)
+        #expect(try await store.catalog.entry(String(secondID.dropLast())) == entries[0])
+        #expect(try await store.catalog.entry("no-such-capture") == nil)
+        await store.disconnect()
 
         // Reopening finds the same catalog; a re-recorded capture replaces its row.
-        let reopened = try CaptureStore(root: root)
+        let reopened = try CaptureStore(root: root, rig: "north")
         var changed = second
         changed.summary.droppedFrames = 5
-        try reopened.finish(changed, in: secondDirectory)
-        #expect(try reopened.catalog.list().count == 2)
-        #expect(try reopened.catalog.entry(secondID)?.droppedFrames == 5)
+        try await reopened.finish(changed, in: secondDirectory)
+        #expect(try await reopened.catalog.list().count == 2)
+        #expect(try await reopened.catalog.entry(secondID)?.droppedFrames == 5)
+        await reopened.disconnect()
+    }
+
+    @Test("a capture another rig's store lists is not read from this directory: the error says whose and where it is")
+    func foreignCapture() async throws {
+        let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-store-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let store = try CaptureStore(root: root, rig: "north")
+        let manifest = Self.manifest(id: "20261126-053000-photo", kind: "photo", created: "2026-11-26T05:30:00Z")
+        let foreign = CaptureCatalog.Entry(manifest: manifest, directory: manifest.id, rig: "south", store: "/srv/south/captures")
+        try await store.catalog.record(foreign)
+        #expect(!store.holds(foreign))
+        let error = #expect(throws: StorageError.self) { try store.manifest(of: foreign) }
+        #expect(error?.description.contains("rig south's, stored in /srv/south/captures") == true)
+        await store.disconnect()
     }
 
     @Test("frames are written as PNG (raw formats) or as they came (JPEG), with no partial file left behind")

@@ -56,9 +56,9 @@ struct HostRecordingTests {
             (try? FileManager.default.contentsOfDirectory(atPath: spools[index] + "/recordings")) ?? []
         }
 
-        func manifest() throws -> (CaptureManifest, URL) {
+        func manifest() async throws -> (CaptureManifest, URL) {
             let store = try CaptureStore(root: URL(fileURLWithPath: captures))
-            let entry = try #require(try store.catalog.list().first)
+            let entry = try #require(try await store.catalog.list().first)
             return (try store.manifest(of: entry), store.root.appendingPathComponent(entry.directory))
         }
 
@@ -145,7 +145,7 @@ struct HostRecordingTests {
         #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)")
         let summary = try Self.json(result.stdout)
         #expect(summary["state"] as? String == "complete", "\(result.stdout)")
-        let (manifest, folder) = try rig.manifest()
+        let (manifest, folder) = try await rig.manifest()
         let recording = try #require(manifest.hostRecording)
         #expect(recording.gridCount == 60)
         #expect(recording.tracks.map(\.codec) == ["mjpeg", "mjpeg"], "YUYV cameras record as MJPEG made on the host")
@@ -185,7 +185,7 @@ struct HostRecordingTests {
         defer { rig.remove() }
         let result = try await rig.camrig(["record", "--duration", "1", "--fps", "30", "--size", "640x480", "--json"])
         #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)")
-        let (manifest, folder) = try rig.manifest()
+        let (manifest, folder) = try await rig.manifest()
         let tracks = try #require(manifest.hostRecording?.tracks)
         #expect(tracks.count == 2 && Set(tracks.map(\.agent)) == ["agent-1"], "\(tracks)")
         #expect(tracks.allSatisfy { $0.state == "complete" && $0.frames == 30 }, "\(tracks.map { ($0.state, $0.frames) })")
@@ -203,7 +203,7 @@ struct HostRecordingTests {
 
         let result = try await rig.camrig(["record", "--duration", "1", "--fps", "30", "--size", "640x480", "--pixel-format", "MJPG", "--json"])
         #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)")
-        let (manifest, folder) = try rig.manifest()
+        let (manifest, folder) = try await rig.manifest()
         let track = try #require(manifest.hostRecording?.tracks.first)
         #expect(track.codec == "copy")
         #expect(track.frames == 30 && track.gaps == 0, "\(track)")
@@ -243,14 +243,14 @@ struct HostRecordingTests {
         await recording.exit()
         #expect(recording.terminationStatus == 0, "the recording ends, with agent-1's part")
 
-        let (before, _) = try rig.manifest()
+        let (before, _) = try await rig.manifest()
         #expect(before.state == .offloading, "agent-2's files are still to come")
         try rig.restart(1)
         let closed = try await eventually(timeout: .seconds(30)) { rig.agents[1].log().contains("closed a recording cut short") }
         #expect(closed, "the next start closed the file: \(rig.agents[1].log())")
         let offload = try await rig.camrig(["captures", "offload", before.id, "--json"])
         #expect(offload.status == 0, "\(offload.stdout)\n\(offload.stderr)")
-        let (manifest, folder) = try rig.manifest()
+        let (manifest, folder) = try await rig.manifest()
         let track = try #require(manifest.hostRecording?.tracks.first { $0.agent == "agent-2" })
         #expect(track.state == "cut_short")
         #expect(track.frames >= 30 && track.frames < 180, "\(track.frames) frames survived")
@@ -274,7 +274,7 @@ struct HostRecordingTests {
         try await Task.sleep(for: .seconds(1))
         recording.send(SIGKILL)
         await recording.exit()
-        let (before, _) = try rig.manifest()
+        let (before, _) = try await rig.manifest()
         #expect(before.state == .inProgress)
 
         // The hosts go on to the recording's end; recover waits for them, then fetches.
@@ -285,7 +285,7 @@ struct HostRecordingTests {
             return false
         }
         #expect(recovered.status == 0, "\(recovered.stdout)\n\(recovered.stderr)")
-        let (manifest, folder) = try rig.manifest()
+        let (manifest, folder) = try await rig.manifest()
         #expect(manifest.state == .complete, "\(recovered.stdout)")
         #expect(manifest.hostRecording?.tracks.allSatisfy { $0.state == "complete" && $0.frames == 90 } == true, "\(String(describing: manifest.hostRecording?.tracks))")
         #expect(manifest.hostRecording?.tracks.allSatisfy { $0.videos.count == 3 } == true, "a file a second: \(String(describing: manifest.hostRecording?.tracks.map { $0.videos.map(\.name) }))")
@@ -299,7 +299,7 @@ struct HostRecordingTests {
         defer { rig.remove() }
         let result = try await rig.camrig(["record", "--duration", "1", "--fps", "30", "--size", "640x480", "--no-offload", "--json"])
         #expect(result.status == 0, "\(result.stderr)")
-        let (before, folder) = try rig.manifest()
+        let (before, folder) = try await rig.manifest()
         #expect(before.state == .offloading)
         #expect(!rig.held(0).isEmpty)
         let video = try #require(before.hostRecording?.tracks.first?.videos.first)
@@ -312,7 +312,7 @@ struct HostRecordingTests {
         #expect(!rig.held(0).isEmpty, "the host keeps what was not received whole")
         let again = try await rig.camrig(["captures", "offload", before.id])
         #expect(again.status == 0, "\(again.stdout)\n\(again.stderr)")
-        let (manifest, _) = try rig.manifest()
+        let (manifest, _) = try await rig.manifest()
         #expect(manifest.state == .complete)
         try Self.checkFiles(manifest, in: folder)
         #expect(rig.held(0).isEmpty)

@@ -317,7 +317,7 @@ struct LibcameraTests {
             ["record", "--duration", "2", "--fps", "30", "--size", "640x480", "--json", "--rig", rigFile, "--out", captures.path], timeout: 120)
         #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)")
         let store = try CaptureStore(root: captures)
-        let entry = try #require(try store.catalog.list().first)
+        let entry = try #require(try await store.catalog.list().first)
         let manifest = try store.manifest(of: entry)
         let recording = try #require(manifest.hostRecording)
         #expect(recording.tracks.count == 2)

@@ -106,8 +106,8 @@ struct RecoveryTests {
         #expect(missing.first?.agent == "agent-2" && missing.first?.collectable == true)
         #expect(missing.first?.reason.contains("no space left") == true)
         #expect(manifest.sets.first?.frames.count == 1)
-        #expect(try store.catalog.list().first?.state == "incomplete")
-        #expect(try store.catalog.list().first?.missing == 1)
+        #expect(try await store.catalog.list().first?.state == "incomplete")
+        #expect(try await store.catalog.list().first?.missing == 1)
 
         // The agent is killed and comes back with its spool; a new coordinator connects to both.
         second.crash()
@@ -119,7 +119,7 @@ struct RecoveryTests {
         #expect(collected.collected == 1 && collected.waiting == 0 && collected.lost == 0)
         #expect(collected.captures.first?.collected.first?.hasPrefix("agent-2/") == true)
 
-        let entry = try #require(try store.catalog.entry(manifest.id))
+        let entry = try #require(try await store.catalog.entry(manifest.id))
         #expect(entry.state == "complete" && entry.missing == 0)
         let finished = try store.manifest(of: entry)
         let set = try #require(finished.sets.first)
@@ -175,7 +175,7 @@ struct RecoveryTests {
         }
         await again.stop()
         #expect(collected.collected == 0 && collected.waiting == 0 && collected.lost == 1)
-        let manifest = try store.manifest(of: try #require(try store.catalog.entry(report.manifest.id)))
+        let manifest = try store.manifest(of: try #require(try await store.catalog.entry(report.manifest.id)))
         let lost = try #require(manifest.missing?.first)
         #expect(!lost.collectable)
         #expect(lost.reason.contains("agent-2 holds no result of trigger"), "\(lost.reason)")
@@ -235,7 +235,7 @@ struct RecoveryTests {
 
             // Every camera is accounted for: its photo in the set with its file, or lost with a reason.
             let store = try CaptureStore(root: URL(fileURLWithPath: out))
-            let entry = try #require(try store.catalog.list().first)
+            let entry = try #require(try await store.catalog.list().first)
             let manifest = try store.manifest(of: entry)
             #expect(manifest.state != .inProgress)
             let set = try #require(manifest.sets.first)

@@ -5,7 +5,8 @@ import Hummingbird
 import NIOCore
 
 /// Captures: started as jobs, followed, and read back from the catalog and the capture folders. The
-/// catalog and the files are read on `BlockingWork`'s threads, never on the request's.
+/// files are read on `BlockingWork`'s threads, never on the request's; the catalog answers
+/// asynchronously (GRDB's queue, or PostgreSQL).
 struct CapturesController {
     let service: RigService
 
@@ -29,7 +30,14 @@ struct CapturesController {
             guard let job = await service.job(id) else { throw ServiceError(.notFound, "no capture job '\(id)' (jobs are kept while the service runs)") }
             return try ServiceRoutes.json(job)
         }
-        routes.get("captures") { _, _ in try ServiceRoutes.json(try await BlockingWork.run { try store.catalog.list() }) }
+        routes.get("captures") { request, _ in
+            // Every rig's captures (a catalog several rigs share), or `?rig=NAME`'s.
+            let rig = request.uri.queryParameters.get("rig")
+            if let rig, (try? CaptureNaming.checkRig(rig, from: "rig")) == nil {
+                throw ServiceError(.badRequest, "rig '\(rig)' is not a rig's name: 1 to 64 letters, digits, '.', '_' or '-'")
+            }
+            return try ServiceRoutes.json(try await store.catalog.list(CaptureCatalog.Query(rig: rig)))
+        }
         routes.get("captures/:capture") { _, context in
             let entry = try await Self.entry(store, try context.parameters.require("capture"))
             let manifest = try await BlockingWork.run { try store.manifest(of: entry) }
@@ -75,10 +83,14 @@ struct CapturesController {
         return routes
     }
 
-    /// The catalog's entry for `id`.
+    /// The catalog's entry for `id`, of a capture whose files this service has.
     static func entry(_ store: CaptureStore, _ id: String) async throws -> CaptureCatalog.Entry {
-        guard let entry = try await BlockingWork.run({ try store.catalog.entry(id) }) else {
+        guard let entry = try await store.catalog.entry(id) else {
             throw ServiceError(.notFound, "no capture '\(id)' in the catalog (GET /api/v1/captures lists them)")
+        }
+        guard store.holds(entry) else {
+            throw ServiceError(
+                .notFound, "capture \(entry.id) is rig \(entry.rig)'s, stored in \(entry.store): its files are not here; ask that rig's service")
         }
         return entry
     }

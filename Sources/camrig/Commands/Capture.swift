@@ -74,38 +74,39 @@ struct Capture: AsyncParsableCommand {
                 }
                 return
             }
-            let store = try captures.store()
-            let reports = try await rig.withPool(logger: logger) { pool in
-                await captures.collectEarlier(pool: pool, store: store, logger: logger)
-                let rigSession = try await session.makeSession(
-                    pool: pool, preset: session.size == nil ? .inputPriority : .photo, fps: nil, responsiveCapture: responsive, deferredDelivery: deferred, logger: logger)
-                do {
-                    var settings = WirePhotoSettings()
-                    settings.qualityPrioritization = WireQualityPrioritization(quality.level)
-                    settings.outputType = raw ? .dng : jpeg ? .jpeg : .frame
-                    settings.bracketExposureBiases = try bracketBiases()
-                    let start = ContinuousClock.now
-                    let (burst, interval) = (self.burst, self.interval)
-                    // Each photo of a burst is its own capture, begun `interval` after the previous one
-                    // began: with responsive capture and deferred delivery the cameras keep up.
-                    let reports = try await withThrowingTaskGroup(of: (Int, CaptureReport).self) { group in
-                        for index in 0..<burst {
-                            var settings = settings
-                            settings.uniqueID = UInt64.random(in: 1...UInt64.max)
-                            group.addTask { [settings] in
-                                try await ContinuousClock().sleep(until: start + .seconds(interval * Double(index)))
-                                return (index, try await rigSession.capturePhoto(into: store, settings: settings))
+            let reports = try await captures.withStore(rig: try rig.resolvedRigName(), logger: logger) { store in
+                try await rig.withPool(logger: logger) { pool in
+                    await captures.collectEarlier(pool: pool, store: store, logger: logger)
+                    let rigSession = try await session.makeSession(
+                        pool: pool, preset: session.size == nil ? .inputPriority : .photo, fps: nil, responsiveCapture: responsive, deferredDelivery: deferred, logger: logger)
+                    do {
+                        var settings = WirePhotoSettings()
+                        settings.qualityPrioritization = WireQualityPrioritization(quality.level)
+                        settings.outputType = raw ? .dng : jpeg ? .jpeg : .frame
+                        settings.bracketExposureBiases = try bracketBiases()
+                        let start = ContinuousClock.now
+                        let (burst, interval) = (self.burst, self.interval)
+                        // Each photo of a burst is its own capture, begun `interval` after the previous one
+                        // began: with responsive capture and deferred delivery the cameras keep up.
+                        let reports = try await withThrowingTaskGroup(of: (Int, CaptureReport).self) { group in
+                            for index in 0..<burst {
+                                var settings = settings
+                                settings.uniqueID = UInt64.random(in: 1...UInt64.max)
+                                group.addTask { [settings] in
+                                    try await ContinuousClock().sleep(until: start + .seconds(interval * Double(index)))
+                                    return (index, try await rigSession.capturePhoto(into: store, settings: settings))
+                                }
                             }
+                            var reports: [(Int, CaptureReport)] = []
+                            for try await report in group { reports.append(report) }
+                            return reports.sorted { $0.0 < $1.0 }.map(\.1)
                         }
-                        var reports: [(Int, CaptureReport)] = []
-                        for try await report in group { reports.append(report) }
-                        return reports.sorted { $0.0 < $1.0 }.map(\.1)
+                        await rigSession.stop()
+                        return reports
+                    } catch {
+                        await rigSession.stop()
+                        throw error
                     }
-                    await rigSession.stop()
-                    return reports
-                } catch {
-                    await rigSession.stop()
-                    throw error
                 }
             }
             let summaries = reports.map { CaptureOutput($0.manifest, directory: $0.directory.path) }

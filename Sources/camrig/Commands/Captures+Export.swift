@@ -62,10 +62,10 @@ extension Captures {
 
         func run() async throws {
             do {
-                let store = try captures.store()
-                let entry = try CaptureOptions.entry(id, in: store)
-                let manifest = try store.manifest(of: entry)
-                let folder = store.root.appendingPathComponent(entry.directory)
+                let (manifest, folder) = try await captures.withStore(logger: output.makeLogger()) { store in
+                    let entry = try await CaptureOptions.entry(id, in: store)
+                    return (try store.manifest(of: entry), store.root.appendingPathComponent(entry.directory))
+                }
                 let selection = try selection()
                 let quiet = output.json
                 let report: RecordingExport.Report

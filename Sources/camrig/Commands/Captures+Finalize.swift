@@ -28,28 +28,31 @@ extension Captures {
         func run() async throws {
             let logger = output.makeLogger()
             do {
-                let store = try captures.store()
-                let entry = try CaptureOptions.entry(id, in: store)
-                let manifest = try store.manifest(of: entry)
-                let awaiting = manifest.awaitingFinals
-                let report = try await rig.withPool(logger: logger, clockSamples: 8) { pool in
-                    var refusals: [String] = []
-                    for (agentID, frames) in Dictionary(grouping: awaiting, by: { manifest.cameras[$0.camera].agent }).sorted(by: { $0.key < $1.key }) {
-                        guard let client = try? pool.agents.first(where: { $0.snapshot.agentID == agentID })?.client() else {
-                            refusals.append("agent \(agentID) is not connected; its finals come when it is back")
-                            continue
+                let (manifest, report) = try await captures.withStore(rig: try rig.resolvedRigName(), logger: logger) { store in
+                    let entry = try await CaptureOptions.entry(id, in: store)
+                    let manifest = try store.manifest(of: entry)
+                    let awaiting = manifest.awaitingFinals
+                    let report = try await rig.withPool(logger: logger, clockSamples: 8) { pool in
+                        var refusals: [String] = []
+                        for (agentID, frames) in Dictionary(grouping: awaiting, by: { manifest.cameras[$0.camera].agent }).sorted(by: { $0.key < $1.key }) {
+                            guard let client = try? pool.agents.first(where: { $0.snapshot.agentID == agentID })?.client() else {
+                                refusals.append("agent \(agentID) is not connected; its finals come when it is back")
+                                continue
+                            }
+                            var finalize = WireFinalizePhotos()
+                            finalize.photoIds = frames.compactMap(\.photo?.photoId)
+                            do {
+                                _ = try await client.request(.finalizePhotos(finalize), timeout: .seconds(120))
+                            } catch {
+                                refusals.append("agent \(agentID): \(error)")
+                            }
                         }
-                        var finalize = WireFinalizePhotos()
-                        finalize.photoIds = frames.compactMap(\.photo?.photoId)
-                        do {
-                            _ = try await client.request(.finalizePhotos(finalize), timeout: .seconds(120))
-                        } catch {
-                            refusals.append("agent \(agentID): \(error)")
-                        }
+                        for refusal in refusals { logger.warning("\(refusal)") }
+                        return try await MissingResultCollector(pool: pool, sink: store, logger: logger).collect(only: manifest.id)
                     }
-                    for refusal in refusals { logger.warning("\(refusal)") }
-                    return try await MissingResultCollector(pool: pool, sink: store, logger: logger).collect(only: manifest.id)
+                    return (manifest, report)
                 }
+                let awaiting = manifest.awaitingFinals
                 let outcome = report.captures.first
                 if output.json {
                     try printJSON(report, snakeCase: true)

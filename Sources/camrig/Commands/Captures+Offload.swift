@@ -33,30 +33,32 @@ extension Captures {
         func run() async throws {
             let logger = output.makeLogger()
             do {
-                let store = try captures.store()
-                let entry = try CaptureOptions.entry(id, in: store)
-                let manifest = try store.manifest(of: entry)
-                guard manifest.hostRecording != nil else {
-                    throw CommandFailure("\(manifest.id) is not a recording made on the hosts: it has no files to offload")
-                }
-                let handle = CaptureHandle(id: manifest.id, kind: .recording, location: store.root.appendingPathComponent(entry.directory))
                 let quiet = output.json
-                let outcome = try await rig.withPool(logger: logger, clockSamples: 2) { pool -> RecordingOffload<CaptureStore>.Outcome in
-                    guard let claim = await store.claim(handle) else {
-                        throw CommandFailure("\(manifest.id) is being written by another camrig process; try again when it has finished")
+                let (manifest, outcome) = try await captures.withStore(rig: try rig.resolvedRigName(), logger: logger) { store in
+                    let entry = try await CaptureOptions.entry(id, in: store)
+                    let manifest = try store.manifest(of: entry)
+                    guard manifest.hostRecording != nil else {
+                        throw CommandFailure("\(manifest.id) is not a recording made on the hosts: it has no files to offload")
                     }
-                    defer { claim.release() }
-                    // Read again now that it is ours: another offload may have finished it meanwhile.
-                    guard let current = try await store.reread(handle)?.manifest else {
-                        return RecordingOffload<CaptureStore>.Outcome(id: manifest.id, directory: handle.location.path, state: "complete")
+                    let handle = CaptureHandle(id: manifest.id, kind: .recording, location: store.root.appendingPathComponent(entry.directory))
+                    let outcome = try await rig.withPool(logger: logger, clockSamples: 2) { pool -> RecordingOffload<CaptureStore>.Outcome in
+                        guard let claim = await store.claim(handle) else {
+                            throw CommandFailure("\(manifest.id) is being written by another camrig process; try again when it has finished")
+                        }
+                        defer { claim.release() }
+                        // Read again now that it is ours: another offload may have finished it meanwhile.
+                        guard let current = try await store.reread(handle)?.manifest else {
+                            return RecordingOffload<CaptureStore>.Outcome(id: manifest.id, directory: handle.location.path, state: "complete")
+                        }
+                        let manifest = current
+                        let offload = RecordingOffload(pool: pool, sink: store, logger: logger, maxBytesPerSecond: rate.map { UInt64($0 * 1e6) } ?? 0)
+                        return await offload.offload(manifest, capture: handle) { done, total in
+                            guard !quiet else { return }
+                            Record.showProgress(
+                                RecordingProgress(elapsed: .zero, duration: .zero, framesPerCamera: [], sets: 0, offloadedBytes: done, offloadTotalBytes: total))
+                        }.1
                     }
-                    let manifest = current
-                    let offload = RecordingOffload(pool: pool, sink: store, logger: logger, maxBytesPerSecond: rate.map { UInt64($0 * 1e6) } ?? 0)
-                    return await offload.offload(manifest, capture: handle) { done, total in
-                        guard !quiet else { return }
-                        Record.showProgress(
-                            RecordingProgress(elapsed: .zero, duration: .zero, framesPerCamera: [], sets: 0, offloadedBytes: done, offloadTotalBytes: total))
-                    }.1
+                    return (manifest, outcome)
                 }
                 if !quiet && isatty(STDERR_FILENO) == 1 { FileHandle.standardError.write(Data("\n".utf8)) }
                 if output.json {

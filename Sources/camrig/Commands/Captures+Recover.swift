@@ -27,9 +27,11 @@ extension Captures {
         func run() async throws {
             let logger = output.makeLogger()
             do {
-                let store = try captures.store()
-                let report = try await rig.withPool(logger: logger, clockSamples: 8) { pool in
-                    try await MissingResultCollector(pool: pool, sink: store, logger: logger).collect()
+                let (report, root) = try await captures.withStore(rig: try rig.resolvedRigName(), logger: logger) { store in
+                    let report = try await rig.withPool(logger: logger, clockSamples: 8) { pool in
+                        try await MissingResultCollector(pool: pool, sink: store, logger: logger).collect()
+                    }
+                    return (report, store.root)
                 }
                 if output.json {
                     try printJSON(report, snakeCase: true)
@@ -37,7 +39,7 @@ extension Captures {
                     return
                 }
                 if report.captures.isEmpty {
-                    print("every capture in \(store.root.path) is complete")
+                    print("every capture in \(root.path) is complete")
                     return
                 }
                 for capture in report.captures {

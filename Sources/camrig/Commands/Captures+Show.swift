@@ -14,13 +14,14 @@ extension Captures {
 
         func run() async throws {
             do {
-                let store = try captures.store()
-                let entry = try CaptureOptions.entry(id, in: store)
-                let manifest = try store.manifest(of: entry)
+                let (manifest, directory) = try await captures.withStore(logger: output.makeLogger()) { store in
+                    let entry = try await CaptureOptions.entry(id, in: store)
+                    return (try store.manifest(of: entry), store.root.appendingPathComponent(entry.directory).path)
+                }
                 if output.json {
                     try printJSON(manifest, snakeCase: true)
                 } else {
-                    print(CaptureOutput(manifest, directory: store.root.appendingPathComponent(entry.directory).path).text)
+                    print(CaptureOutput(manifest, directory: directory).text)
                     for set in manifest.sets.prefix(20) {
                         print("  set \(set.index): \(set.complete ? "complete" : "missing cameras \(set.missingCameras)"), skew \(micros(set.skewNs)) µs")
                     }

@@ -5,6 +5,7 @@ import CamRigCapture
 import CamRigCoordinator
 import CamRigDevices
 import CamRigLocalRig
+import CamRigStorage
 import Foundation
 
 /// `camrig demo`: a whole rig on this machine. Agents with synthetic cameras and deliberately wrong
@@ -15,7 +16,7 @@ struct Demo: AsyncParsableCommand {
         abstract: "Run a synchronized capture on a simulated rig: agent processes on loopback, real TLS, injected clock errors.",
         discussion: """
             Each agent's clock is offset and drifting by a known amount; the table compares the coordinator's \
-            estimates with that truth. Captures go to --out (folders with manifest.json, and catalog.sqlite).
+            estimates with that truth. Captures go to --out (folders with manifest.json, and catalog.sqlite unless --catalog names another).
             """
     )
 
@@ -61,49 +62,50 @@ struct Demo: AsyncParsableCommand {
     func run() async throws {
         let logger = output.makeLogger(label: "camrig.demo")
         do {
-            let store = try captures.store()
-            say("starting \(agents) agents with \(cameras) synthetic camera(s) each (certificates in a temporary directory)")
-            let rig = try await LoopbackRig(agents: LocalAgentSpec.simulated(count: agents, cameras: cameras), caName: "CamRig demo CA")
-            let result = try await rig.run { () async throws -> DemoOutput in
-                do {
-                    var timing = RemoteAgent.Timing()
-                    timing.probeInterval = .milliseconds(20)
-                    let pool = try await rig.connect(timing: timing, clockSamples: 64, timeout: .seconds(20), logger: logger)
-                    await RigOptions.settleClocks(pool, timeout: 10, logger: logger)
-                    say("clocks measured; configuring one session across \(agents * cameras) cameras")
-                    let options = try SessionOptions.parse(["--size", size])
-                    let session = try await options.makeSession(pool: pool, preset: .high, fps: FrameDuration(framesPerSecond: UInt32(fps)), logger: logger)
-                    say("synchronized photo")
-                    let photo = try await session.capturePhoto(into: store)
-                    say("synchronized recording, \(duration) s at \(fps) fps, \(stream ? "streamed here" : "on the hosts, then offloaded")")
-                    let quiet = output.json
-                    let length = Duration.milliseconds(Int64(duration * 1000))
-                    let show: @Sendable (RecordingProgress) -> Void = { progress in if !quiet { Record.showProgress(progress) } }
-                    let recording =
-                        if stream {
-                            try await session.record(duration: length, into: store, progress: show)
-                        } else {
-                            try await session.recordOnHosts(duration: length, into: store, progress: show)
-                        }
-                    say("")
-                    await session.stop()
-                    let members = rig.members
-                    return DemoOutput(
-                        agents: zip(pool.agents, members).map { agent, member in
-                            DemoOutput.Agent(
-                                agent.snapshot, injected: member.spec, epoch: rig.epoch,
-                                frames: recording.manifest.cameras.filter { $0.agent == agent.snapshot.agentID }
-                            )
-                        },
-                        captures: [photo, recording].map { report in
-                            var output = CaptureOutput(report.manifest, directory: report.directory.path)
-                            output.trueSkew = Self.trueSkew(report.manifest, rig: rig)
-                            return output
-                        },
-                        catalog: store.catalog.path
-                    )
-                } catch let failure as CommandFailure {
-                    throw CommandFailure(failure.description + "\nagent logs:\n" + rig.logs())
+            let result = try await captures.withStore(logger: logger) { store in
+                say("starting \(agents) agents with \(cameras) synthetic camera(s) each (certificates in a temporary directory)")
+                let rig = try await LoopbackRig(agents: LocalAgentSpec.simulated(count: agents, cameras: cameras), caName: "CamRig demo CA")
+                return try await rig.run { () async throws -> DemoOutput in
+                    do {
+                        var timing = RemoteAgent.Timing()
+                        timing.probeInterval = .milliseconds(20)
+                        let pool = try await rig.connect(timing: timing, clockSamples: 64, timeout: .seconds(20), logger: logger)
+                        await RigOptions.settleClocks(pool, timeout: 10, logger: logger)
+                        say("clocks measured; configuring one session across \(agents * cameras) cameras")
+                        let options = try SessionOptions.parse(["--size", size])
+                        let session = try await options.makeSession(pool: pool, preset: .high, fps: FrameDuration(framesPerSecond: UInt32(fps)), logger: logger)
+                        say("synchronized photo")
+                        let photo = try await session.capturePhoto(into: store)
+                        say("synchronized recording, \(duration) s at \(fps) fps, \(stream ? "streamed here" : "on the hosts, then offloaded")")
+                        let quiet = output.json
+                        let length = Duration.milliseconds(Int64(duration * 1000))
+                        let show: @Sendable (RecordingProgress) -> Void = { progress in if !quiet { Record.showProgress(progress) } }
+                        let recording =
+                            if stream {
+                                try await session.record(duration: length, into: store, progress: show)
+                            } else {
+                                try await session.recordOnHosts(duration: length, into: store, progress: show)
+                            }
+                        say("")
+                        await session.stop()
+                        let members = rig.members
+                        return DemoOutput(
+                            agents: zip(pool.agents, members).map { agent, member in
+                                DemoOutput.Agent(
+                                    agent.snapshot, injected: member.spec, epoch: rig.epoch,
+                                    frames: recording.manifest.cameras.filter { $0.agent == agent.snapshot.agentID }
+                                )
+                            },
+                            captures: [photo, recording].map { report in
+                                var output = CaptureOutput(report.manifest, directory: report.directory.path)
+                                output.trueSkew = Self.trueSkew(report.manifest, rig: rig)
+                                return output
+                            },
+                            catalog: store.catalog.location
+                        )
+                    } catch let failure as CommandFailure {
+                        throw CommandFailure(failure.description + "\nagent logs:\n" + rig.logs())
+                    }
                 }
             }
             if output.json {

@@ -93,29 +93,30 @@ struct Record: AsyncParsableCommand {
                 if output.json { try printJSON(summary, snakeCase: true) } else { print(summary.text) }
                 return
             }
-            let store = try captures.store()
-            let report = try await rig.withPool(logger: logger) { pool in
-                await captures.collectEarlier(pool: pool, store: store, logger: logger)
-                let rigSession = try await session.makeSession(pool: pool, preset: .high, fps: rate, logger: logger)
-                do {
-                    let length = Duration.milliseconds(Int64(duration * 1000))
-                    let report =
-                        if stream {
-                            try await rigSession.record(duration: length, into: store) { progress in
-                                guard !quiet else { return }
-                                Self.showProgress(progress)
+            let report = try await captures.withStore(rig: try rig.resolvedRigName(), logger: logger) { store in
+                try await rig.withPool(logger: logger) { pool in
+                    await captures.collectEarlier(pool: pool, store: store, logger: logger)
+                    let rigSession = try await session.makeSession(pool: pool, preset: .high, fps: rate, logger: logger)
+                    do {
+                        let length = Duration.milliseconds(Int64(duration * 1000))
+                        let report =
+                            if stream {
+                                try await rigSession.record(duration: length, into: store) { progress in
+                                    guard !quiet else { return }
+                                    Self.showProgress(progress)
+                                }
+                            } else {
+                                try await rigSession.recordOnHosts(duration: length, options: hostOptions, into: store) { progress in
+                                    guard !quiet else { return }
+                                    Self.showProgress(progress)
+                                }
                             }
-                        } else {
-                            try await rigSession.recordOnHosts(duration: length, options: hostOptions, into: store) { progress in
-                                guard !quiet else { return }
-                                Self.showProgress(progress)
-                            }
-                        }
-                    await rigSession.stop()
-                    return report
-                } catch {
-                    await rigSession.stop()
-                    throw error
+                        await rigSession.stop()
+                        return report
+                    } catch {
+                        await rigSession.stop()
+                        throw error
+                    }
                 }
             }
             if !quiet && isatty(STDERR_FILENO) == 1 { FileHandle.standardError.write(Data("\n".utf8)) }

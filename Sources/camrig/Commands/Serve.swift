@@ -32,6 +32,9 @@ struct Serve: AsyncParsableCommand {
         if let out = captures.out { arguments += ["--out", out] }
         if output.json { arguments.append("--json") }
         do {
+            arguments += ["--rig-name", try rig.resolvedRigName()]
+            // Through the environment, not the arguments: a password in the URL stays out of ps.
+            if let catalog = captures.catalog { setenv("CAMRIG_CATALOG", catalog, 1) }
             if serve.loopback == nil {
                 let (endpoints, security) = try rig.resolve(logger: logger, allowingNoAgents: serve.enroll)
                 guard case .tls(let mutual) = security, let directory = try rig.tlsDirectoryPath() else {

@@ -4,6 +4,7 @@ import CamRigServiceClient
 import CamRigViews
 import ArgumentParser
 import CamRigCoordinator
+import CamRigStorage
 import CamRigWire
 import Foundation
 import NIOSSL
@@ -17,9 +18,14 @@ struct RigOptions: ParsableArguments {
 
     @Option(
         name: .long,
-        help: ArgumentHelp("Rig file (YAML): `agents:` a list of HOST[:PORT], optional `tls_dir:` and `identity:`. Default $CAMRIG_RIG.", valueName: "file")
+        help: ArgumentHelp("Rig file (YAML): `agents:` a list of HOST[:PORT], optional `name:`, `tls_dir:` and `identity:`. Default $CAMRIG_RIG.", valueName: "file")
     )
     var rig: String?
+
+    @Option(
+        name: .long,
+        help: ArgumentHelp("The rig's name, recorded with its captures in the catalog (default: the rig file's `name:`, else this host's name).", valueName: "name"))
+    var rigName: String?
 
     @OptionGroup var tls: TLSOptions
 
@@ -41,6 +47,8 @@ struct RigOptions: ParsableArguments {
 
     /// The rig file's shape.
     struct RigFile: Decodable {
+        /// The rig's name in a catalog several rigs share.
+        var name: String?
         var agents: [String]
         var tlsDir: String?
         var identity: String?
@@ -48,6 +56,7 @@ struct RigOptions: ParsableArguments {
         var service: String?
 
         enum CodingKeys: String, CodingKey {
+            case name
             case agents
             case tlsDir = "tls_dir"
             case identity
@@ -137,6 +146,17 @@ struct RigOptions: ParsableArguments {
             await client.shutdown()
             throw error
         }
+    }
+
+    /// The rig's name: --rig-name, else the rig file's `name:`, else this host's name.
+    func resolvedRigName() throws -> String {
+        do {
+            if let rigName { return try CaptureNaming.checkRig(rigName, from: "--rig-name") }
+            if let name = rigFile()?.name { return try CaptureNaming.checkRig(name, from: "the rig file's name:") }
+        } catch let error as StorageError {
+            throw ValidationError(error.description)
+        }
+        return CaptureNaming.hostRig
     }
 
     /// The TLS directory: --tls-dir, else the rig file's tls_dir; nil with --insecure.
