@@ -331,6 +331,8 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
         public var photo: Photo?
         /// For on-host recordings: the frame's place in `file` (a video), from 0.
         public var videoFrame: Int?
+        /// The SHA-256 (hex) of `file`, where the store checked it: photos agents put in an object store.
+        public var sha256: String?
         public init(camera: Int, sequence: UInt64, file: String, timestampNs: Int64, agentTimestampNs: Int64, marks: String, uncertaintyNs: Int64, latenessNs: Int64? = nil, reason: String? = nil, photo: Photo? = nil) {
             self.camera = camera
             self.sequence = sequence

@@ -31,14 +31,17 @@ public struct ObjectUpload: Sendable {
     public var concurrency: Int
     /// Told the number of each part once the store has it (not of parts found there from before).
     public var partStored: (@Sendable (Int) -> Void)?
+    /// The SHA-256 (hex) the source's bytes must have, when known beforehand (a recorded file's).
+    public var sha256: String?
 
     public static let minimumPartSize = 5 << 20
     public static let defaultPartSize = 8 << 20
 
     public init(
         key: String, source: Source, partSize: Int = ObjectUpload.defaultPartSize, stateFile: URL? = nil, contentType: String? = nil,
-        concurrency: Int = 4
+        concurrency: Int = 4, sha256: String? = nil
     ) {
+        self.sha256 = sha256
         self.key = key
         self.source = source
         self.partSize = max(partSize, Self.minimumPartSize)
@@ -58,6 +61,11 @@ public struct ObjectUpload: Sendable {
 
     /// Uploads, or finds the object already whole from an earlier run (same key, size and SHA-256).
     /// `progress` is told the bytes sent so far.
+    ///
+    /// Each part is read once: its MD5 (for the store to check), its SHA-256 (signed with the request)
+    /// and the running SHA-256 of the whole come from that one read. With `sha256` known beforehand (a
+    /// recorded file's), nothing is read twice, and the upload is completed only if the bytes sent hash
+    /// to it; otherwise the whole is hashed first, for the metadata the upload starts with.
     public func run(with client: S3Client, progress: (@Sendable (UInt64) -> Void)? = nil) async throws -> StoredObject {
         let reader = try SourceReader(source, what: key)
         defer { reader.close() }
@@ -65,69 +73,83 @@ public struct ObjectUpload: Sendable {
         if size <= UInt64(partSize) {
             let body = try reader.read(at: 0, count: Int(size))
             let stored = try await client.put(key, body: body, contentType: contentType)
+            if let sha256, stored.sha256 != sha256 {
+                throw ObjectStoreError(.mismatch, "\(key) was read as SHA-256 \(stored.sha256.prefix(16))…, not the \(sha256.prefix(16))… it should have: its source changed")
+            }
             progress?(size)
             if let stateFile { try? FileManager.default.removeItem(at: stateFile) }
             return stored
         }
-        let (sha256, partMD5s) = try reader.sums(partSize: partSize)
-        var state = loadState().flatMap { $0.key == key && $0.size == size && $0.sha256 == sha256 && $0.partSize == partSize ? $0 : nil }
+        let expected = try sha256 ?? reader.sha256()
+        var state = loadState().flatMap { $0.key == key && $0.size == size && $0.sha256 == expected && $0.partSize == partSize ? $0 : nil }
         var held: [Int: (etag: String, size: UInt64)] = [:]
         if let known = state {
             do {
                 held = try await client.listParts(key, uploadID: known.uploadID)
             } catch let error as ObjectStoreError where error.kind == .notFound {
                 // Completed before (its answer lost) or aborted: the object says which.
-                if let whole = try await existing(client, size: size, sha256: sha256) { return whole }
+                if let whole = try await existing(client, size: size, sha256: expected) { return whole }
                 state = nil
             }
-        } else if let whole = try await existing(client, size: size, sha256: sha256) {
+        } else if let whole = try await existing(client, size: size, sha256: expected) {
             return whole
         }
         let upload: State
         if let state {
             upload = state
         } else {
-            upload = State(key: key, uploadID: try await client.createMultipartUpload(key, sha256: sha256, contentType: contentType), partSize: partSize, size: size, sha256: sha256)
+            upload = State(
+                key: key, uploadID: try await client.createMultipartUpload(key, sha256: expected, contentType: contentType), partSize: partSize, size: size,
+                sha256: expected)
             try saveState(upload)
         }
-        let count = partMD5s.count
+        let count = Int((size + UInt64(partSize) - 1) / UInt64(partSize))
         let sent = Counter()
-        var etags = [String](repeating: "", count: count)
-        for number in 1...count {
-            let md5 = SignatureV4.hex(partMD5s[number - 1])
-            if let part = held[number], part.etag == md5, part.size == partSize(number, of: size) {
-                etags[number - 1] = md5
-                progress?(sent.add(part.size))
-            }
-        }
-        let missing = (1...count).filter { etags[$0 - 1].isEmpty }
-        try await withThrowingTaskGroup(of: (Int, String).self) { group in
-            var next = missing.makeIterator()
-            func addNext() throws {
-                guard let number = next.next() else { return }
-                let offset = UInt64(number - 1) * UInt64(partSize)
+        var md5s = [[UInt8]](repeating: [], count: count)
+        var whole = SHA256()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            var inFlight = 0
+            // Parts are read in order (the whole's hash needs them so), and sent `concurrency` at a time.
+            for number in 1...count {
                 let length = Int(partSize(number, of: size))
-                let body = try reader.read(at: offset, count: length)
+                let body = try reader.read(at: UInt64(number - 1) * UInt64(partSize), count: length)
+                let (md5, partSHA) = body.withUnsafeReadableBytes { bytes in
+                    whole.update(bufferPointer: bytes)
+                    return (Array(Insecure.MD5.hash(data: bytes)), SHA256.hash(data: bytes))
+                }
+                md5s[number - 1] = md5
+                if let part = held[number], part.etag == SignatureV4.hex(md5), part.size == UInt64(length) {
+                    progress?(sent.add(part.size))
+                    continue
+                }
+                if inFlight == concurrency {
+                    try await group.next()
+                    inFlight -= 1
+                }
                 group.addTask {
-                    let etag = try await client.uploadPart(key, uploadID: upload.uploadID, number: number, body: body)
+                    try await client.uploadPart(key, uploadID: upload.uploadID, number: number, body: body, md5: md5, sha256: SignatureV4.hex(partSHA))
                     progress?(sent.add(UInt64(length)))
                     partStored?(number)
-                    return (number, etag)
                 }
+                inFlight += 1
             }
-            for _ in 0..<concurrency { try addNext() }
-            while let (number, etag) = try await group.next() {
-                etags[number - 1] = etag
-                try addNext()
-            }
+            try await group.waitForAll()
         }
-        let etag = try await client.completeMultipartUpload(key, uploadID: upload.uploadID, parts: etags.enumerated().map { ($0.offset + 1, $0.element) })
-        let expected = Self.multipartETag(partMD5s)
-        guard etag == expected else {
-            throw ObjectStoreError(.mismatch, "the store joined \(key) into an object with entity tag \(etag), not \(expected) of the parts sent")
+        let read = SignatureV4.hex(whole.finalize())
+        guard read == expected else {
+            // The source is not what it should be: no object is made of it.
+            try? await client.abortMultipartUpload(key, uploadID: upload.uploadID)
+            if let stateFile { try? FileManager.default.removeItem(at: stateFile) }
+            throw ObjectStoreError(.mismatch, "\(key) was read as SHA-256 \(read.prefix(16))…, not the \(expected.prefix(16))… it should have: its source changed")
+        }
+        let etags = md5s.enumerated().map { ($0.offset + 1, SignatureV4.hex($0.element)) }
+        let etag = try await client.completeMultipartUpload(key, uploadID: upload.uploadID, parts: etags)
+        let joined = Self.multipartETag(md5s)
+        guard etag == joined else {
+            throw ObjectStoreError(.mismatch, "the store joined \(key) into an object with entity tag \(etag), not \(joined) of the parts sent")
         }
         if let stateFile { try? FileManager.default.removeItem(at: stateFile) }
-        return StoredObject(key: key, size: size, sha256: sha256, etag: etag)
+        return StoredObject(key: key, size: size, sha256: expected, etag: etag)
     }
 
     /// The object under `key`, when it is already this one (same size and SHA-256).
@@ -210,19 +232,15 @@ private final class SourceReader: @unchecked Sendable {
         return ByteBuffer(data: data)
     }
 
-    /// The SHA-256 of the whole (hex) and the MD5 of each part, in one read.
-    func sums(partSize: Int) throws -> (String, [[UInt8]]) {
+    /// The SHA-256 of the whole (hex), read in pieces.
+    func sha256() throws -> String {
         var sha = SHA256()
-        var md5s: [[UInt8]] = []
         var offset: UInt64 = 0
         while offset < size {
-            let part = try read(at: offset, count: Int(min(UInt64(partSize), size - offset)))
-            part.withUnsafeReadableBytes {
-                sha.update(bufferPointer: $0)
-                md5s.append(Array(Insecure.MD5.hash(data: $0)))
-            }
-            offset += UInt64(part.readableBytes)
+            let piece = try read(at: offset, count: Int(min(UInt64(8 << 20), size - offset)))
+            piece.withUnsafeReadableBytes { sha.update(bufferPointer: $0) }
+            offset += UInt64(piece.readableBytes)
         }
-        return (SignatureV4.hex(sha.finalize()), md5s)
+        return SignatureV4.hex(sha.finalize())
     }
 }

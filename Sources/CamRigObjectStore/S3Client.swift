@@ -125,7 +125,14 @@ public final class S3Client: Sendable {
 
     /// Uploads one part, with its MD5 for the store to check; returns its entity tag (the MD5, hex).
     public func uploadPart(_ key: String, uploadID: String, number: Int, body: ByteBuffer) async throws -> String {
-        let (md5, sha) = body.withUnsafeReadableBytes { (Data(Insecure.MD5.hash(data: $0)), SignatureV4.hex(SHA256.hash(data: $0))) }
+        let (md5, sha) = body.withUnsafeReadableBytes { (Array(Insecure.MD5.hash(data: $0)), SignatureV4.hex(SHA256.hash(data: $0))) }
+        return try await uploadPart(key, uploadID: uploadID, number: number, body: body, md5: md5, sha256: sha)
+    }
+
+    /// Uploads one part whose MD5 and SHA-256 (hex) the caller has computed already.
+    @discardableResult
+    public func uploadPart(_ key: String, uploadID: String, number: Int, body: ByteBuffer, md5 digest: [UInt8], sha256 sha: String) async throws -> String {
+        let md5 = Data(digest)
         let response = try await send(
             "PUT", key: key, query: [("partNumber", String(number)), ("uploadId", uploadID)],
             headers: [("content-md5", md5.base64EncodedString())], body: body, payloadHash: sha, expect: [200])
@@ -219,19 +226,34 @@ public final class S3Client: Sendable {
         for (name, value) in authorization { request.headers.add(name: name, value: value) }
         if let body { request.body = .bytes(body) }
         let what = "\(method) \(key.map { location.bucket + "/" + $0 } ?? location.bucket)"
-        let response: HTTPClientResponse
-        let bytes: ByteBuffer
-        do {
-            response = try await http.execute(request, timeout: timeout)
-            bytes = method == "HEAD" ? ByteBuffer() : try await response.body.collect(upTo: limit)
-        } catch {
-            throw ObjectStoreError(
-                .unreachable, "the object store at \(location.endpoint) did not answer \(what) (\(error)); is it running, and is the endpoint right?")
+        // A store that is busy (503 SlowDown) or failed inside (500, 502, 504) is asked again, as AWS's own
+        // clients do: each request here can be repeated without harm.
+        var attempt = 0
+        while true {
+            let response: HTTPClientResponse
+            let bytes: ByteBuffer
+            do {
+                response = try await http.execute(request, timeout: timeout)
+                bytes = method == "HEAD" ? ByteBuffer() : try await response.body.collect(upTo: limit)
+            } catch {
+                throw ObjectStoreError(
+                    .unreachable, "the object store at \(location.endpoint) did not answer \(what) (\(error)); is it running, and is the endpoint right?")
+            }
+            let answered = Response(status: response.status.code, headers: response.headers, body: bytes)
+            if expect.contains(answered.status) { return answered }
+            attempt += 1
+            guard [500, 502, 503, 504].contains(answered.status), attempt < Self.attempts else { throw refusal(answered, what: what) }
+            try await Task.sleep(for: .milliseconds(Int64(100 << min(attempt, 5)) + Int64.random(in: 0..<50)))
+            // Signed again: the date moves on.
+            for (name, _) in authorization { request.headers.remove(name: name) }
+            for (name, value) in signer.sign(method: method, path: path, query: query, headers: signed, payloadHash: payloadHash, date: Date()) {
+                request.headers.add(name: name, value: value)
+            }
         }
-        let answered = Response(status: response.status.code, headers: response.headers, body: bytes)
-        guard expect.contains(answered.status) else { throw refusal(answered, what: what) }
-        return answered
     }
+
+    /// Times a request is sent before a busy or failing store's answer is final.
+    static let attempts = 5
 
     /// The store's refusal as an error that says what to do.
     private func refusal(_ response: Response, what: String) -> ObjectStoreError {

@@ -4,6 +4,7 @@ import CamRigCapture
 import CamRigClock
 import CamRigLocalRig
 import CamRigObjectStore
+import Crypto
 import Foundation
 import NIOCore
 
@@ -18,6 +19,10 @@ import NIOCore
 /// - Per agent: one file uploaded alone.
 /// - Aggregate: `--agents` files at once, one per agent.
 ///
+/// Like an agent offloading a recording, the upload knows its file's SHA-256 beforehand (the recorder
+/// notes it as it writes): it reads the file once, hashing each part for the store (MD5, SHA-256) and
+/// the whole to check it before completing.
+///
 /// The baseline is `scripts/s3-put-baseline` (boto3's transfer manager, the same part size and
 /// concurrency), one process per agent, over the same files.
 struct StoreBenchmark: AsyncParsableCommand {
@@ -29,7 +34,7 @@ struct StoreBenchmark: AsyncParsableCommand {
     @Option(name: .long, help: "Agents uploading at once for the aggregate.")
     var agents = 4
 
-    @Option(name: .long, help: "MiB per agent's file.")
+    @Option(name: .customLong("file-mib"), help: "MiB per agent's file.")
     var fileMiB = 64
 
     @Option(name: .long, help: "MiB per part.")
@@ -107,6 +112,9 @@ struct StoreBenchmark: AsyncParsableCommand {
             try Data(bytes).write(to: file)
             files.append(file)
         }
+        // What an agent knows of its recorded files before it uploads them: their SHA-256, noted by the recorder.
+        var digests: [String] = []
+        for file in files { digests.append(SignatureV4.hex(SHA256.hash(data: try Data(contentsOf: file)))) }
         let client = try S3Client(location, timeout: .seconds(300))
         defer { Task { await client.shutdown() } }
         try await client.createBucket()
@@ -117,10 +125,10 @@ struct StoreBenchmark: AsyncParsableCommand {
         var aggregateBaseline = 0.0
         for round in 1...repeats {
             options.say("round \(round) of \(repeats): one agent…")
-            perAgent = max(perAgent, try await upload([files[0]], round: round, client: client))
+            perAgent = max(perAgent, try await upload([files[0]], digests: digests, round: round, client: client))
             perAgentBaseline = max(perAgentBaseline, try await baseline([files[0]], round: round, environment: environment))
             options.say("round \(round) of \(repeats): \(agents) agents at once…")
-            aggregate = max(aggregate, try await upload(files, round: round, client: client))
+            aggregate = max(aggregate, try await upload(files, digests: digests, round: round, client: client))
             aggregateBaseline = max(aggregateBaseline, try await baseline(files, round: round, environment: environment))
         }
         try options.emit(
@@ -131,7 +139,7 @@ struct StoreBenchmark: AsyncParsableCommand {
     }
 
     /// MB/s of `files` uploaded at once, each as an agent does.
-    private func upload(_ files: [URL], round: Int, client: S3Client) async throws -> Double {
+    private func upload(_ files: [URL], digests: [String], round: Int, client: S3Client) async throws -> Double {
         let start = ContinuousClock.now
         let partBytes = partSize << 20
         let concurrency = partConcurrency
@@ -139,7 +147,8 @@ struct StoreBenchmark: AsyncParsableCommand {
             for (index, file) in files.enumerated() {
                 group.addTask {
                     let upload = ObjectUpload(
-                        key: "camrig/\(round)/\(files.count)/agent\(index).bin", source: .file(file.path), partSize: partBytes, concurrency: concurrency)
+                        key: "camrig/\(round)/\(files.count)/agent\(index).bin", source: .file(file.path), partSize: partBytes, concurrency: concurrency,
+                        sha256: digests[index])
                     return try await upload.run(with: client).size
                 }
             }

@@ -42,6 +42,11 @@ struct ObjectUploadTests {
             var wrong = parts
             wrong.sha256 = one.sha256
             await #expect(throws: ObjectStoreError.self) { try await client.check(wrong) }
+            // A source that no longer hashes to what it should (a recorded file changed on its disk) makes no object.
+            let changed = await #expect(throws: ObjectStoreError.self) {
+                _ = try await ObjectUpload(key: "c/changed.mkv", source: .file(file.path), partSize: 5 << 20, sha256: one.sha256).run(with: client)
+            }
+            #expect(changed?.kind == .mismatch)
             #expect(try await client.listMultipartUploads(prefix: "c/").isEmpty)
             #expect(Set(try await client.list(prefix: "c/").map(\.key)) == ["c/small.png", "c/large.mkv"])
         }

@@ -564,9 +564,12 @@ public final class AgentRecordings: Sendable {
         }
         let folder = directory.appendingPathComponent(request.recordingID)
         let partSize = location.partSize ?? ObjectUpload.defaultPartSize
+        let recorded = file.sha256.map { String(format: "%02x", $0) }.joined()
+        // The recorder's SHA-256: the file is read once, and stored only if its bytes still hash to it.
         let upload = ObjectUpload(
             key: location.key(request.name), source: .file(folder.appendingPathComponent(request.name).path), partSize: partSize,
-            stateFile: folder.appendingPathComponent(".\(request.name).upload"), contentType: request.name.hasSuffix(".mkv") ? "video/x-matroska" : nil)
+            stateFile: folder.appendingPathComponent(".\(request.name).upload"), contentType: request.name.hasSuffix(".mkv") ? "video/x-matroska" : nil,
+            sha256: recorded.isEmpty ? nil : recorded)
         let client: S3Client
         do {
             client = try S3Client(location)
@@ -576,7 +579,6 @@ public final class AgentRecordings: Sendable {
         defer { Task { await client.shutdown() } }
         do {
             let stored = try await upload.run(with: client)
-            let recorded = file.sha256.map { String(format: "%02x", $0) }.joined()
             guard stored.sha256 == recorded, stored.size == file.size else {
                 return .error(WireError(
                     .internal, agent: agentID,

@@ -134,10 +134,12 @@ struct CaptureRig: Sendable {
                 in: capture
             )
         }
-        return CaptureManifest.Frame(
+        var frame = CaptureManifest.Frame(
             camera: camera, sequence: result.sequence, file: file, timestampNs: timestamp,
             agentTimestampNs: result.captureTime.nanoseconds, marks: result.captureTime.marks.name,
             uncertaintyNs: uncertainty, latenessNs: lateness, photo: result.hasResolved ? Self.photo(result) : nil)
+        if result.hasStored { frame.sha256 = result.stored.stored.sha256 }
+        return frame
     }
 
     /// The request for an agent's results of `triggerID`: with a sink whose agents upload themselves,
