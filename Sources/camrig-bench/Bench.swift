@@ -18,7 +18,7 @@ struct Bench: AsyncParsableCommand {
             BENCHMARKS.md explains the scenarios, their baselines and the latest figures. The sync \
             scenario needs root (network namespaces) and chrony.
             """,
-        subcommands: [SyncBenchmark.self, PhotoBenchmark.self, ColdStartBenchmark.self, PhaseBenchmark.self, ThroughputBenchmark.self, LatencyBenchmark.self, ScaleBenchmark.self, SoakBenchmark.self, TriggerBenchmark.self, RecordBenchmark.self, LibcameraBenchmark.self, EnrollBenchmark.self, StoreBenchmark.self]
+        subcommands: [SyncBenchmark.self, PhotoBenchmark.self, ColdStartBenchmark.self, PhaseBenchmark.self, ThroughputBenchmark.self, LatencyBenchmark.self, ScaleBenchmark.self, SoakBenchmark.self, TriggerBenchmark.self, RecordBenchmark.self, LibcameraBenchmark.self, EnrollBenchmark.self, StoreBenchmark.self, CatalogBenchmark.self]
     )
 }
 
