@@ -240,3 +240,8 @@ public enum CaptureFileNames {
         return !relative.isEmpty && !components.contains { $0.isEmpty || $0.hasPrefix(".") }
     }
 }
+
+extension URL {
+    /// Where a capture is, as an operator reads it: a folder's path, or the store's `s3://…` address.
+    public var captureLocation: String { isFileURL ? path : absoluteString }
+}

@@ -103,7 +103,7 @@ struct ObjectStoreCaptureTests {
     func photosInTheStore() async throws {
         let rig = try Rig()
         defer { rig.remove() }
-        let result = try await rig.camrig(["capture", "--json"])
+        let result = try await rig.camrig(["capture", "--photo", "--json"])
         #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)")
         let summary = try Self.json(result.stdout)
         let id = try #require(summary["id"] as? String, "\(result.stdout)")
@@ -190,7 +190,7 @@ struct ObjectStoreCaptureTests {
     func wrongCredentials() async throws {
         let rig = try Rig()
         defer { rig.remove() }
-        let refused = try await rig.camrig(["capture"], environment: ["AWS_SECRET_ACCESS_KEY": "wrong-secret-4242"])
+        let refused = try await rig.camrig(["capture", "--photo"], environment: ["AWS_SECRET_ACCESS_KEY": "wrong-secret-4242"])
         #expect(refused.status != 0)
         #expect(refused.stderr.contains("AWS_SECRET_ACCESS_KEY") && refused.stderr.contains(rig.server.environment["AWS_ENDPOINT_URL"]!), "\(refused.stderr)")
         #expect(!refused.stderr.contains("wrong-secret-4242"), "no secret in an error")
@@ -198,7 +198,7 @@ struct ObjectStoreCaptureTests {
 
         // The agents get keys of their own, and these are wrong: the photos stay on the agents.
         let agentKeys = ["CAMRIG_AGENT_AWS_ACCESS_KEY_ID": rig.server.environment["AWS_ACCESS_KEY_ID"]!, "CAMRIG_AGENT_AWS_SECRET_ACCESS_KEY": "wrong-agent-secret-77"]
-        let stuck = try await rig.camrig(["capture", "--json"], environment: agentKeys)
+        let stuck = try await rig.camrig(["capture", "--photo", "--json"], environment: agentKeys)
         #expect(stuck.status != 0, "no photo could be stored: \(stuck.stdout)")
         #expect(stuck.stderr.contains("SignatureDoesNotMatch") && stuck.stderr.contains("agent-1"), "\(stuck.stderr)")
         #expect(!stuck.stderr.contains("wrong-agent-secret-77") && !rig.agents.contains { $0.log().contains("wrong-agent-secret-77") })

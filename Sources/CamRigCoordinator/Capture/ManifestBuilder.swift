@@ -13,8 +13,11 @@ public struct StoredFrame: Sendable, Hashable {
     public var lateness: Int64?
     /// For photos: how the agent made it.
     public var photo: CaptureManifest.Photo?
+    /// The SHA-256 of `file`, where the store checked it.
+    public var sha256: String?
 
-    public init(file: String, agentTimestamp: Int64, marks: String, lateness: Int64? = nil, photo: CaptureManifest.Photo? = nil) {
+    public init(file: String, agentTimestamp: Int64, marks: String, lateness: Int64? = nil, photo: CaptureManifest.Photo? = nil, sha256: String? = nil) {
+        self.sha256 = sha256
         self.file = file
         self.agentTimestamp = agentTimestamp
         self.marks = marks
@@ -29,7 +32,8 @@ extension SyncFrame where Payload == StoredFrame {
         self.init(
             camera: frame.camera, sequence: frame.sequence, timestamp: frame.timestampNs, uncertainty: frame.uncertaintyNs,
             payload: StoredFrame(
-                file: frame.file, agentTimestamp: frame.agentTimestampNs, marks: frame.marks, lateness: frame.latenessNs, photo: frame.photo))
+                file: frame.file, agentTimestamp: frame.agentTimestampNs, marks: frame.marks, lateness: frame.latenessNs, photo: frame.photo,
+                sha256: frame.sha256))
     }
 }
 
@@ -155,7 +159,7 @@ public struct ManifestBuilder: Sendable {
     }
 
     static func entry(_ frame: SyncFrame<StoredFrame>, reason: String? = nil) -> CaptureManifest.Frame {
-        CaptureManifest.Frame(
+        var entry = CaptureManifest.Frame(
             camera: frame.camera,
             sequence: frame.sequence,
             file: frame.payload.file,
@@ -167,5 +171,7 @@ public struct ManifestBuilder: Sendable {
             reason: reason,
             photo: frame.payload.photo
         )
+        entry.sha256 = frame.payload.sha256
+        return entry
     }
 }

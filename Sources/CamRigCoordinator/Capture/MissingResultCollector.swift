@@ -29,42 +29,9 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
     }
 
     /// What one capture got.
-    public struct CaptureOutcome: Sendable, Encodable {
-        public var id: String
-        public var directory: String
-        /// `complete` or `incomplete`, after collecting.
-        public var state: String
-        /// Cameras (`AGENT/DEVICE`) whose results were collected now.
-        public var collected: [String]
-        /// Results still missing that their agents may hold (agent not connected now).
-        public var waiting: [String]
-        /// Results known to be lost, with why.
-        public var lost: [String]
-        /// The coordinator had died during this capture: its manifest was rebuilt from the journal.
-        public var resumed: Bool
-        /// Cameras (`AGENT/DEVICE`) whose deferred photos' finals were collected now.
-        public var finals: [String] = []
-        /// Cameras whose deferred photos' finals their agents have still to deliver.
-        public var awaitingFinals: [String] = []
-    }
-
+    public typealias CaptureOutcome = CollectedCapture
     /// What a collection did.
-    public struct Report: Sendable, Encodable {
-        public var captures: [CaptureOutcome] = []
-        public var collected: Int { captures.map(\.collected.count).reduce(0, +) }
-        public var waiting: Int { captures.map(\.waiting.count).reduce(0, +) }
-        public var lost: Int { captures.map(\.lost.count).reduce(0, +) }
-
-        enum CodingKeys: String, CodingKey { case captures, collected, waiting, lost }
-
-        public func encode(to encoder: any Encoder) throws {
-            var container = encoder.container(keyedBy: CodingKeys.self)
-            try container.encode(captures, forKey: .captures)
-            try container.encode(collected, forKey: .collected)
-            try container.encode(waiting, forKey: .waiting)
-            try container.encode(lost, forKey: .lost)
-        }
-    }
+    public typealias Report = CollectionReport
 
     /// Collects what can be collected now. Never throws for one capture's or one agent's failure: those
     /// stay missing, logged, for the next time.
@@ -98,7 +65,7 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
             }
             let (offloaded, result) = await RecordingOffload(pool: pool, sink: sink, logger: logger).offload(manifest, capture: unfinished.handle)
             return CaptureOutcome(
-                id: offloaded.id, directory: unfinished.handle.location.path, state: result.state, collected: result.offloaded,
+                id: offloaded.id, directory: unfinished.handle.location.captureLocation, state: result.state, collected: result.offloaded,
                 waiting: result.waiting, lost: [], resumed: resumed)
         }
         guard kind == .photo else {
@@ -360,7 +327,7 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
         let missing = manifest.missing ?? []
         return CaptureOutcome(
             id: manifest.id,
-            directory: capture.location.path,
+            directory: capture.location.captureLocation,
             state: (manifest.state ?? .complete).rawValue,
             collected: collected,
             waiting: missing.filter(\.collectable).map { "\(manifest.cameras[$0.camera].name): \($0.reason)" },
@@ -368,5 +335,43 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
             resumed: resumed,
             awaitingFinals: manifest.awaitingFinals.map { manifest.cameras[$0.camera].name }
         )
+    }
+}
+
+/// What one capture got.
+public struct CollectedCapture: Sendable, Encodable {
+    public var id: String
+    public var directory: String
+    /// `complete` or `incomplete`, after collecting.
+    public var state: String
+    /// Cameras (`AGENT/DEVICE`) whose results were collected now.
+    public var collected: [String]
+    /// Results still missing that their agents may hold (agent not connected now).
+    public var waiting: [String]
+    /// Results known to be lost, with why.
+    public var lost: [String]
+    /// The coordinator had died during this capture: its manifest was rebuilt from the journal.
+    public var resumed: Bool
+    /// Cameras (`AGENT/DEVICE`) whose deferred photos' finals were collected now.
+    public var finals: [String] = []
+    /// Cameras whose deferred photos' finals their agents have still to deliver.
+    public var awaitingFinals: [String] = []
+}
+
+/// What a collection did.
+public struct CollectionReport: Sendable, Encodable {
+    public var captures: [CollectedCapture] = []
+    public var collected: Int { captures.map(\.collected.count).reduce(0, +) }
+    public var waiting: Int { captures.map(\.waiting.count).reduce(0, +) }
+    public var lost: Int { captures.map(\.lost.count).reduce(0, +) }
+
+    enum CodingKeys: String, CodingKey { case captures, collected, waiting, lost }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(captures, forKey: .captures)
+        try container.encode(collected, forKey: .collected)
+        try container.encode(waiting, forKey: .waiting)
+        try container.encode(lost, forKey: .lost)
     }
 }

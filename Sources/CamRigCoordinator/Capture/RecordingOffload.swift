@@ -30,25 +30,7 @@ public struct RecordingOffload<Sink: CaptureSink>: Sendable {
     }
 
     /// What an offload did.
-    public struct Outcome: Sendable, Encodable {
-        public var id: String
-        public var directory: String
-        /// The manifest's state after it: `complete`, `incomplete`, or `offloading` while files remain on hosts.
-        public var state: String
-        /// Files fetched now (`AGENT: NAME`).
-        public var offloaded: [String] = []
-        /// Files still on their hosts, with why they were not fetched.
-        public var waiting: [String] = []
-        /// Bytes fetched now, and how long the fetching took.
-        public var bytes: UInt64 = 0
-        public var seconds: Double = 0
-
-        public init(id: String, directory: String, state: String) {
-            self.id = id
-            self.directory = directory
-            self.state = state
-        }
-    }
+    public typealias Outcome = OffloadOutcome
 
     /// Offload progress: bytes here of bytes to fetch.
     public typealias Progress = @Sendable (_ done: UInt64, _ total: UInt64) -> Void
@@ -60,10 +42,10 @@ public struct RecordingOffload<Sink: CaptureSink>: Sendable {
     /// acknowledged: a coordinator stopped at any point later finds every file, here or on its host.
     public func offload(_ manifest: CaptureManifest, capture: CaptureHandle, progress: Progress? = nil) async -> (CaptureManifest, Outcome) {
         guard var recording = manifest.hostRecording else {
-            return (manifest, Outcome(id: manifest.id, directory: capture.location.path, state: (manifest.state ?? .complete).rawValue))
+            return (manifest, Outcome(id: manifest.id, directory: capture.location.captureLocation, state: (manifest.state ?? .complete).rawValue))
         }
         var manifest = manifest
-        var outcome = Outcome(id: manifest.id, directory: capture.location.path, state: "")
+        var outcome = Outcome(id: manifest.id, directory: capture.location.captureLocation, state: "")
         let started = ContinuousClock.now
         let agents = Array(Set(recording.tracks.map(\.agent))).sorted()
         let (recordingID, sessionID) = (recording.recordingId, manifest.sessionId)
@@ -404,5 +386,26 @@ extension CaptureManifest.HostRecording.Track {
                 name: $0.name, size: $0.size, sha256: $0.sha256.map { String(format: "%02x", $0) }.joined(), offloaded: here.contains($0.name))
         } + files.filter { file in file.offloaded && !held.files.contains { $0.name == file.name } }
         if held.codec != .unspecified { codec = held.codec.name }
+    }
+}
+
+/// What an offload did.
+public struct OffloadOutcome: Sendable, Encodable {
+    public var id: String
+    public var directory: String
+    /// The manifest's state after it: `complete`, `incomplete`, or `offloading` while files remain on hosts.
+    public var state: String
+    /// Files fetched now (`AGENT: NAME`).
+    public var offloaded: [String] = []
+    /// Files still on their hosts, with why they were not fetched.
+    public var waiting: [String] = []
+    /// Bytes fetched now, and how long the fetching took.
+    public var bytes: UInt64 = 0
+    public var seconds: Double = 0
+
+    public init(id: String, directory: String, state: String) {
+        self.id = id
+        self.directory = directory
+        self.state = state
     }
 }

@@ -74,7 +74,7 @@ struct Capture: AsyncParsableCommand {
                 }
                 return
             }
-            let reports = try await captures.withStore(rig: try rig.resolvedRigName(), logger: logger) { store in
+            let reports = try await captures.withStorage(rig: try rig.resolvedRigName(), settings: rig.storeSettings(), logger: logger) { store in
                 try await rig.withPool(logger: logger) { pool in
                     await captures.collectEarlier(pool: pool, store: store, logger: logger)
                     let rigSession = try await session.makeSession(
@@ -109,7 +109,7 @@ struct Capture: AsyncParsableCommand {
                     }
                 }
             }
-            let summaries = reports.map { CaptureOutput($0.manifest, directory: $0.directory.path) }
+            let summaries = reports.map { CaptureOutput($0.manifest, directory: $0.directory.captureLocation) }
             if output.json {
                 if burst == 1 { try printJSON(summaries[0], snakeCase: true) } else { try printJSON(summaries, snakeCase: true) }
             } else {

@@ -28,9 +28,9 @@ extension Captures {
         func run() async throws {
             let logger = output.makeLogger()
             do {
-                let (manifest, report) = try await captures.withStore(rig: try rig.resolvedRigName(), logger: logger) { store in
+                let (manifest, report) = try await captures.withStorage(rig: try rig.resolvedRigName(), settings: rig.storeSettings(), logger: logger) { store in
                     let entry = try await CaptureOptions.entry(id, in: store)
-                    let manifest = try store.manifest(of: entry)
+                    let manifest = try await store.manifest(of: entry)
                     let awaiting = manifest.awaitingFinals
                     let report = try await rig.withPool(logger: logger, clockSamples: 8) { pool in
                         var refusals: [String] = []
@@ -48,7 +48,7 @@ extension Captures {
                             }
                         }
                         for refusal in refusals { logger.warning("\(refusal)") }
-                        return try await MissingResultCollector(pool: pool, sink: store, logger: logger).collect(only: manifest.id)
+                        return try await StorageWork.collect(store, pool: pool, logger: logger, only: manifest.id)
                     }
                     return (manifest, report)
                 }

@@ -23,7 +23,7 @@ extension Captures {
         func run() async throws {
             do {
                 let query = CaptureCatalog.Query(rig: rig, limit: limit)
-                let entries = try await captures.withStore(logger: output.makeLogger()) { store in try await store.catalog.list(query) }
+                let entries = try await captures.withStorage(logger: output.makeLogger()) { store in try await store.catalog.list(query) }
                 if output.json {
                     try printJSON(["captures": entries])
                 } else {

@@ -34,29 +34,30 @@ extension Captures {
             let logger = output.makeLogger()
             do {
                 let quiet = output.json
-                let (manifest, outcome) = try await captures.withStore(rig: try rig.resolvedRigName(), logger: logger) { store in
+                let (manifest, outcome) = try await captures.withStorage(rig: try rig.resolvedRigName(), settings: rig.storeSettings(), logger: logger) { store in
                     let entry = try await CaptureOptions.entry(id, in: store)
-                    let manifest = try store.manifest(of: entry)
+                    let manifest = try await store.manifest(of: entry)
                     guard manifest.hostRecording != nil else {
                         throw CommandFailure("\(manifest.id) is not a recording made on the hosts: it has no files to offload")
                     }
-                    let handle = CaptureHandle(id: manifest.id, kind: .recording, location: store.root.appendingPathComponent(entry.directory))
-                    let outcome = try await rig.withPool(logger: logger, clockSamples: 2) { pool -> RecordingOffload<CaptureStore>.Outcome in
+                    let handle = try store.handle(of: entry)
+                    let outcome = try await rig.withPool(logger: logger, clockSamples: 2) { pool -> OffloadOutcome in
                         guard let claim = await store.claim(handle) else {
                             throw CommandFailure("\(manifest.id) is being written by another camrig process; try again when it has finished")
                         }
                         defer { claim.release() }
                         // Read again now that it is ours: another offload may have finished it meanwhile.
                         guard let current = try await store.reread(handle)?.manifest else {
-                            return RecordingOffload<CaptureStore>.Outcome(id: manifest.id, directory: handle.location.path, state: "complete")
+                            return OffloadOutcome(id: manifest.id, directory: handle.location.captureLocation, state: "complete")
                         }
                         let manifest = current
-                        let offload = RecordingOffload(pool: pool, sink: store, logger: logger, maxBytesPerSecond: rate.map { UInt64($0 * 1e6) } ?? 0)
-                        return await offload.offload(manifest, capture: handle) { done, total in
+                        return await StorageWork.offload(
+                            store, manifest: manifest, capture: handle, pool: pool, logger: logger, maxBytesPerSecond: rate.map { UInt64($0 * 1e6) } ?? 0
+                        ) { done, total in
                             guard !quiet else { return }
                             Record.showProgress(
                                 RecordingProgress(elapsed: .zero, duration: .zero, framesPerCamera: [], sets: 0, offloadedBytes: done, offloadTotalBytes: total))
-                        }.1
+                        }
                     }
                     return (manifest, outcome)
                 }

@@ -27,11 +27,11 @@ extension Captures {
         func run() async throws {
             let logger = output.makeLogger()
             do {
-                let (report, root) = try await captures.withStore(rig: try rig.resolvedRigName(), logger: logger) { store in
+                let (report, root) = try await captures.withStorage(rig: try rig.resolvedRigName(), settings: rig.storeSettings(), logger: logger) { store in
                     let report = try await rig.withPool(logger: logger, clockSamples: 8) { pool in
-                        try await MissingResultCollector(pool: pool, sink: store, logger: logger).collect()
+                        try await StorageWork.collect(store, pool: pool, logger: logger)
                     }
-                    return (report, store.root)
+                    return (report, store.storeURL)
                 }
                 if output.json {
                     try printJSON(report, snakeCase: true)
@@ -39,7 +39,7 @@ extension Captures {
                     return
                 }
                 if report.captures.isEmpty {
-                    print("every capture in \(root.path) is complete")
+                    print("every capture in \(root) is complete")
                     return
                 }
                 for capture in report.captures {

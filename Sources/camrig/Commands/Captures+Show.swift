@@ -14,9 +14,9 @@ extension Captures {
 
         func run() async throws {
             do {
-                let (manifest, directory) = try await captures.withStore(logger: output.makeLogger()) { store in
+                let (manifest, directory) = try await captures.withStorage(logger: output.makeLogger()) { store in
                     let entry = try await CaptureOptions.entry(id, in: store)
-                    return (try store.manifest(of: entry), store.root.appendingPathComponent(entry.directory).path)
+                    return (try await store.manifest(of: entry), try store.handle(of: entry).location.captureLocation)
                 }
                 if output.json {
                     try printJSON(manifest, snakeCase: true)

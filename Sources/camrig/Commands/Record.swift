@@ -93,7 +93,7 @@ struct Record: AsyncParsableCommand {
                 if output.json { try printJSON(summary, snakeCase: true) } else { print(summary.text) }
                 return
             }
-            let report = try await captures.withStore(rig: try rig.resolvedRigName(), logger: logger) { store in
+            let report = try await captures.withStorage(rig: try rig.resolvedRigName(), settings: rig.storeSettings(), logger: logger) { store in
                 try await rig.withPool(logger: logger) { pool in
                     await captures.collectEarlier(pool: pool, store: store, logger: logger)
                     let rigSession = try await session.makeSession(pool: pool, preset: .high, fps: rate, logger: logger)
@@ -120,7 +120,7 @@ struct Record: AsyncParsableCommand {
                 }
             }
             if !quiet && isatty(STDERR_FILENO) == 1 { FileHandle.standardError.write(Data("\n".utf8)) }
-            let summary = CaptureOutput(report.manifest, directory: report.directory.path)
+            let summary = CaptureOutput(report.manifest, directory: report.directory.captureLocation)
             if output.json { try printJSON(summary, snakeCase: true) } else { print(summary.text) }
         } catch {
             throw userFacing(error)

@@ -1,4 +1,5 @@
 import CamRigCLI
+import CamRigCapture
 import CamRigSecurity
 import CamRigServiceClient
 import CamRigViews
@@ -54,6 +55,9 @@ struct RigOptions: ParsableArguments {
         var identity: String?
         /// Where `camrig serve` runs for this rig, https://HOST:PORT.
         var service: String?
+        /// Where captures go when it is an S3-compatible store: `url: s3://BUCKET/PREFIX` and its settings
+        /// (each over the AWS_* environment variables).
+        var store: ObjectStoreLocation.Settings?
 
         enum CodingKeys: String, CodingKey {
             case name
@@ -61,6 +65,7 @@ struct RigOptions: ParsableArguments {
             case tlsDir = "tls_dir"
             case identity
             case service
+            case store
         }
     }
 
@@ -149,6 +154,11 @@ struct RigOptions: ParsableArguments {
     }
 
     /// The rig's name: --rig-name, else the rig file's `name:`, else this host's name.
+    /// The rig file's `store:` settings (none without a rig file, or when it says nothing of a store).
+    func storeSettings() -> ObjectStoreLocation.Settings {
+        rigFile()?.store ?? ObjectStoreLocation.Settings()
+    }
+
     func resolvedRigName() throws -> String {
         do {
             if let rigName { return try CaptureNaming.checkRig(rigName, from: "--rig-name") }
