@@ -136,7 +136,6 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .systemLibrary(
@@ -381,7 +380,7 @@ let package = Package(
         .testTarget(
             name: "CamRigStorageTests",
             dependencies: [
-                "CamRigStorage", "CamRigCapture", "CamRigFiles", "CamRigDevices", "CamRigImage", "CamRigObjectStore", "CZlib",
+                "CamRigStorage", "CamRigCapture", "CamRigFiles", "CamRigDevices", "CamRigImage", "CZlib",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
