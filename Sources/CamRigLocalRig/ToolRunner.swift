@@ -54,4 +54,15 @@ public enum ToolRunner {
             try run(path, arguments, environment: environment, timeout: timeout)
         }
     }
+
+    /// `NAME=VALUE` lines (what a script prints for `eval`, or writes to an env file) as a dictionary;
+    /// other lines are left out.
+    public static func environment(fromLines text: String) -> [String: String] {
+        var environment: [String: String] = [:]
+        for line in text.split(separator: "\n") {
+            let parts = line.split(separator: "=", maxSplits: 1)
+            if parts.count == 2 { environment[String(parts[0])] = String(parts[1]) }
+        }
+        return environment
+    }
 }

@@ -20,11 +20,7 @@ public struct ObjectStoreServer: Sendable {
             throw ServerFailure(description: "scripts/object-store start \(folder.path) failed (\(started.status)):\n\(started.stderr)\n\(started.stdout)")
         }
         let text = (try? String(contentsOf: folder.appendingPathComponent("env"), encoding: .utf8)) ?? started.stdout
-        var environment: [String: String] = [:]
-        for line in text.split(separator: "\n") {
-            let parts = line.split(separator: "=", maxSplits: 1)
-            if parts.count == 2 { environment[String(parts[0])] = String(parts[1]) }
-        }
+        let environment = ToolRunner.environment(fromLines: text)
         guard environment["AWS_ENDPOINT_URL"] != nil else { throw ServerFailure(description: "scripts/object-store printed no AWS_ENDPOINT_URL:\n\(text)") }
         return ObjectStoreServer(directory: folder, environment: environment)
     }

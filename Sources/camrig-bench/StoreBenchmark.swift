@@ -90,11 +90,8 @@ struct StoreBenchmark: AsyncParsableCommand {
         let started = try await ToolRunner.run(Self.scripts.appendingPathComponent("object-store").path, ["start", serverDirectory.path], timeout: 120)
         guard started.status == 0 else { throw CommandFailure("scripts/object-store start failed:\n\(started.stderr)") }
         defer { Self.stopStore(serverDirectory) }
-        var environment = ProcessInfo.processInfo.environment
-        for line in (try String(contentsOf: serverDirectory.appendingPathComponent("env"), encoding: .utf8)).split(separator: "\n") {
-            let parts = line.split(separator: "=", maxSplits: 1)
-            if parts.count == 2 { environment[String(parts[0])] = String(parts[1]) }
-        }
+        let environment = ProcessInfo.processInfo.environment.merging(
+            ToolRunner.environment(fromLines: try String(contentsOf: serverDirectory.appendingPathComponent("env"), encoding: .utf8))) { $1 }
         let location = try ObjectStoreLocation.parse("s3://bench", environment: environment)
 
         options.say("writing \(agents) files of \(fileMiB) MiB…")

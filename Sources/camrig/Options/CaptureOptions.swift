@@ -36,11 +36,6 @@ struct CaptureOptions: ParsableArguments {
         return url?.isEmpty == false ? url : nil
     }
 
-    /// The captures directory: --out, else $CAMRIG_CAPTURES, else ./captures.
-    var directory: URL {
-        URL(fileURLWithPath: out ?? ProcessInfo.processInfo.environment["CAMRIG_CAPTURES"] ?? "captures")
-    }
-
     /// The catalog's entry for capture `id` (or a unique prefix of it) in `store`, or an error saying how
     /// to find one, or where it is instead.
     static func entry(_ id: String, in store: any CaptureStorage) async throws -> CaptureCatalog.Entry {
@@ -89,21 +84,15 @@ struct CaptureOptions: ParsableArguments {
         }
     }
 
-    /// Runs `body` with the captures directory and its catalog, as rig `rig`'s store; the catalog is
-    /// closed after it.
+    /// Runs `body` with the captures folder and its catalog, as rig `rig`'s store, for commands that read
+    /// a capture's files where they lie; the catalog is closed after it.
     func withStore<T>(rig: String = CaptureNaming.hostRig, logger: Logger, _ body: (CaptureStore) async throws -> T) async throws -> T {
-        guard !ObjectStoreLocation.isObjectStoreURL(address(ObjectStoreLocation.Settings())) else {
-            throw CommandFailure(
-                "this command works on a captures folder; copy the capture out of the store first (e.g. `aws s3 cp --recursive s3://BUCKET/PREFIX/ID captures/ID`) and give --out captures")
-        }
-        let store = try await CaptureStore.connect(root: directory, catalogURL: catalogURL, rig: rig, logger: logger)
-        do {
-            let result = try await body(store)
-            await store.disconnect()
-            return result
-        } catch {
-            await store.disconnect()
-            throw error
+        try await withStorage(rig: rig, logger: logger) { store in
+            guard let folder = store as? CaptureStore else {
+                throw CommandFailure(
+                    "this command works on a captures folder; copy the capture out of the store first (e.g. `aws s3 cp --recursive \(store.storeURL)/ID captures/ID`) and give --out captures")
+            }
+            return try await body(folder)
         }
     }
 
