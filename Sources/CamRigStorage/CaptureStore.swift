@@ -91,7 +91,14 @@ public struct CaptureStore: Sendable {
             last = id
             let url = root.appendingPathComponent(id)
             guard try await BlockingWork.run({ try Self.makeDirectory(url) }) else { continue }
-            if try await catalog.reserve(id: id, kind: kind, created: created, rig: rig, store: location) { return (id, url) }
+            let reserved: Bool
+            do {
+                reserved = try await catalog.reserve(id: id, kind: kind, created: created, rig: rig, store: location)
+            } catch {
+                try? FileManager.default.removeItem(at: url)
+                throw error
+            }
+            if reserved { return (id, url) }
             // Taken by a capture of another rig (or one whose folder was removed): the folder is given back.
             try? FileManager.default.removeItem(at: url)
         }

@@ -1,3 +1,4 @@
+import CamRigStorage
 import CamRigViews
 import Foundation
 import HTTPTypes
@@ -104,7 +105,8 @@ final class RouteTable: Sendable {
 }
 
 /// Answers every error as a problem document: an unknown path is a 404 naming it, a method the path
-/// does not take a 405 with `Allow`, and Hummingbird's own errors keep their status.
+/// does not take a 405 with `Allow`, a storage failure (the catalog unreachable, a file unreadable) a
+/// 503 saying which and why, and Hummingbird's own errors keep their status.
 struct ProblemMiddleware: RouterMiddleware {
     typealias Context = ServiceRequestContext
     let routes: RouteTable
@@ -114,6 +116,9 @@ struct ProblemMiddleware: RouterMiddleware {
             return try await next(request, context)
         } catch let error as ServiceError {
             throw error
+        } catch let error as StorageError {
+            // The catalog or the captures' files: what failed and what to do, not an empty 500.
+            throw ServiceError(.unavailable, error.description)
         } catch let error as HTTPError where error.status == .notFound {
             let path = request.uri.path
             let allowed = routes.methods(of: path)
