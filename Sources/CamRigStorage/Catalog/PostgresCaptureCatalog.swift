@@ -15,7 +15,9 @@ public final class PostgresCaptureCatalog: CaptureCatalog {
     /// ASCII, a number no other program using the database is likely to take.
     static let lockMigrations = "SELECT pg_advisory_xact_lock(74085725006183)"
 
+    /// The server, the login and the database.
     public let address: PostgresCatalogAddress
+    /// `postgres://USER@HOST:PORT/DB`: never the password.
     public var location: String { address.description }
     private let client: PostgresClient
     private let running: Task<Void, Never>

@@ -15,6 +15,7 @@ public final class SQLiteCaptureCatalog: CaptureCatalog {
     /// The file's path.
     public let path: String
 
+    /// The file's path.
     public var location: String { path }
 
     /// Opens (creating and migrating as needed) the catalog at `path`.

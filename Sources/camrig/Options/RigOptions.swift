@@ -153,12 +153,12 @@ struct RigOptions: ParsableArguments {
         }
     }
 
-    /// The rig's name: --rig-name, else the rig file's `name:`, else this host's name.
     /// The rig file's `store:` settings (none without a rig file, or when it says nothing of a store).
     func storeSettings() -> ObjectStoreLocation.Settings {
         rigFile()?.store ?? ObjectStoreLocation.Settings()
     }
 
+    /// The rig's name: --rig-name, else the rig file's `name:`, else this host's name.
     func resolvedRigName() throws -> String {
         do {
             if let rigName { return try CaptureNaming.checkRig(rigName, from: "--rig-name") }
