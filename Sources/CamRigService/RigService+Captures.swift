@@ -206,7 +206,7 @@ extension RigService {
 
     func finish(_ id: String, report: CaptureReport, elapsed: Duration) {
         guard let job = jobTable.job(id) else { return }
-        let summary = CaptureOutput(report.manifest, directory: report.directory.path)
+        let summary = CaptureOutput(report.manifest, directory: report.directory.captureLocation)
         supervisor.end(.capturing(job: id, kind: job.kind))
         for camera in summary.cameras { droppedFrames[camera.camera, default: 0] += camera.droppedFrames }
         metrics.captureEnded(job.kind, finished: true, seconds: elapsed.seconds)

@@ -21,9 +21,16 @@ import ServiceLifecycle
 /// their records are kept in a `JobTable`.
 public actor RigService {
     public struct Configuration: Sendable {
-        public var capturesDirectory: URL
+        /// Where captures go, as `--out` gives it: a captures folder's path, or `s3://BUCKET/PREFIX`, an
+        /// S3-compatible store (with `storeSettings` over the AWS_* environment variables).
+        public var out: String
+        /// With an object store: this machine's folder for the catalog (`catalog.sqlite`, unless
+        /// `catalogURL`) and the store's work files (capture locks, spilled frames).
+        public var stateDirectory: URL?
+        /// A rig file's `store:` settings, each over the environment's.
+        public var storeSettings = ObjectStoreLocation.Settings()
         /// The capture catalog, `postgres://…` for one several rigs share; nil: `catalog.sqlite` in the
-        /// captures directory.
+        /// captures directory (or in `stateDirectory` for an object store).
         public var catalogURL: String?
         /// The rig's name, recorded with its captures in the catalog.
         public var rigName = CaptureNaming.hostRig
@@ -37,8 +44,34 @@ public actor RigService {
         /// Samples of clock history kept per agent (one per supervision pass).
         public var historyLength = 300
 
+        /// Captures in `out` (a folder, or `s3://BUCKET/PREFIX` with `stateDirectory` for its local work).
+        public init(out: String, stateDirectory: URL? = nil) {
+            self.out = out
+            self.stateDirectory = stateDirectory
+        }
+
+        /// Captures in the folder `capturesDirectory`.
         public init(capturesDirectory: URL) {
-            self.capturesDirectory = capturesDirectory
+            self.init(out: capturesDirectory.path)
+        }
+
+        /// The captures folder `out` names (meaningless for an object store).
+        public var capturesDirectory: URL { URL(fileURLWithPath: out) }
+
+        /// Whether `out` is an object store rather than a folder.
+        public var isObjectStore: Bool { ObjectStoreLocation.isObjectStoreURL(out) }
+
+        /// The environment variable in which `camrig serve` hands the rig file's `store:` settings to the
+        /// service, as JSON with the rig file's keys (not as arguments: they may hold a secret key).
+        public static let storeSettingsVariable = "CAMRIG_STORE_SETTINGS"
+
+        /// The `store:` settings `json` gives (the rig file's keys).
+        public static func storeSettings(json: String) throws -> ObjectStoreLocation.Settings {
+            do {
+                return try JSONDecoder().decode(ObjectStoreLocation.Settings.self, from: Data(json.utf8))
+            } catch {
+                throw StorageError("\(storeSettingsVariable) does not hold the store: settings of a rig file as JSON: \(error)")
+            }
         }
     }
 
@@ -57,7 +90,8 @@ public actor RigService {
     public nonisolated let pool: AgentPool
     public nonisolated let events: EventHub
     public nonisolated let previews: PreviewHub
-    public nonisolated let store: CaptureStore
+    /// Where captures go: a captures folder (`CaptureStore`) or an object store (`ObjectCaptureStore`).
+    public nonisolated let store: any CaptureStorage
     public nonisolated let configuration: Configuration
     public nonisolated let metrics: ServiceMetrics
     /// Where capture jobs run: a service of the group (`services`).
@@ -83,18 +117,21 @@ public actor RigService {
     public nonisolated let started = Date()
 
     /// A service over `pool` whose captures go to `configuration`'s directory, listed in its own SQLite
-    /// catalog (`configuration.catalogURL` is for `connect`).
+    /// catalog (`configuration.catalogURL` and object stores are for `connect`).
     public init(
         pool: AgentPool, configuration: Configuration, metrics: ServiceMetrics = ServiceMetrics(), enrollment: EnrollmentRegistrar? = nil, logger: Logger
     ) throws {
+        guard !configuration.isObjectStore else {
+            throw StorageError("captures in an object store (\(configuration.out)) are opened by RigService.connect")
+        }
         try self.init(
             pool: pool, configuration: configuration, store: try CaptureStore(root: configuration.capturesDirectory, rig: configuration.rigName), metrics: metrics,
             enrollment: enrollment, logger: logger)
     }
 
-    /// A service whose captures go to `store`.
+    /// A service whose captures go to `store` (a `CaptureStore`, or any other store).
     public init(
-        pool: AgentPool, configuration: Configuration, store: CaptureStore, metrics: ServiceMetrics = ServiceMetrics(), enrollment: EnrollmentRegistrar? = nil,
+        pool: AgentPool, configuration: Configuration, store: any CaptureStorage, metrics: ServiceMetrics = ServiceMetrics(), enrollment: EnrollmentRegistrar? = nil,
         logger: Logger
     ) throws {
         self.pool = pool
@@ -112,14 +149,19 @@ public actor RigService {
         supervisor = RigSupervisor(configuration: .init(rebuildBackoff: configuration.rebuildBackoff))
     }
 
-    /// A service over `pool` with the catalog `configuration` names (connected, and migrated as needed):
-    /// its opener calls `disconnectCatalog()` once the service has stopped.
+    /// A service over `pool` with the store and catalog `configuration` names (connected, the catalog
+    /// migrated as needed; an object store's bucket made if missing and writing under its prefix
+    /// checked): its opener calls `disconnectCatalog()` once the service has stopped.
     public static func connect(
         pool: AgentPool, configuration: Configuration, metrics: ServiceMetrics = ServiceMetrics(), enrollment: EnrollmentRegistrar? = nil, logger: Logger
     ) async throws -> RigService {
         try CaptureNaming.checkRig(configuration.rigName, from: "--rig-name")
-        let store = try await CaptureStore.connect(
-            root: configuration.capturesDirectory, catalogURL: configuration.catalogURL, rig: configuration.rigName, logger: logger)
+        guard let state = configuration.stateDirectory ?? (configuration.isObjectStore ? nil : configuration.capturesDirectory) else {
+            throw StorageError("captures in an object store (\(configuration.out)) need a local state folder for the catalog and the store's work: give --state DIR")
+        }
+        let store = try await CaptureStorageOpener.open(
+            configuration.out, catalogURL: configuration.catalogURL, state: state, rig: configuration.rigName, settings: configuration.storeSettings,
+            logger: logger)
         do {
             return try RigService(pool: pool, configuration: configuration, store: store, metrics: metrics, enrollment: enrollment, logger: logger)
         } catch {
@@ -128,7 +170,8 @@ public actor RigService {
         }
     }
 
-    /// Closes the capture catalog (after the service has stopped: captures cannot be listed then).
+    /// Closes the capture catalog and lets go of the store's connections (after the service has stopped:
+    /// captures cannot be listed then).
     public nonisolated func disconnectCatalog() async {
         await store.disconnect()
     }
@@ -364,10 +407,10 @@ public struct RigServiceRunner: Service {
     }
 }
 
-extension CaptureStore {
-    /// Free bytes where the captures are stored, read off the request's thread.
+extension CaptureStorage {
+    /// Free bytes where a captures folder is, read off the request's thread; nil for an object store.
     func availableCapacity() async -> Int? {
-        let root = self.root
+        guard let root = (self as? CaptureStore)?.root else { return nil }
         return try? await BlockingWork.run { try root.resourceValues(forKeys: [.volumeAvailableCapacityKey]).volumeAvailableCapacity }
     }
 }

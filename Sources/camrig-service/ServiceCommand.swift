@@ -22,8 +22,19 @@ struct ServiceCommand: AsyncParsableCommand {
 
     @OptionGroup var serve: ServeOptions
 
-    @Option(name: .long, help: ArgumentHelp("Captures directory.", valueName: "dir"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Where captures go: a directory, or s3://BUCKET/PREFIX, an S3-compatible store (the AWS_* variables, under the rig file's store: settings that camrig serve hands on). Default $CAMRIG_CAPTURES, else the rig file's store: url, else ./captures.",
+            valueName: "dir|s3-url"))
     var out: String?
+
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "With --out s3://…: this machine's folder for the catalog (catalog.sqlite, unless --catalog) and the store's work files. Default $CAMRIG_STATE, else ~/.local/state/camrig.",
+            valueName: "dir"))
+    var state: String?
 
     @Option(
         name: .long,
@@ -90,11 +101,15 @@ struct ServiceCommand: AsyncParsableCommand {
     }
 
     private func serve(pool: AgentPool, directory: TLSDirectory, identity: String?, host: String, port: Int, announceToken: Bool, logger: Logger) async throws {
-        let root = URL(fileURLWithPath: out ?? ProcessInfo.processInfo.environment["CAMRIG_CAPTURES"] ?? "captures")
-        var configuration = RigService.Configuration(capturesDirectory: root)
+        let environment = ProcessInfo.processInfo.environment
+        var configuration = RigService.Configuration(out: "", stateDirectory: stateDirectory)
+        if let settings = environment[RigService.Configuration.storeSettingsVariable], !settings.isEmpty {
+            configuration.storeSettings = try RigService.Configuration.storeSettings(json: settings)
+        }
+        configuration.out = out ?? environment["CAMRIG_CAPTURES"] ?? configuration.storeSettings.url ?? "captures"
         configuration.phaseLock = !serve.noPhaseLock
         if let rigName { configuration.rigName = rigName }
-        configuration.catalogURL = (catalog ?? ProcessInfo.processInfo.environment["CAMRIG_CATALOG"]).flatMap { $0.isEmpty ? nil : $0 }
+        configuration.catalogURL = (catalog ?? environment["CAMRIG_CATALOG"]).flatMap { $0.isEmpty ? nil : $0 }
         // Enrollment is on where asked, and in a loopback rig (its CA is at hand) for trying it out.
         let enrollment = serve.enroll || serve.loopback != nil ? try EnrollmentRegistrar(directory: directory, validity: serve.certificateDays * 86_400) : nil
         let service = try await RigService.connect(pool: pool, configuration: configuration, enrollment: enrollment, logger: logger)
@@ -105,6 +120,16 @@ struct ServiceCommand: AsyncParsableCommand {
             await service.disconnectCatalog()
             throw error
         }
+    }
+
+    /// This machine's folder for an object store's catalog and work: --state, else $CAMRIG_STATE, else
+    /// $XDG_STATE_HOME/camrig (~/.local/state/camrig), as camrig's.
+    private var stateDirectory: URL {
+        let environment = ProcessInfo.processInfo.environment
+        if let path = state ?? environment["CAMRIG_STATE"] { return URL(fileURLWithPath: path) }
+        let base = environment["XDG_STATE_HOME"].map { URL(fileURLWithPath: $0) }
+            ?? FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".local/state")
+        return base.appendingPathComponent("camrig")
     }
 
     /// Serves the API and the console of `service` until the group ends.

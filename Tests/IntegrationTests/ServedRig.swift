@@ -10,12 +10,14 @@ final class ServedRig: Sendable {
     let url: String
     let token: String
     let tlsDir: String
-    /// Its `--out`.
+    /// Its `--out`, unless the arguments gave another.
     let captures: URL
     private let logFile: URL
 
-    convenience init(agents: Int) async throws {
-        try await self.init(["serve", "--loopback", "\(agents)"], tlsDir: nil)
+    /// `camrig serve --loopback N` with `arguments` added (they may give an --out of their own) and
+    /// `environment` over this process's.
+    convenience init(agents: Int, _ arguments: [String] = [], environment: [String: String] = [:]) async throws {
+        try await self.init(["serve", "--loopback", "\(agents)"] + arguments, tlsDir: nil, environment: environment)
     }
 
     /// `camrig serve --enroll` for the rig whose CA is in `tlsDir` (a rig file with no agents: they join
@@ -26,16 +28,18 @@ final class ServedRig: Sendable {
         try await self.init(["serve", "--rig", rigFile, "--enroll"] + arguments, tlsDir: tlsDir)
     }
 
-    private init(_ arguments: [String], tlsDir directory: String?) async throws {
+    private init(_ arguments: [String], tlsDir directory: String?, environment: [String: String] = [:]) async throws {
         let captures = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-serve-\(UUID().uuidString)")
         let logFile = URL(fileURLWithPath: captures.path + ".log")
         _ = FileManager.default.createFile(atPath: logFile.path, contents: nil)
         let log = try FileHandle(forWritingTo: logFile)
         defer { try? log.close() }
         let output = Pipe()
+        let out = arguments.contains("--out") ? [] : ["--out", captures.path]
         process = try ChildProcess.spawn(
             Executables.url("camrig").path,
-            arguments + ["--listen", "127.0.0.1:0", "--json", "--out", captures.path, "--log-level", "info"],
+            arguments + ["--listen", "127.0.0.1:0", "--json", "--log-level", "info"] + out,
+            environment: environment.isEmpty ? nil : ProcessInfo.processInfo.environment.merging(environment) { $1 },
             stdout: .descriptor(output.fileHandleForWriting.fileDescriptor), stderr: .descriptor(log.fileDescriptor))
         try? output.fileHandleForWriting.close()
         (self.captures, self.logFile) = (captures, logFile)

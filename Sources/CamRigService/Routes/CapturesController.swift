@@ -1,12 +1,13 @@
+import CamRigCapture
 import CamRigStorage
 import CamRigViews
 import Foundation
 import Hummingbird
 import NIOCore
 
-/// Captures: started as jobs, followed, and read back from the catalog and the capture folders. The
-/// files are read on `BlockingWork`'s threads, never on the request's; the catalog answers
-/// asynchronously (GRDB's queue, or PostgreSQL).
+/// Captures: started as jobs, followed, and read back from the catalog and the store: a captures
+/// folder's files read on `BlockingWork`'s threads, never on the request's; an object store's fetched
+/// from it; the catalog answers asynchronously (GRDB's queue, or PostgreSQL).
 struct CapturesController {
     let service: RigService
 
@@ -40,12 +41,17 @@ struct CapturesController {
         }
         routes.get("captures/:capture") { _, context in
             let entry = try await Self.entry(store, try context.parameters.require("capture"))
-            let manifest = try await BlockingWork.run { try store.manifest(of: entry) }
-            return try ServiceRoutes.json(CaptureOutput(manifest, directory: store.root.appendingPathComponent(entry.directory).path))
+            let manifest = try await Self.manifest(of: entry, in: store)
+            return try ServiceRoutes.json(CaptureOutput(manifest, directory: try store.handle(of: entry).location.captureLocation))
         }
         routes.get("captures/:capture/manifest") { _, context in
             let entry = try await Self.entry(store, try context.parameters.require("capture"))
-            let url = try await Self.file("manifest.json", of: entry, in: store)
+            guard let local = store as? CaptureStore else {
+                // The bytes the store holds, as a folder's manifest.json is served.
+                let bytes = try await Self.read("manifest.json", of: entry, in: store)
+                return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
+            }
+            let url = try await Self.file("manifest.json", of: entry, in: local)
             guard let data = try await BlockingWork.run({ FileManager.default.contents(atPath: url.path) }) else {
                 throw ServiceError(.notFound, "capture \(entry.id) has no manifest.json")
             }
@@ -56,27 +62,36 @@ struct CapturesController {
             // A path inside the capture, percent-encoded as one segment (frames/cam0/000001.png as
             // frames%2Fcam0%2F000001.png); no part may be empty or begin with a dot.
             let encoded = try context.parameters.require("file")
-            let url = try await Self.file(encoded.removingPercentEncoding ?? encoded, of: entry, in: store)
-            let type = MediaType.getMediaType(forExtension: url.pathExtension)?.description ?? "application/octet-stream"
+            let name = encoded.removingPercentEncoding ?? encoded
+            guard let local = store as? CaptureStore else {
+                guard CaptureFileNames.isValid(name) else { throw Self.notAFile(name, of: entry) }
+                let bytes = try await Self.read(name, of: entry, in: store)
+                return Response(status: .ok, headers: [.contentType: Self.contentType(of: name)], body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
+            }
+            let url = try await Self.file(name, of: entry, in: local)
             // Streamed from disk in chunks: a recording's files may be large.
-            return Response(status: .ok, headers: [.contentType: type], body: try await FileIO().loadFile(path: url.path, context: context))
+            return Response(
+                status: .ok, headers: [.contentType: Self.contentType(of: url.lastPathComponent)], body: try await FileIO().loadFile(path: url.path, context: context))
         }
         routes.get("captures/:capture/sets/:set/cameras/:camera") { _, context in
             let entry = try await Self.entry(store, try context.parameters.require("capture"))
             guard let set = Int(try context.parameters.require("set")), let camera = Int(try context.parameters.require("camera")) else {
                 throw ServiceError(.badRequest, "set and camera are numbers: the manifest's set index and camera index")
             }
-            let directory = store.root.appendingPathComponent(entry.directory)
-            let image = try await BlockingWork.run { () -> [UInt8]? in
-                let manifest = try store.manifest(of: entry)
-                guard manifest.hostRecording != nil else {
-                    throw ServiceError(.notFound, "capture \(entry.id) is not a recording made on the hosts: its frames are files (GET …/files/NAME)")
-                }
-                guard manifest.hostRecording?.isOffloaded == true else {
-                    throw ServiceError(.conflict, "capture \(entry.id) still has files on its hosts; its sets are built once they are offloaded")
-                }
-                return try RecordingExport.setImage(of: manifest, in: directory, set: set, camera: camera)
+            let manifest = try await Self.manifest(of: entry, in: store)
+            guard manifest.hostRecording != nil else {
+                throw ServiceError(.notFound, "capture \(entry.id) is not a recording made on the hosts: its frames are files (GET …/files/NAME)")
             }
+            guard manifest.hostRecording?.isOffloaded == true else {
+                throw ServiceError(.conflict, "capture \(entry.id) still has files on its hosts; its sets are built once they are offloaded")
+            }
+            guard let local = store as? CaptureStore else {
+                throw ServiceError(
+                    .conflict,
+                    "capture \(entry.id) is in the object store \(store.storeURL): its sets are read from its videos in a captures folder; copy it out (e.g. `aws s3 cp --recursive \(store.storeURL)/\(entry.directory) captures/\(entry.directory)`) and export them with `camrig captures export`")
+            }
+            let directory = local.root.appendingPathComponent(entry.directory)
+            let image = try await BlockingWork.run { try RecordingExport.setImage(of: manifest, in: directory, set: set, camera: camera) }
             guard let image else { throw ServiceError(.notFound, "capture \(entry.id) has no frame of camera \(camera) in set \(set)") }
             return Response(status: .ok, headers: [.contentType: "image/jpeg"], body: .init(byteBuffer: ByteBuffer(bytes: image)))
         }
@@ -84,7 +99,7 @@ struct CapturesController {
     }
 
     /// The catalog's entry for `id`, of a capture whose files this service has.
-    static func entry(_ store: CaptureStore, _ id: String) async throws -> CaptureCatalog.Entry {
+    static func entry(_ store: any CaptureStorage, _ id: String) async throws -> CaptureCatalog.Entry {
         guard let entry = try await store.catalog.entry(id) else {
             throw ServiceError(.notFound, "no capture '\(id)' in the catalog (GET /api/v1/captures lists them)")
         }
@@ -95,6 +110,44 @@ struct CapturesController {
         return entry
     }
 
+    /// The capture's manifest: a folder's read on `BlockingWork`'s threads, an object store's fetched.
+    static func manifest(of entry: CaptureCatalog.Entry, in store: any CaptureStorage) async throws -> CaptureManifest {
+        if let local = store as? CaptureStore { return try await BlockingWork.run { try local.manifest(of: entry) } }
+        do {
+            return try await store.manifest(of: entry)
+        } catch let error as ObjectStoreError {
+            throw Self.problem(error, "manifest.json", of: entry, in: store)
+        }
+    }
+
+    /// The bytes of file `name` of a capture in an object store (or any store but a folder).
+    static func read(_ name: String, of entry: CaptureCatalog.Entry, in store: any CaptureStorage) async throws -> [UInt8] {
+        do {
+            return try await store.readFile(name, in: try store.handle(of: entry))
+        } catch let error as ObjectStoreError {
+            throw Self.problem(error, name, of: entry, in: store)
+        }
+    }
+
+    /// A store's failure to give file `name` as the API answers it: a missing object is a 404 naming the
+    /// capture and the file, any other failure (the store down, the credentials refused) a 503 saying
+    /// what the store said.
+    static func problem(_ error: ObjectStoreError, _ name: String, of entry: CaptureCatalog.Entry, in store: any CaptureStorage) -> ServiceError {
+        guard error.kind == .notFound else {
+            return ServiceError(.unavailable, "cannot read \(name) of capture \(entry.id) from \(store.storeURL): \(error.description)")
+        }
+        return ServiceError(.notFound, "capture \(entry.id) has no file \(name) in \(store.storeURL) (its manifest lists its files)")
+    }
+
+    static func notAFile(_ relative: String, of entry: CaptureCatalog.Entry) -> ServiceError {
+        ServiceError(.badRequest, "'\(relative)' is not a file of capture \(entry.id): give a path inside it, e.g. contact-sheet.png")
+    }
+
+    /// The content type of a capture's file, by its extension.
+    static func contentType(of name: String) -> String {
+        MediaType.getMediaType(forExtension: URL(fileURLWithPath: name).pathExtension)?.description ?? "application/octet-stream"
+    }
+
     /// The regular file `relative` of a capture, its symbolic links resolved: one that leads out of the
     /// captures directory is refused as if it were not there.
     static func file(_ relative: String, of entry: CaptureCatalog.Entry, in store: CaptureStore) async throws -> URL {
@@ -103,7 +156,7 @@ struct CapturesController {
         do {
             url = try CaptureStore.file(relative, in: directory)
         } catch {
-            throw ServiceError(.badRequest, "'\(relative)' is not a file of capture \(entry.id): give a path inside it, e.g. contact-sheet.png")
+            throw Self.notAFile(relative, of: entry)
         }
         let root = store.root
         let resolved = try await BlockingWork.run { () -> URL? in

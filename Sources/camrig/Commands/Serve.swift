@@ -1,5 +1,6 @@
 import ArgumentParser
 import CamRigCLI
+import CamRigCapture
 import CamRigCoordinator
 import CamRigLocalRig
 import CamRigSecurity
@@ -29,12 +30,17 @@ struct Serve: AsyncParsableCommand {
     func run() async throws {
         let logger = output.makeLogger(label: "camrig.serve")
         var arguments = serve.arguments + ["--log-level", output.logLevel.rawValue]
-        if let out = captures.out { arguments += ["--out", out] }
         if output.json { arguments.append("--json") }
         do {
+            // Where captures go as camrig resolves it (--out, $CAMRIG_CAPTURES, the rig file's store: url),
+            // and this machine's folder for an object store's catalog and work.
+            let settings = rig.storeSettings()
+            arguments += ["--out", captures.address(settings), "--state", captures.stateDirectory.path]
             arguments += ["--rig-name", try rig.resolvedRigName()]
-            // Through the environment, not the arguments: a password in the URL stays out of ps.
+            // Through the environment, not the arguments: a password in the URL, or the store's secret key,
+            // stays out of ps.
             if let catalog = captures.catalog { setenv("CAMRIG_CATALOG", catalog, 1) }
+            if let json = Self.json(settings) { setenv("CAMRIG_STORE_SETTINGS", json, 1) } else { unsetenv("CAMRIG_STORE_SETTINGS") }
             if serve.loopback == nil {
                 let (endpoints, security) = try rig.resolve(logger: logger, allowingNoAgents: serve.enroll)
                 guard case .tls(let mutual) = security, let directory = try rig.tlsDirectoryPath() else {
@@ -47,6 +53,22 @@ struct Serve: AsyncParsableCommand {
         } catch {
             throw userFacing(error)
         }
+    }
+
+    /// The rig file's `store:` settings as JSON with the rig file's keys, as the service reads them from
+    /// CAMRIG_STORE_SETTINGS; nil when it says nothing of a store.
+    static func json(_ settings: ObjectStoreLocation.Settings) -> String? {
+        var fields: [String: Any] = [:]
+        let strings: [(String, String?)] = [
+            ("url", settings.url), ("endpoint", settings.endpoint), ("region", settings.region), ("access_key_id", settings.accessKeyID),
+            ("secret_access_key", settings.secretAccessKey), ("session_token", settings.sessionToken), ("ca_bundle", settings.caBundle),
+            ("agent_access_key_id", settings.agentAccessKeyID), ("agent_secret_access_key", settings.agentSecretAccessKey),
+        ]
+        for (key, value) in strings { if let value { fields[key] = value } }
+        if let pathStyle = settings.pathStyle { fields["path_style"] = pathStyle }
+        if let partSize = settings.partSizeMiB { fields["part_size_mib"] = partSize }
+        guard !fields.isEmpty, let data = try? JSONSerialization.data(withJSONObject: fields, options: [.sortedKeys]) else { return nil }
+        return String(decoding: data, as: UTF8.self)
     }
 
     /// The `camrig-service` program: `$CAMRIG_SERVICE_PROGRAM`, else next to this executable, else on `PATH`.

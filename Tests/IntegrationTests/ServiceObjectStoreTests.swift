@@ -1,0 +1,73 @@
+import CamRigObjectStore
+import CamRigTestSupport
+import Foundation
+import Testing
+
+/// `camrig serve --out s3://…`: the service captures into a real S3-compatible store (OpenStack Swift's
+/// s3api, started by scripts/object-store) and serves the capture back from it through its API.
+@Suite("Coordinator service with its captures in an object store", .serialized, .timeLimit(.minutes(4)))
+struct ServiceObjectStoreTests {
+    @Test("a photo taken through the service lands in the store; the API lists it there and serves its summary, manifest and contact sheet from it")
+    func photoInTheStore() async throws {
+        let server = try ObjectStoreServer.start()
+        defer { try? server.remove() }
+        let state = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-serve-state-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: state) }
+        let out = "s3://rig-s/captures"
+        let served = try await ServedRig(agents: 1, ["--out", out, "--state", state.path], environment: server.environment)
+
+        #expect(
+            try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(200)) {
+                ((try served.json("/api/v1/session") as? [String: Any])?["cameras"] as? Int) == 1
+            }, "no session: \(served.log().suffix(2000))")
+        let photo = try served.curl("/api/v1/captures/photo", ["-H", "Content-Type: application/json", "-X", "POST", "--data", #"{"quality": "speed"}"#])
+        #expect(photo.status == 202, "\(photo.output)")
+        var capture: String?
+        var failure: String?
+        #expect(
+            try await eventually(timeout: .seconds(60), pollingEvery: .milliseconds(200)) {
+                let jobs = try served.json("/api/v1/jobs") as? [[String: Any]]
+                capture = jobs?.first?["capture_id"] as? String
+                failure = jobs?.first?["state"] as? String == "failed" ? "\(jobs?.first ?? [:])" : nil
+                return capture != nil || failure != nil
+            })
+        let id = try #require(capture, "the photo did not finish: \(failure ?? "")\n\(served.log().suffix(2000))")
+
+        let listed = try #require(try served.json("/api/v1/captures") as? [[String: Any]])
+        let entry = try #require(listed.first { $0["id"] as? String == id }, "\(listed)")
+        #expect(entry["store"] as? String == out, "\(entry)")
+        let summary = try #require(try served.json("/api/v1/captures/\(id)") as? [String: Any])
+        #expect(summary["directory"] as? String == "\(out)/\(id)", "\(summary)")
+        let manifest = try #require(try served.json("/api/v1/captures/\(id)/manifest") as? [String: Any])
+        #expect(manifest["id"] as? String == id && manifest["state"] as? String == "complete", "\(manifest)")
+
+        // The contact sheet as the store holds it, byte for byte.
+        let sheet = try served.download("/api/v1/captures/\(id)/files/contact-sheet.png")
+        #expect(sheet.status == 200 && sheet.type == "image/png", "\(sheet.status) \(sheet.type)")
+        let client = try S3Client(try server.location(bucket: "rig-s"))
+        let stored = try await client.get("captures/\(id)/contact-sheet.png")
+        await client.shutdown()
+        #expect(sheet.body.starts(with: [0x89, 0x50, 0x4E, 0x47]) && sheet.body == Data(stored.readableBytesView))
+        let missing = try served.curl("/api/v1/captures/\(id)/files/no-such-file.png")
+        #expect(missing.status == 404 && missing.output.contains(id) && missing.output.contains("no-such-file.png"), "\(missing.output)")
+
+        #expect(await served.stop() != nil, "camrig serve did not stop within 20 s of SIGTERM")
+    }
+}
+
+extension ServedRig {
+    /// A GET with the token, its body kept as bytes: the status, the content type and the body.
+    func download(_ path: String) throws -> (status: Int, type: String, body: Data) {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-download-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: file) }
+        let result = try Executables.runTool(
+            "/usr/bin/curl",
+            [
+                "-sS", "--http1.1", "--max-time", "20", "--cacert", ca, "-H", "Authorization: Bearer \(token)", "-o", file.path, "-w", "%{http_code} %{content_type}",
+                base + path,
+            ], timeout: 30)
+        #expect(result.status == 0, "curl \(path): \(result.stderr)")
+        let fields = result.stdout.split(separator: " ", maxSplits: 1).map(String.init)
+        return (Int(fields.first ?? "") ?? 0, fields.count > 1 ? fields[1] : "", (try? Data(contentsOf: file)) ?? Data())
+    }
+}
