@@ -9,7 +9,12 @@ import Testing
 /// the catalog without its password.
 @Suite("PostgreSQL capture catalog", .postgresServer, .timeLimit(.minutes(2)))
 struct PostgresCaptureCatalogTests {
-    static let logger = Logger(label: "camrig.test.catalog")
+    /// Warnings and worse: the pool's info lines on every refused connection are what `serverGone` causes.
+    static let logger = {
+        var logger = Logger(label: "camrig.test.catalog")
+        logger.logLevel = .warning
+        return logger
+    }()
 
     /// A catalog on the suite's server, closed after `body`; and a namespace of its own for ids and rigs.
     static func withCatalog(_ body: (PostgresCaptureCatalog, String) async throws -> Void) async throws {
@@ -76,6 +81,31 @@ struct PostgresCaptureCatalogTests {
             #expect(reopened.appliedMigrations.isEmpty)
             #expect(try await reopened.entry("m-20261126-053000-photo")?.rig == "north-m")
             for catalog in catalogs + [reopened] { await catalog.close() }
+        } catch {
+            await server.stop()
+            throw error
+        }
+        await server.stop()
+    }
+
+    @Test("a server that goes away: an operation fails within seconds, naming the catalog and what to do; back, the catalog works again")
+    func serverGone() async throws {
+        let server = try await PostgresTestServer.start()
+        do {
+            let catalog = try await PostgresCaptureCatalog(url: server.url, logger: Self.logger)
+            #expect(try await catalog.reserve(id: "gone-1", kind: "photo", created: "2026-11-26T05:30:00.000Z", rig: "north", store: "/srv"))
+            try await server.pause()
+            let began = ContinuousClock.now
+            let error = await #expect(throws: StorageError.self) {
+                try await catalog.reserve(id: "gone-2", kind: "photo", created: "2026-11-26T05:30:00.000Z", rig: "north", store: "/srv")
+            }
+            #expect(ContinuousClock.now - began < .seconds(20), "the pool's own minute of retries was waited for")
+            let message = error?.description ?? ""
+            #expect(message.hasPrefix("cannot reserve capture id gone-2 in the catalog \(catalog.location): "), "\(message)")
+            #expect(message.contains("is PostgreSQL running at 127.0.0.1:"), "\(message)")
+            try await server.resume()
+            #expect(try await catalog.reserve(id: "gone-2", kind: "photo", created: "2026-11-26T05:30:00.000Z", rig: "north", store: "/srv"))
+            await catalog.close()
         } catch {
             await server.stop()
             throw error

@@ -34,6 +34,18 @@ final class PostgresTestServer: Sendable {
         return PostgresTestServer(directory: directory, url: String(line.dropFirst("CAMRIG_TEST_POSTGRES_URL=".count)))
     }
 
+    /// Stops the server, keeping its directory (`resume` starts it again, on the same port).
+    func pause() async throws {
+        let (status, output) = try await Self.run(["stop", directory.path])
+        guard status == 0 else { throw StorageError("scripts/postgres stop \(directory.path) failed (exit status \(status)):\n\(output)") }
+    }
+
+    /// Starts the server `pause` stopped.
+    func resume() async throws {
+        let (status, output) = try await Self.run(["start", directory.path])
+        guard status == 0 else { throw StorageError("scripts/postgres start \(directory.path) failed (exit status \(status)):\n\(output)") }
+    }
+
     /// Stops the server and removes its directory.
     func stop() async {
         _ = try? await Self.run(["stop", directory.path])

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import PostgresNIO
 
 /// The capture catalog in PostgreSQL (postgres-nio's `PostgresClient`): one catalog that the coordinators
@@ -63,7 +64,10 @@ public final class PostgresCaptureCatalog: CaptureCatalog {
 
     public func record(_ entry: CaptureCatalogEntry) async throws {
         do {
-            try await client.query(Self.query(CatalogSQL.upsert(entry)), logger: logger)
+            let logger = self.logger
+            try await withPooledConnection { connection in
+                _ = try await connection.query(Self.query(CatalogSQL.upsert(entry)), logger: logger).collect()
+            }
         } catch {
             throw Self.failure("cannot record capture \(entry.id) in the catalog \(address)", error, address: address)
         }
@@ -84,8 +88,10 @@ public final class PostgresCaptureCatalog: CaptureCatalog {
     public func reserve(id: String, kind: String, created: String, rig: String, store: String) async throws -> Bool {
         let statement = CatalogSQL.reserve(CaptureCatalogEntry(reservedID: id, kind: kind, created: created, rig: rig, store: store))
         do {
-            let rows = try await client.query(Self.query(statement), logger: logger).collect()
-            return !rows.isEmpty
+            let logger = self.logger
+            return try await withPooledConnection { connection in
+                !(try await connection.query(Self.query(statement), logger: logger).collect()).isEmpty
+            }
         } catch {
             throw Self.failure("cannot reserve capture id \(id) in the catalog \(address)", error, address: address)
         }
@@ -99,13 +105,53 @@ public final class PostgresCaptureCatalog: CaptureCatalog {
 
     private func fetch(_ statement: CatalogSQL.Statement) async throws -> [CaptureCatalogEntry] {
         do {
-            var entries: [CaptureCatalogEntry] = []
-            for try await row in try await client.query(Self.query(statement), logger: logger) {
-                entries.append(try CaptureCatalogEntry(PostgresCatalogRow(cells: Array(row))))
+            let logger = self.logger
+            return try await withPooledConnection { connection in
+                var entries: [CaptureCatalogEntry] = []
+                for try await row in try await connection.query(Self.query(statement), logger: logger) {
+                    entries.append(try CaptureCatalogEntry(PostgresCatalogRow(cells: Array(row))))
+                }
+                return entries
             }
-            return entries
         } catch {
             throw Self.failure("cannot read the capture catalog \(address)", error, address: address)
+        }
+    }
+
+    /// How long an operation waits for a connection of the client's pool. (The pool itself keeps trying a
+    /// server that is down for a minute before it fails what waits.)
+    static let connectionWait: Duration = .seconds(10)
+
+    /// No connection of the pool came within `connectionWait`.
+    struct NoConnection: Error {}
+
+    /// Runs `body` over a connection of the client's pool, waiting at most `connectionWait` for one; a
+    /// query that has its connection runs to its end.
+    private func withPooledConnection<Result: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> Result) async throws -> Result {
+        let client = self.client
+        let leased = NIOLockedValueBox(false)
+        return try await withThrowingTaskGroup(of: Result?.self) { group in
+            group.addTask {
+                try await client.withConnection { connection in
+                    leased.withLockedValue { $0 = true }
+                    return try await body(connection)
+                }
+            }
+            group.addTask {
+                try await Task.sleep(for: Self.connectionWait)
+                return nil
+            }
+            while let outcome = try await group.next() {
+                if let result = outcome {
+                    group.cancelAll()
+                    return result
+                }
+                if !leased.withLockedValue({ $0 }) {
+                    group.cancelAll()
+                    throw NoConnection()
+                }
+            }
+            throw CancellationError()
         }
     }
 
@@ -240,6 +286,9 @@ public final class PostgresCaptureCatalog: CaptureCatalog {
         }
         if error is NIOSSLError {
             return ("TLS failed (\(error))", "check the server's certificate (sslmode=verify-full checks it against the system's roots and the host name), or use sslmode=require")
+        }
+        if error is NoConnection {
+            return ("no connection within \(connectionWait)", "is PostgreSQL running at \(server)? start it, \(fallback)")
         }
         if "\(error)".contains("connectionCreationCircuitBreakerTripped") {
             return ("no connection could be made for a minute", "is PostgreSQL running at \(server)? start it, \(fallback)")
