@@ -6,11 +6,12 @@ import PostgresNIO
 /// The capture catalog in PostgreSQL (postgres-nio's `PostgresClient`): one catalog that the coordinators
 /// of several rigs write at once, each row saying its rig.
 ///
-/// Opening connects once on its own (so that a server that is down or refuses the login fails at once,
-/// with the server's reason), migrates, then starts the client whose `run()` lives in a task this catalog
-/// owns until `close()`. The migrations are `CatalogSQL.migrations`, the SQL SQLite runs, recorded in
-/// `camrig_migrations` and applied in one transaction holding an advisory lock: coordinators starting
-/// at once wait for one another, and each migration runs once.
+/// Opening starts the client, whose `run()` lives in a task this catalog owns until `close()`, and
+/// migrates over a connection of its own (so that a server that is down or refuses the login fails at
+/// once, with the server's reason, and nothing is left running). The migrations are
+/// `CatalogSQL.migrations`, the SQL SQLite runs, recorded in `camrig_migrations` and applied in one
+/// transaction holding an advisory lock: coordinators starting at once wait for one another, and each
+/// migration runs once. Each operation then waits at most `connectionWait` for a pooled connection.
 public final class PostgresCaptureCatalog: CaptureCatalog {
     /// Takes the advisory lock the migrations hold until their transaction ends: its key is `CamRig` in
     /// ASCII, a number no other program using the database is likely to take.
