@@ -5,7 +5,7 @@ import Testing
 
 /// The SQLite catalog (`catalog.sqlite` in a captures directory): what every catalog does, and catalogs
 /// made by earlier CamRig versions migrated in place.
-@Suite("SQLite capture catalog", .timeLimit(.minutes(1)))
+@Suite("SQLite capture catalog", .timeLimit(.minutes(2)))
 struct SQLiteCaptureCatalogTests {
     /// A new catalog in a new directory; removed after `body`.
     static func withCatalog(_ body: (SQLiteCaptureCatalog, URL) async throws -> Void) async throws {
