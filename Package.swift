@@ -382,6 +382,8 @@ let package = Package(
             dependencies: [
                 "CamRigStorage", "CamRigCapture", "CamRigFiles", "CamRigDevices", "CamRigImage", "CZlib",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(

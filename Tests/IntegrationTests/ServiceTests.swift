@@ -210,11 +210,17 @@ extension ServiceTests {
 
         // A viewer's connection stays open across its certificate's revocation: its next request is refused.
         let client = try ServiceClient(url: "https://127.0.0.1:\(port.value)", directory: pki.directory, identityName: "viewer-1")
-        let before: Access = try await client.get("/api/v1/whoami")
-        #expect(before.role == .viewer)
-        _ = try pki.directory.revoke(name: "viewer-1", reason: .keyCompromise)
-        let refused = await #expect(throws: ServiceClient.Failure.self) { let _: Access = try await client.get("/api/v1/whoami") }
-        #expect(refused?.status == 401 && refused?.detail.contains("revoked") == true, "\(String(describing: refused))")
+        do {
+            let before: Access = try await client.get("/api/v1/whoami")
+            #expect(before.role == .viewer)
+            _ = try pki.directory.revoke(name: "viewer-1", reason: .keyCompromise)
+            let refused = await #expect(throws: ServiceClient.Failure.self) { let _: Access = try await client.get("/api/v1/whoami") }
+            #expect(refused?.status == 401 && refused?.detail.contains("revoked") == true, "\(String(describing: refused))")
+        } catch {
+            // Shut down on every path: a client dropped without it stops the whole test process.
+            await client.shutdown()
+            throw error
+        }
         await client.shutdown()
     }
 }
