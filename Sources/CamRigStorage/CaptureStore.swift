@@ -242,10 +242,7 @@ public struct CaptureStore: Sendable {
 
     private func unfinished(_ manifest: CaptureManifest, directory: String) -> UnfinishedCapture? {
         guard let kind = CaptureKind(rawValue: manifest.kind) else { return nil }
-        // Unfinished: a coordinator was at it when it stopped, or agents still hold results of it (or have
-        // deferred photos' finals to make).
-        let unfinished = manifest.state == .inProgress || manifest.state == .offloading || !manifest.collectable.isEmpty || !(manifest.unacknowledged ?? []).isEmpty || !manifest.awaitingFinals.isEmpty
-        guard unfinished else { return nil }
+        guard manifest.isUnfinished else { return nil }
         let url = root.appendingPathComponent(directory)
         return UnfinishedCapture(handle: CaptureHandle(id: manifest.id, kind: kind, location: url), manifest: manifest, journal: journal(in: url))
     }
@@ -281,12 +278,17 @@ public struct CaptureStore: Sendable {
     static func readManifest(in directory: URL) throws -> CaptureManifest? {
         let url = directory.appendingPathComponent("manifest.json")
         guard let data = FileManager.default.contents(atPath: url.path) else { return nil }
+        return try decodeManifest(data, from: url.path)
+    }
+
+    /// A manifest from the bytes `manifest.json` holds (`from` names where, for the error).
+    static func decodeManifest(_ data: Data, from place: String) throws -> CaptureManifest {
         let decoder = JSONDecoder()
         decoder.keyDecodingStrategy = .convertFromSnakeCase
         do {
             return try decoder.decode(CaptureManifest.self, from: data)
         } catch {
-            throw StorageError("cannot read \(url.path): \(error)")
+            throw StorageError("cannot read \(place): \(error)")
         }
     }
 
@@ -327,8 +329,7 @@ public struct CaptureStore: Sendable {
     /// `relative` under `directory`, refusing names that would leave it or hide in it (a leading dot is
     /// also how `DurableFile` names its temporary files).
     public static func file(_ relative: String, in directory: URL) throws -> URL {
-        let components = relative.split(separator: "/", omittingEmptySubsequences: false)
-        guard !components.contains(where: { $0.isEmpty || $0.hasPrefix(".") }) else {
+        guard CaptureFileNames.isValid(relative) else {
             throw StorageError("\(relative.debugDescription) is not a file name inside the capture \(directory.path)")
         }
         return directory.appendingPathComponent(relative)

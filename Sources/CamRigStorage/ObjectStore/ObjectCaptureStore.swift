@@ -89,13 +89,7 @@ public final class ObjectCaptureStore: Sendable {
     func readManifest(_ id: String) async throws -> CaptureManifest? {
         guard try await client.head(key("manifest.json", of: id)) != nil else { return nil }
         let bytes = try await client.get(key("manifest.json", of: id))
-        let decoder = JSONDecoder()
-        decoder.keyDecodingStrategy = .convertFromSnakeCase
-        do {
-            return try decoder.decode(CaptureManifest.self, from: Data(buffer: bytes))
-        } catch {
-            throw StorageError("cannot read \(location.url)/\(id)/manifest.json: \(error)")
-        }
+        return try CaptureStore.decodeManifest(Data(buffer: bytes), from: "\(location.url)/\(id)/manifest.json")
     }
 
     private func putManifest(_ manifest: CaptureManifest, id: String) async throws {
