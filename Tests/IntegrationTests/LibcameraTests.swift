@@ -264,14 +264,16 @@ struct LibcameraTests {
         for frame in set.frames {
             let camera = photo.cameras[frame.camera]
             if camera.device.hasPrefix("libcamera:") {
-                // Queued at the grid instant; made (and stamped) by the pipeline right after.
-                #expect(abs(frame.timestampNs - instant) < 2_000_000, "\(camera.device): \(frame.timestampNs - instant) ns from the grid instant")
+                // Queued at the grid instant; made (and stamped) by the pipeline right after: in software, a
+                // few milliseconds later on a loaded machine (3 ms seen), where an unlocked camera's frame
+                // would be anywhere in the 33 ms period.
+                #expect(abs(frame.timestampNs - instant) < 5_000_000, "\(camera.device): \(frame.timestampNs - instant) ns from the grid instant")
             } else {
                 let truth = try #require(node.trueStart(ofStamp: frame.agentTimestampNs), "frame \(frame.sequence) not in the truth log")
                 #expect(abs(truth - instant) < 300_000, "the emulated sensor truly exposed \(truth - instant) ns from the grid instant")
             }
         }
-        #expect(set.skewNs < 2_000_000, "skew \(set.skewNs) ns")
+        #expect(set.skewNs < 5_000_000, "skew \(set.skewNs) ns")
         await session.stop()
         await pool.stop()
     }
