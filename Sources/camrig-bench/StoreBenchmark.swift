@@ -157,29 +157,30 @@ struct StoreBenchmark: AsyncParsableCommand {
     /// MB/s of `files` uploaded at once by boto3, one process per file: the bytes over the longest of the
     /// processes' own upload times (each times its uploads only, not Python's start nor its imports).
     private func baseline(_ files: [URL], round: Int, environment: [String: String]) async throws -> Double {
-        let runs = try files.map { file -> (Process, Pipe) in
-            let process = Process()
-            let output = Pipe()
-            process.executableURL = Self.scripts.appendingPathComponent("s3-put-baseline")
-            process.arguments = [
-                "--bucket", "bench", "--prefix", "boto3/\(round)/\(files.count)/", "--concurrency", "\(partConcurrency)", "--part-size", "\(partSize)", file.path,
-            ]
-            process.environment = environment
-            process.standardOutput = output
-            try process.run()
-            return (process, output)
+        let script = Self.scripts.appendingPathComponent("s3-put-baseline").path
+        let (partConcurrency, partSize) = (self.partConcurrency, self.partSize)
+        // One process per agent, all at once; each is run and reaped on a thread of its own (ToolRunner).
+        let results = try await withThrowingTaskGroup(of: ToolRunner.Result.self) { group in
+            for file in files {
+                group.addTask {
+                    try await ToolRunner.run(
+                        script,
+                        [
+                            "--bucket", "bench", "--prefix", "boto3/\(round)/\(files.count)/", "--concurrency", "\(partConcurrency)", "--part-size",
+                            "\(partSize)", file.path,
+                        ], environment: environment, timeout: 600)
+                }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
         }
         var bytes = 0.0
         var longest = 0.0
-        for (process, output) in runs {
-            // Read off the cooperative threads: the processes take seconds.
-            let data = try await onDedicatedThread("s3-put-baseline") { output.fileHandleForReading.readDataToEndOfFile() }
-            process.waitUntilExit()
-            guard process.terminationStatus == 0,
-                let fields = try? JSONSerialization.jsonObject(with: data) as? [String: Any], let sent = fields["bytes"] as? Double ?? (fields["bytes"] as? Int).map(Double.init),
-                let seconds = fields["seconds"] as? Double
+        for result in results {
+            guard result.status == 0,
+                let fields = try? JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any],
+                let sent = fields["bytes"] as? Double ?? (fields["bytes"] as? Int).map(Double.init), let seconds = fields["seconds"] as? Double
             else {
-                throw CommandFailure("scripts/s3-put-baseline failed (\(process.terminationStatus)): \(String(decoding: data, as: UTF8.self))")
+                throw CommandFailure("scripts/s3-put-baseline failed (\(result.status)): \(result.stdout)\(result.stderr)")
             }
             bytes += sent
             longest = max(longest, seconds)
