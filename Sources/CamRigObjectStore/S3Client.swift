@@ -123,13 +123,8 @@ public final class S3Client: Sendable {
         return id
     }
 
-    /// Uploads one part, with its MD5 for the store to check; returns its entity tag (the MD5, hex).
-    public func uploadPart(_ key: String, uploadID: String, number: Int, body: ByteBuffer) async throws -> String {
-        let (md5, sha) = body.withUnsafeReadableBytes { (Array(Insecure.MD5.hash(data: $0)), SignatureV4.hex(SHA256.hash(data: $0))) }
-        return try await uploadPart(key, uploadID: uploadID, number: number, body: body, md5: md5, sha256: sha)
-    }
-
-    /// Uploads one part whose MD5 and SHA-256 (hex) the caller has computed already.
+    /// Uploads one part, with its MD5 (which the caller computed, with its SHA-256 in hex) for the store
+    /// to check; returns its entity tag (the MD5, hex).
     @discardableResult
     public func uploadPart(_ key: String, uploadID: String, number: Int, body: ByteBuffer, md5 digest: [UInt8], sha256 sha: String) async throws -> String {
         let md5 = Data(digest)

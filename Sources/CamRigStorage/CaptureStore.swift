@@ -150,12 +150,15 @@ public struct CaptureStore: Sendable {
     /// lets go of it), and a collector while it works on the capture.
     public static let lockFile = ".capture.lock"
 
-    /// Locks this process holds for captures it is writing, by directory path.
+    /// Locks this process holds for captures it is writing, by lock file path.
     private static let held = NIOLockedValueBox<[String: Int32]>([:])
 
     /// Takes the capture's lock if nobody holds it; the file descriptor holding it, or `nil`.
-    static func tryLock(_ directory: URL) -> Int32? {
-        let fd = open(directory.appendingPathComponent(lockFile).path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+    static func tryLock(_ directory: URL) -> Int32? { tryLock(file: directory.appendingPathComponent(lockFile)) }
+
+    /// Takes the lock `file` (`flock`, made if missing) if nobody holds it; the descriptor, or `nil`.
+    static func tryLock(file: URL) -> Int32? {
+        let fd = open(file.path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
         guard fd >= 0 else { return nil }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             close(fd)
@@ -164,20 +167,25 @@ public struct CaptureStore: Sendable {
         return fd
     }
 
-    private static func hold(_ directory: URL) throws {
-        guard let fd = tryLock(directory) else {
-            throw StorageError("cannot lock \(directory.appendingPathComponent(lockFile).path): \(String(cString: strerror(errno)))")
+    private static func hold(_ directory: URL) throws { try hold(file: directory.appendingPathComponent(lockFile)) }
+
+    /// Takes the lock `file` for this process until `letGo(file:)` (a capture's writer, `started` to `finish`).
+    static func hold(file: URL) throws {
+        guard let fd = tryLock(file: file) else {
+            throw StorageError("cannot lock \(file.path): \(String(cString: strerror(errno)))")
         }
         if let previous = held.withLockedValue({ held in
-            defer { held[directory.path] = fd }
-            return held[directory.path]
+            defer { held[file.path] = fd }
+            return held[file.path]
         }) {
             close(previous)
         }
     }
 
-    private static func letGo(_ directory: URL) {
-        if let fd = held.withLockedValue({ $0.removeValue(forKey: directory.path) }) { close(fd) }
+    private static func letGo(_ directory: URL) { letGo(file: directory.appendingPathComponent(lockFile)) }
+
+    static func letGo(file: URL) {
+        if let fd = held.withLockedValue({ $0.removeValue(forKey: file.path) }) { close(fd) }
     }
 
     /// Writes the manifest of a capture just begun and lists it in the catalog.

@@ -31,9 +31,6 @@ public final class ObjectCaptureStore: Sendable {
     /// only write (where the store has such policies), so a camera host never holds the coordinator's.
     public let agentCredentials: ObjectStoreCredentials?
 
-    /// Locks this process holds for captures it is writing, by capture id.
-    private let held = NIOLockedValueBox<[String: Int32]>([:])
-
     public init(
         location: ObjectStoreLocation, catalog: any CaptureCatalog, rig: String, scratch: URL,
         agentCredentials: ObjectStoreCredentials? = nil
@@ -113,19 +110,8 @@ public final class ObjectCaptureStore: Sendable {
         return entries
     }
 
-    private func lock(_ id: String) -> Int32? {
-        let fd = open(scratch.appendingPathComponent("locks/\(id).lock").path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { return nil }
-        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
-            close(fd)
-            return nil
-        }
-        return fd
-    }
-
-    private func letGo(_ id: String) {
-        if let fd = held.withLockedValue({ $0.removeValue(forKey: id) }) { close(fd) }
-    }
+    /// The lock file of capture `id`, in `scratch` (the store has no locks of its own).
+    private func lockFile(_ id: String) -> URL { scratch.appendingPathComponent("locks/\(id).lock") }
 }
 
 extension CaptureManifest {
@@ -209,19 +195,11 @@ extension ObjectCaptureStore: CaptureSink {
         try await putManifest(manifest, id: capture.id)
         try await catalog.record(CaptureCatalogEntry(manifest: manifest, directory: capture.id, rig: rig, store: location.url))
         try? FileManager.default.removeItem(at: scratch.appendingPathComponent("spill").appendingPathComponent(capture.id))
-        letGo(capture.id)
+        CaptureStore.letGo(file: lockFile(capture.id))
     }
 
     public func started(_ manifest: CaptureManifest, in capture: CaptureHandle) async throws {
-        guard let fd = lock(capture.id) else {
-            throw StorageError("cannot lock capture \(capture.id) in \(scratch.appendingPathComponent("locks").path): another process holds it")
-        }
-        if let previous = held.withLockedValue({ held in
-            defer { held[capture.id] = fd }
-            return held[capture.id]
-        }) {
-            close(previous)
-        }
+        try CaptureStore.hold(file: lockFile(capture.id))
         try await putManifest(manifest, id: capture.id)
         try await catalog.record(CaptureCatalogEntry(manifest: manifest, directory: capture.id, rig: rig, store: location.url))
     }
@@ -252,12 +230,12 @@ extension ObjectCaptureStore: CaptureSink {
     }
 
     public func claim(_ capture: CaptureHandle) async -> CaptureClaim? {
-        guard let fd = lock(capture.id) else { return nil }
+        guard let fd = CaptureStore.tryLock(file: lockFile(capture.id)) else { return nil }
         return CaptureClaim { close(fd) }
     }
 
     public func abandon(_ capture: CaptureHandle) async {
-        letGo(capture.id)
+        CaptureStore.letGo(file: lockFile(capture.id))
     }
 
     public func readFile(_ name: String, in capture: CaptureHandle) async throws -> [UInt8] {
