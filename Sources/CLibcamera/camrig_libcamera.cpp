@@ -748,6 +748,13 @@ int camrig_lc_queue(camrig_lc_camera *camera, uint32_t index, char *error, size_
     }
     Request *request = camera->requests[index].get();
     request->reuse(Request::ReuseBuffers);
+    // A buffer's status counts as the pipeline's verdict when the request completes, and a cancelled one
+    // cancels the whole request. libcamera 0.4 leaves it uninitialised in a new FrameBuffer and never resets
+    // it, and its virtual pipeline never sets it: left alone, a buffer that happened to read as cancelled
+    // (or was cancelled once by a stop) would cancel every request it rides on. Pipelines that do set it
+    // (every kernel-backed one, as a buffer is dequeued) overwrite this.
+    for (auto &[stream, buffer] : request->buffers())
+        const_cast<FrameMetadata &>(buffer->metadata()).status = FrameMetadata::FrameSuccess;
     {
         std::lock_guard<std::mutex> guard(camera->lock);
         if (!camera->running) {

@@ -410,6 +410,7 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
                             HostClock.sleep(untilMonotonic: slept + 20_000_000)
                             slept = HostClock.monotonicNow()
                         }
+                        guard stream.running.withLockedValue({ $0 }) else { break loop }
                         HostClock.sleep(untilMonotonic: due)
                         guard stream.running.withLockedValue({ $0 }) else { break loop }
                         free.removeFirst()
