@@ -24,8 +24,8 @@
 //   CamRigImage        image files of frames: PNG (CZlib) for raw pixel formats, JPEG as it came
 //   CamRigCapture      what a capture produces: manifests, contact sheets, the sink protocol storage implements,
 //                      where captures go (an object store's address and credentials)
-//   CamRigObjectStore  S3-compatible object storage: AWS Signature V4 (swift-crypto), requests over
-//                      AsyncHTTPClient, resumable checksummed multipart uploads
+//   CamRigObjectStore  S3-compatible object storage: AWS Signature V4 (swift-crypto), requests on SwiftNIO's
+//                      HTTP/1.1 codec over kept-alive connections, resumable checksummed multipart uploads
 //   CamRigWireModel    the only mapping between wire messages and the device model (and object store targets)
 //   CamRigStorage      capture stores (a local folder, or S3-compatible object storage) and the catalog
 //                      (SQLite through GRDB, or PostgreSQL through postgres-nio)
@@ -130,9 +130,10 @@ let package = Package(
             name: "CamRigObjectStore",
             dependencies: [
                 "CamRigFiles", "CamRigCapture",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -393,6 +394,8 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
         .testTarget(

@@ -1,4 +1,3 @@
-import AsyncHTTPClient
 import CamRigCapture
 import Crypto
 import Foundation
@@ -7,13 +6,13 @@ import NIOFoundationCompat
 import NIOHTTP1
 import NIOSSL
 
-/// The S3 API calls CamRig makes, over AsyncHTTPClient, each signed with `SignatureV4` and its payload
+/// The S3 API calls CamRig makes, over `HTTPTransport` (SwiftNIO's HTTP/1.1), each signed with `SignatureV4` and its payload
 /// hashed: objects put, read, checked and listed, and multipart uploads made, resumed and completed.
 ///
 /// One client per process part that needs one; `shutdown()` before it goes.
 public final class S3Client: Sendable {
     public let location: ObjectStoreLocation
-    private let http: HTTPClient
+    private let http: HTTPTransport
     private let signer: SignatureV4
     private let host: String
     private let timeout: TimeAmount
@@ -27,25 +26,30 @@ public final class S3Client: Sendable {
         let defaultPort = url.scheme == "https" ? 443 : 80
         let authority = url.port.map { $0 == defaultPort ? hostname : "\(hostname):\($0)" } ?? hostname
         host = location.pathStyle ? authority : "\(location.bucket).\(authority)"
-        var configuration = HTTPClient.Configuration()
-        configuration.timeout = .init(connect: .seconds(10), read: timeout)
-        configuration.connectionPool = .init(idleTimeout: .seconds(30), concurrentHTTP1ConnectionsPerHostSoftLimit: 16)
-        configuration.decompression = .disabled
-        if let bundle = location.caBundle {
-            var tls = TLSConfiguration.makeClientConfiguration()
-            do {
-                tls.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(bundle))
-            } catch {
-                throw ObjectStoreError.configuration("cannot read the CA bundle \(bundle) (AWS_CA_BUNDLE): \(error)")
+        var tls: TLSConfiguration?
+        if url.scheme == "https" {
+            var configuration = TLSConfiguration.makeClientConfiguration()
+            configuration.minimumTLSVersion = .tlsv12
+            if let bundle = location.caBundle {
+                do {
+                    configuration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(bundle))
+                } catch {
+                    throw ObjectStoreError.configuration("cannot read the CA bundle \(bundle) (AWS_CA_BUNDLE): \(error)")
+                }
             }
-            configuration.tlsConfiguration = tls
+            tls = configuration
         }
-        http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+        let connectHost = location.pathStyle ? hostname : "\(location.bucket).\(hostname)"
+        do {
+            http = try HTTPTransport(host: connectHost.trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port: url.port ?? defaultPort, tls: tls)
+        } catch {
+            throw ObjectStoreError.configuration("cannot set up TLS for \(location.endpoint): \(error)")
+        }
         self.timeout = timeout
     }
 
     public func shutdown() async {
-        try? await http.shutdown()
+        await http.shutdown()
     }
 
     // MARK: Objects
@@ -214,35 +218,33 @@ public final class S3Client: Sendable {
         let authorization = signer.sign(method: method, path: path, query: query, headers: signed, payloadHash: payloadHash, date: Date())
         let queryText = query.map { $0.1.isEmpty && ["uploads"].contains($0.0) ? SignatureV4.encode($0.0) : "\(SignatureV4.encode($0.0))=\(SignatureV4.encode($0.1))" }
             .joined(separator: "&")
-        let scheme = location.endpoint.hasPrefix("https") ? "https" : "http"
-        var request = HTTPClientRequest(url: "\(scheme)://\(host)\(path)\(queryText.isEmpty ? "" : "?" + queryText)")
-        request.method = HTTPMethod(rawValue: method)
-        for (name, value) in signed where name != "host" && name != "content-length" { request.headers.add(name: name, value: value) }
-        for (name, value) in authorization { request.headers.add(name: name, value: value) }
-        if let body { request.body = .bytes(body) }
+        var head = HTTPRequestHead(version: .http1_1, method: HTTPMethod(rawValue: method), uri: "\(path)\(queryText.isEmpty ? "" : "?" + queryText)")
+        head.headers.add(name: "host", value: host)
+        for (name, value) in signed where name != "host" { head.headers.add(name: name, value: value) }
+        // A PUT or POST without a body still says so (some stores refuse a request of unknown length).
+        if body == nil, method == "PUT" || method == "POST" { head.headers.add(name: "content-length", value: "0") }
+        for (name, value) in authorization { head.headers.add(name: name, value: value) }
         let what = "\(method) \(key.map { location.bucket + "/" + $0 } ?? location.bucket)"
         // A store that is busy (503 SlowDown) or failed inside (500, 502, 504) is asked again, as AWS's own
         // clients do: each request here can be repeated without harm.
         var attempt = 0
         while true {
-            let response: HTTPClientResponse
-            let bytes: ByteBuffer
+            let response: HTTPTransport.Response
             do {
-                response = try await http.execute(request, timeout: timeout)
-                bytes = method == "HEAD" ? ByteBuffer() : try await response.body.collect(upTo: limit)
+                response = try await http.execute(head, body: body, limit: limit, timeout: timeout)
             } catch {
                 throw ObjectStoreError(
                     .unreachable, "the object store at \(location.endpoint) did not answer \(what) (\(error)); is it running, and is the endpoint right?")
             }
-            let answered = Response(status: response.status.code, headers: response.headers, body: bytes)
+            let answered = Response(status: response.status, headers: response.headers, body: response.body)
             if expect.contains(answered.status) { return answered }
             attempt += 1
             guard [500, 502, 503, 504].contains(answered.status), attempt < Self.attempts else { throw refusal(answered, what: what) }
             try await Task.sleep(for: .milliseconds(Int64(100 << min(attempt, 5)) + Int64.random(in: 0..<50)))
             // Signed again: the date moves on.
-            for (name, _) in authorization { request.headers.remove(name: name) }
+            for (name, _) in authorization { head.headers.remove(name: name) }
             for (name, value) in signer.sign(method: method, path: path, query: query, headers: signed, payloadHash: payloadHash, date: Date()) {
-                request.headers.add(name: name, value: value)
+                head.headers.add(name: name, value: value)
             }
         }
     }
