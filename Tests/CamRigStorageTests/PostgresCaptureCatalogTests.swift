@@ -1,3 +1,4 @@
+import CamRigTestSupport
 import Foundation
 import Logging
 import Testing
@@ -134,5 +135,74 @@ struct PostgresCaptureCatalogTests {
         _ = try await catalog.list(CaptureCatalog.Query(limit: 1))
         await catalog.close()
         await #expect(throws: StorageError.self) { try await catalog.list(CaptureCatalog.Query(limit: 1)) }
+    }
+
+    @Test("a rig's catalog.sqlite imported with `camrig captures import`: listed with the other rig's captures, old rows given the rig and folder, run again it adds nothing, an id another capture holds is reported and left alone")
+    func importRigCatalog() async throws {
+        try await Self.withCatalog { shared, namespace in
+            let server = try #require(PostgresTestServer.current)
+            let (west, north) = ("west-\(namespace)", "north-\(namespace)")
+            let folder = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-import-\(namespace)")
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: folder) }
+            // The rig's own catalog: a capture from before catalogs had rigs, one of the rig's, and one whose
+            // id the shared catalog already gives to rig north's capture.
+            var old = CatalogChecks.entry("\(namespace)-20250101-120000-photo", rig: "", created: "2025-01-01T12:00:00.000Z")
+            old.store = ""
+            let recent = CatalogChecks.entry("\(namespace)-20261126-100000-record", rig: west, created: "2026-11-26T10:00:00.000Z", state: "offloading", missing: 2)
+            let clash = CatalogChecks.entry("\(namespace)-20261126-110000-photo", rig: west, created: "2026-11-26T11:00:00.000Z")
+            let local = try SQLiteCaptureCatalog(directory: folder)
+            for entry in [old, recent, clash] { try await local.record(entry) }
+            await local.close()
+            let northCapture = CatalogChecks.entry(clash.id, rig: north, created: clash.created)
+            try await shared.record(northCapture)
+
+            func importFolder() throws -> Executables.Result {
+                try Executables.run("camrig", ["captures", "import", folder.path, "--catalog", server.url, "--rig", west, "--json"])
+            }
+            let first = try importFolder()
+            #expect(first.status == 1, "an id held by another capture is an error: \(first.stderr)")
+            let report = try JSONDecoder().decode(CatalogImportReportJSON.self, from: Data(first.stdout.utf8))
+            #expect(report.imported == 2 && report.updated == 0 && report.unchanged == 0)
+            #expect(report.conflicts.map(\.id) == [clash.id] && report.conflicts.first?.existing_rig == north)
+            #expect(!first.stdout.contains(try #require(try PostgresCatalogAddress(url: server.url).password)))
+
+            let listed = try await shared.list(CaptureCatalog.Query(rig: west))
+            #expect(listed.map(\.id) == [recent.id, old.id])
+            #expect(listed.last?.rig == west && listed.last?.store == folder.standardizedFileURL.path, "rows without a rig or a folder get --rig and the catalog's folder")
+            #expect(listed.first == recent, "a row the rig's catalog says where to find is copied as it is")
+            #expect(try await shared.entry(clash.id) == northCapture, "rig north's capture is left alone")
+
+            // Later, the rig's recording finished offloading: imported again, its row is brought up to date.
+            var finished = recent
+            finished.state = "complete"
+            finished.missing = 0
+            let again = try SQLiteCaptureCatalog(directory: folder)
+            try await again.record(finished)
+            await again.close()
+            let second = try importFolder()
+            let report2 = try JSONDecoder().decode(CatalogImportReportJSON.self, from: Data(second.stdout.utf8))
+            #expect(report2.imported == 0 && report2.updated == 1 && report2.unchanged == 1 && report2.conflicts.count == 1)
+            #expect(try await shared.entry(recent.id) == finished)
+            #expect(try await shared.list(CaptureCatalog.Query(rig: west)).count == 2, "nothing added twice")
+
+            let text = try Executables.run("camrig", ["captures", "import", folder.path, "--catalog", server.url, "--rig", west])
+            #expect(text.stdout.contains("0 imported, 0 updated, 2 already there"))
+            #expect(text.stdout.contains("not imported: \(clash.id)") && text.stdout.contains("rig \(north)"))
+            let missing = try Executables.run("camrig", ["captures", "import", folder.appendingPathComponent("nothing-here").path, "--catalog", server.url])
+            #expect(missing.status != 0 && missing.stderr.contains("there is no"), "\(missing.stderr)")
+        }
+    }
+
+    /// `camrig captures import --json` as a script reads it.
+    struct CatalogImportReportJSON: Decodable {
+        struct Conflict: Decodable {
+            var id: String
+            var existing_rig: String
+        }
+        var imported: Int
+        var updated: Int
+        var unchanged: Int
+        var conflicts: [Conflict]
     }
 }
