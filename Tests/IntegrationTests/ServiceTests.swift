@@ -51,7 +51,7 @@ struct ServiceTests {
         let screenshots = Self.root.appendingPathComponent(".build/console-screenshots")
         let script = Self.root.appendingPathComponent("Tests/console/console_test.py").path
         let result = try Executables.runTool(
-            "/usr/bin/env", ["python3", script, url, token, tlsDir, screenshots.path, Executables.url("camrig").path], timeout: 240)
+            "/usr/bin/env", ["python3", script, url, token, tlsDir, screenshots.path, Executables.url("camrig").path, captures.path], timeout: 240)
         #expect(result.status == 0, "console_test.py failed:\n\(result.stdout)\n\(result.stderr)")
         for name in ["console-grid.png", "console-camera-panel.png", "console-photo.png", "console-sync.png"] {
             #expect(FileManager.default.fileExists(atPath: screenshots.appendingPathComponent(name).path), "no screenshot \(name)")

@@ -2,7 +2,7 @@
 """The coordinator service as its users meet it: the HTTPS API with tokens and client certificates,
 Prometheus metrics, the OpenAPI document, and the web console in headless Chromium.
 
-Usage: console_test.py URL TOKEN TLS_DIR SCREENSHOT_DIR [CAMRIG]
+Usage: console_test.py URL TOKEN TLS_DIR SCREENSHOT_DIR [CAMRIG [CAPTURES]]
   URL     the service (https://127.0.0.1:PORT/), started with `camrig serve --loopback 2`
   TOKEN   an operator token; TLS_DIR holds the rig's CA (ca-key.pem) and agent-1.pem; viewer-1 is issued if missing
 Prints one line per check; exits 1 at the first failed one.
@@ -10,6 +10,7 @@ Prints one line per check; exits 1 at the first failed one.
 import base64
 import json
 import os
+import sqlite3
 import ssl
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from openapi_spec_validator import validate
 from prometheus_client.parser import text_string_to_metric_families
 
 URL, TOKEN, TLS_DIR, SHOTS = sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3], sys.argv[4]
+# The service's captures folder (its catalog.sqlite), when given: a second rig's capture is listed there.
+CAPTURES = sys.argv[6] if len(sys.argv) > 6 else None
 os.makedirs(SHOTS, exist_ok=True)
 
 
@@ -167,7 +170,7 @@ check(status == 200 and "/api/v1/devices/{agent}/{device}/settings" in document[
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 options = webdriver.ChromeOptions()
 for argument in ["--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000", "--disable-dev-shm-usage"]:
@@ -256,9 +259,29 @@ try:
     check(len(browser.find_elements(By.CSS_SELECTOR, "#sync-agents polyline")) >= 2, "sync health plots each agent's offset history")
     browser.save_screenshot(os.path.join(SHOTS, "console-sync.png"))
 
+    # A catalog several rigs share: a capture of another rig, as its coordinator would have listed it.
+    if CAPTURES:
+        catalog = sqlite3.connect(os.path.join(CAPTURES, "catalog.sqlite"), timeout=10)
+        columns = [row[1] for row in catalog.execute("PRAGMA table_info(capture)")]
+        row = dict(zip(columns, catalog.execute("SELECT * FROM capture ORDER BY created LIMIT 1").fetchone()))
+        row.update(id=row["id"] + "-south", rig="south-stage", store="/srv/south/captures")
+        catalog.execute(f"INSERT INTO capture ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})", [row[c] for c in columns])
+        catalog.commit()
+        catalog.close()
     browser.find_element(By.CSS_SELECTOR, "nav button[data-view='captures']").click()
     wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#captures tr")) >= 2)
     check(True, "the capture browser lists the catalog")
+    if CAPTURES:
+        header = [th.text.lower() for th in browser.find_elements(By.CSS_SELECTOR, "#captures th")]
+        rigs = {r.find_elements(By.TAG_NAME, "td")[1].text for r in browser.find_elements(By.CSS_SELECTOR, "#captures tr") if r.find_elements(By.TAG_NAME, "td")}
+        check(header[:2] == ["capture", "rig"] and "south-stage" in rigs and len(rigs) == 2, f"the capture browser says each capture's rig ({header}, {rigs})")
+        check(browser.find_element(By.ID, "captures-rig-filter").is_displayed(), "with two rigs in the catalog, the capture browser offers a rig filter")
+        Select(browser.find_element(By.ID, "captures-rig")).select_by_value("south-stage")
+        wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#captures tr")) == 2)
+        only = browser.find_elements(By.CSS_SELECTOR, "#captures tr td:nth-child(2)")
+        check([td.text for td in only] == ["south-stage"], "the rig filter lists that rig's captures only")
+        Select(browser.find_element(By.ID, "captures-rig")).select_by_value("")
+        wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#captures tr")) >= 3)
     events = browser.find_elements(By.CSS_SELECTOR, "#event-list li")
     check(any("photo" in e.text for e in events), "the events list shows the capture's progress from the WebSocket")
 

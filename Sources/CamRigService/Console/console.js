@@ -260,15 +260,23 @@ function showResult(job) {
 }
 
 async function loadCaptures() {
-  const captures = await api("/api/v1/captures");
+  // A catalog several rigs share lists them all: a RIG column, and a filter once there is more than one rig.
+  const picker = $("captures-rig");
+  const rig = picker.value;
+  const captures = await api(rig ? `/api/v1/captures?rig=${encodeURIComponent(rig)}` : "/api/v1/captures");
+  const known = new Set([...picker.options].map((o) => o.value).filter((v) => v));
+  for (const c of captures) {
+    if (c.rig && !known.has(c.rig)) { known.add(c.rig); picker.add(new Option(c.rig, c.rig)); }
+  }
+  $("captures-rig-filter").hidden = known.size < 2;
   const rows = captures.map((c) => {
     const link = document.createElement("a");
     link.href = "#";
     link.textContent = c.id;
     link.addEventListener("click", (event) => { event.preventDefault(); showCapture(c.id); });
-    return [link, c.kind, c.state, c.created, c.cameras, c.sets, c.dropped_frames, text(c.skew_max_ns / 1000)];
+    return [link, c.rig || "–", c.kind, c.state, c.created, c.cameras, c.sets, c.dropped_frames, text(c.skew_max_ns / 1000)];
   });
-  fillTable($("captures"), ["capture", "kind", "state", "created", "cameras", "sets", "dropped", "skew max µs"], rows);
+  fillTable($("captures"), ["capture", "rig", "kind", "state", "created", "cameras", "sets", "dropped", "skew max µs"], rows);
 }
 
 async function showCapture(id) {
@@ -405,6 +413,8 @@ for (const button of document.querySelectorAll("nav button")) {
     if (button.dataset.view === "captures") loadCaptures();
   });
 }
+
+$("captures-rig").addEventListener("change", () => { $("capture-detail").replaceChildren(); loadCaptures(); });
 
 async function main() {
   watchVisibleTiles();
