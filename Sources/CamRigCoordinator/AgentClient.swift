@@ -22,19 +22,33 @@ public final class AgentClient: Sendable {
     public let agentIdentity: PeerIdentity?
     private let channel: any Channel
     private let handler: NIOLoopBound<AgentClientHandler>
+    /// The chain the agent presented and its verdict, judged again after the revocation list changes.
+    private let verification: PeerVerificationRecord?
 
     private init(
         endpoint: AgentEndpoint,
         welcome: WireWelcome,
-        agentIdentity: PeerIdentity?,
+        verification: PeerVerificationRecord?,
         channel: any Channel,
         handler: NIOLoopBound<AgentClientHandler>
     ) {
         self.endpoint = endpoint
         self.welcome = welcome
-        self.agentIdentity = agentIdentity
+        self.agentIdentity = verification?.acceptedIdentity
+        self.verification = verification
         self.channel = channel
         self.handler = handler
+    }
+
+    /// Judges the agent's certificate again with `verifier` (the CA's revocation list, read again since
+    /// this connection was made): when it is now refused, the connection is closed and the refusal
+    /// returned.
+    public func recheck(with verifier: PeerCertificateVerifier) async -> PeerRefusal? {
+        guard let verification, !verification.chain.isEmpty else { return nil }
+        guard case .refused(let refusal) = await verifier.verify(chain: verification.chain) else { return nil }
+        verification.outcome = .refused(refusal)
+        try? await channel.close()
+        return refusal
     }
 
     /// The connection's event loop as a task executor: a task that makes requests one after another
@@ -116,7 +130,7 @@ public final class AgentClient: Sendable {
         return AgentClient(
             endpoint: endpoint,
             welcome: welcome,
-            agentIdentity: verification?.acceptedIdentity,
+            verification: verification,
             channel: channel,
             handler: handler
         )

@@ -136,7 +136,8 @@ public actor RigService {
     ) throws {
         self.pool = pool
         self.enrollment = enrollment
-        for member in enrollment?.members ?? [] {
+        let revoked = Set(Self.revokedMembers(of: enrollment).map(\.name))
+        for member in enrollment?.members ?? [] where !revoked.contains(member.name) {
             if let endpoint = AgentEndpoint(member.endpoint) { pool.add(endpoint) }
         }
         self.configuration = configuration
@@ -200,6 +201,47 @@ public actor RigService {
         logger.notice(
             renewal ? "agent renewed its certificate" : "agent enrolled",
             metadata: ["agent": "\(member.name)", "endpoint": "\(member.endpoint)", "address": "\(member.address)", "new": "\(!known)"])
+    }
+
+    /// Enrolled agents that are no longer the rig's: `camrig certs revoke` moved the copy of their
+    /// certificate out of the CA's folder, or the revocation list names it.
+    nonisolated static func revokedMembers(of enrollment: EnrollmentRegistrar?) -> [EnrollmentRegistrar.Member] {
+        guard let enrollment else { return [] }
+        let directory = enrollment.directory
+        guard let entries = try? directory.entries() else { return [] }
+        let list = try? directory.revocationList(verifiedBy: directory.trustRoot())
+        return enrollment.members.filter { member in
+            guard let copy = entries.first(where: { $0.name == member.name }) else { return true }
+            return list?.entry(for: copy.certificate.serialNumber) != nil
+        }
+    }
+
+    /// Applies the CA's revocation list (changed since it was read) to the service's own connections:
+    /// `tls` reads it again, so new connections to agents are judged by it; connected agents whose
+    /// certificates it now names are disconnected; enrolled agents it revoked leave the rig (they are
+    /// not listed or connected to again). Returns the names of the agents that left.
+    @discardableResult
+    public func applyRevocations(_ tls: MutualTLS) async -> [String] {
+        let reloaded: MutualTLS.Reloaded
+        do {
+            reloaded = try tls.reload()
+        } catch {
+            logger.error("cannot apply the new revocation list to the connections to agents; the one read before stays in force: \(error)")
+            return []
+        }
+        let refused = await pool.recheck(with: tls.verifier)
+        var left: [String] = []
+        for member in Self.revokedMembers(of: enrollment) {
+            guard let endpoint = AgentEndpoint(member.endpoint), await pool.remove(endpoint) else { continue }
+            left.append(member.name)
+        }
+        logger.notice(
+            "revocation list applied to the connections to agents",
+            metadata: [
+                "crl_number": "\(reloaded.revocationListNumber)", "revoked": "\(reloaded.revokedCount)",
+                "disconnected": "\(refused.map(\.agent.name).joined(separator: ","))", "removed": "\(left.joined(separator: ","))",
+            ])
+        return left
     }
 
     /// A refused enrolment or renewal, with its reason, for the log and the console.
@@ -397,6 +439,36 @@ public actor RigService {
 
 /// Runs `RigService`'s supervision under swift-service-lifecycle: it stops, releasing its cameras, on
 /// graceful shutdown.
+/// Watches the CA's revocation list (`crl.pem`) where the service reads its certificates, and applies a
+/// new one to the service's connections to agents (`RigService.applyRevocations`) within `interval`: a
+/// host revoked with `camrig certs revoke` is cut off from the rig at once, without a restart.
+public struct RevocationWatch: Service {
+    let service: RigService
+    let tls: MutualTLS
+    let path: String
+    let interval: Duration
+
+    public init(service: RigService, tls: MutualTLS, directory: TLSDirectory, interval: Duration = .seconds(1)) {
+        self.service = service
+        self.tls = tls
+        self.path = directory.revocationListPath
+        self.interval = interval
+    }
+
+    public func run() async throws {
+        let (service, tls, path, interval) = (service, tls, path, interval)
+        await cancelWhenGracefulShutdown {
+            var seen = ReloadingVerifier.modified(path)
+            while (try? await Task.sleep(for: interval)) != nil {
+                let modified = ReloadingVerifier.modified(path)
+                guard modified != seen else { continue }
+                seen = modified
+                await service.applyRevocations(tls)
+            }
+        }
+    }
+}
+
 public struct RigServiceRunner: Service {
     let service: RigService
 

@@ -80,8 +80,11 @@ struct ServiceCommand: AsyncParsableCommand {
             if let loopback = serve.loopback {
                 let local = try await LoopbackRig(agents: LocalAgentSpec.simulated(count: loopback, cameras: serve.cameras), caName: "CamRig console CA")
                 try await local.run {
-                    let pool = AgentPool(endpoints: local.endpoints, security: try local.clientSecurity(), logger: logger)
-                    try await serve(pool: pool, directory: local.pki.directory, identity: "coordinator", host: host, port: port, announceToken: true, logger: logger)
+                    let security = try local.clientSecurity()
+                    let pool = AgentPool(endpoints: local.endpoints, security: security, logger: logger)
+                    let tls: MutualTLS? = if case .tls(let tls) = security { tls } else { nil }
+                    try await serve(
+                        pool: pool, tls: tls, directory: local.pki.directory, identity: "coordinator", host: host, port: port, announceToken: true, logger: logger)
                 }
             } else if let tlsDir {
                 let endpoints = try agent.map { text in
@@ -89,9 +92,9 @@ struct ServiceCommand: AsyncParsableCommand {
                     return endpoint
                 }
                 let directory = TLSDirectory(path: tlsDir)
-                let security = ClientSecurity.tls(try MutualTLS.client(directory: directory, identityName: identity))
-                let pool = AgentPool(endpoints: endpoints, security: security, logger: logger)
-                try await serve(pool: pool, directory: directory, identity: identity, host: host, port: port, announceToken: false, logger: logger)
+                let tls = try MutualTLS.client(directory: directory, identityName: identity)
+                let pool = AgentPool(endpoints: endpoints, security: .tls(tls), logger: logger)
+                try await serve(pool: pool, tls: tls, directory: directory, identity: identity, host: host, port: port, announceToken: false, logger: logger)
             }
         } catch let error as SecurityError {
             throw CommandFailure(error.message)
@@ -100,7 +103,9 @@ struct ServiceCommand: AsyncParsableCommand {
         }
     }
 
-    private func serve(pool: AgentPool, directory: TLSDirectory, identity: String?, host: String, port: Int, announceToken: Bool, logger: Logger) async throws {
+    private func serve(
+        pool: AgentPool, tls: MutualTLS?, directory: TLSDirectory, identity: String?, host: String, port: Int, announceToken: Bool, logger: Logger
+    ) async throws {
         let environment = ProcessInfo.processInfo.environment
         var configuration = RigService.Configuration(out: "", stateDirectory: stateDirectory)
         if let settings = environment[RigService.Configuration.storeSettingsVariable], !settings.isEmpty {
@@ -114,7 +119,7 @@ struct ServiceCommand: AsyncParsableCommand {
         let enrollment = serve.enroll || serve.loopback != nil ? try EnrollmentRegistrar(directory: directory, validity: serve.certificateDays * 86_400) : nil
         let service = try await RigService.connect(pool: pool, configuration: configuration, enrollment: enrollment, logger: logger)
         do {
-            try await serveAPI(service, directory: directory, identity: identity, host: host, port: port, announceToken: announceToken, logger: logger)
+            try await serveAPI(service, tls: tls, directory: directory, identity: identity, host: host, port: port, announceToken: announceToken, logger: logger)
             await service.disconnectCatalog()
         } catch {
             await service.disconnectCatalog()
@@ -134,7 +139,7 @@ struct ServiceCommand: AsyncParsableCommand {
 
     /// Serves the API and the console of `service` until the group ends.
     private func serveAPI(
-        _ service: RigService, directory: TLSDirectory, identity: String?, host: String, port: Int, announceToken: Bool, logger: Logger
+        _ service: RigService, tls: MutualTLS?, directory: TLSDirectory, identity: String?, host: String, port: Int, announceToken: Bool, logger: Logger
     ) async throws {
         let trustRoot = try directory.trustRoot()
         let consoleDirectory = ServiceServer.consoleDirectory(serve.console)
@@ -171,7 +176,8 @@ struct ServiceCommand: AsyncParsableCommand {
         }
         let group = ServiceGroup(
             configuration: .init(
-                services: service.services.map { .init(service: $0) } + [.init(service: app)],
+                services: service.services.map { .init(service: $0) } + [.init(service: app)]
+                    + (tls.map { [.init(service: RevocationWatch(service: service, tls: $0, directory: directory))] } ?? []),
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger))
         try await group.run()

@@ -168,4 +168,49 @@ struct EnrollmentTests {
         let after = try viewerLists()
         #expect(after.status != 0, "a revoked viewer still reached the agent: \(after.stdout)")
     }
+
+    @Test("a host revoked while the service runs is cut off within seconds, without a restart: an enrolled one leaves the rig, one given by address is listed down, saying it is revoked")
+    func revokedWhileServing() async throws {
+        let ca = try CA()
+        defer { ca.remove() }
+        let issued = try Executables.run("camrig", ["certs", "issue", "--dir", ca.path, "--name", "fixed-1", "--role", "agent"], timeout: 30)
+        try #require(issued.status == 0, "\(issued.stderr)")
+        let fixed = try AgentProcess(["--tls-dir", ca.path, "--identity", "fixed-1", "--synthetic", "1", "--no-realtime"])
+        defer { _ = fixed.stop() }
+        let served = try await ServedRig(enrolling: ca.path, ["--agent", fixed.address])
+        let joined = try Self.enrolledAgent(served, ca: ca, token: try ca.token([]), name: "joined-1")
+        defer { _ = joined.stop() }
+        func agents() throws -> [String: [String: Any]] {
+            let list = try served.json("/api/v1/agents") as? [[String: Any]] ?? []
+            return Dictionary(list.compactMap { agent in (agent["agent"] as? String).map { ($0, agent) } }, uniquingKeysWith: { first, _ in first })
+        }
+        var listed: [String: [String: Any]] = [:]
+        #expect(
+            try await eventually(timeout: .seconds(60), pollingEvery: .milliseconds(250)) {
+                listed = try agents()
+                return Set(listed.keys) == ["fixed-1", "joined-1"] && listed.values.allSatisfy { $0["status"] as? String == "connected" }
+            }, "\(listed)\n\(served.log().suffix(3000))")
+
+        // The enrolled host's certificate is revoked where the CA is: within seconds the service lets go of it.
+        let first = try Executables.run("camrig", ["certs", "revoke", "--dir", ca.path, "--name", "joined-1"], timeout: 30)
+        #expect(first.status == 0, "\(first.stderr)")
+        #expect(
+            try await eventually(timeout: .seconds(15), pollingEvery: .milliseconds(250)) {
+                listed = try agents()
+                return Set(listed.keys) == ["fixed-1"] && listed["fixed-1"]?["status"] as? String == "connected"
+            }, "the revoked host is still in the rig: \(listed)\n\(served.log().suffix(3000))")
+        #expect(served.log().contains("revocation list applied to the connections to agents"))
+
+        // A host given by address stays listed, down, with the reason; it is not connected to again.
+        let second = try Executables.run("camrig", ["certs", "revoke", "--dir", ca.path, "--name", "fixed-1"], timeout: 30)
+        #expect(second.status == 0, "\(second.stderr)")
+        #expect(
+            try await eventually(timeout: .seconds(15), pollingEvery: .milliseconds(250)) {
+                listed = try agents()
+                return listed["fixed-1"]?["status"] as? String == "down" && (listed["fixed-1"]?["reason"] as? String ?? "").contains("revoked")
+            }, "\(listed)\n\(served.log().suffix(3000))")
+        try await Task.sleep(for: .seconds(2))
+        #expect(try agents()["fixed-1"]?["status"] as? String != "connected", "a revoked agent was connected to again")
+        #expect(fixed.isRunning && joined.isRunning)
+    }
 }

@@ -1,3 +1,4 @@
+import CamRigSecurity
 import CamRigWire
 import Logging
 import NIOConcurrencyHelpers
@@ -51,6 +52,33 @@ public final class AgentPool: Sendable {
             if state.started { state.tasks.append(Task { await agent.run() }) }
             return agent
         }
+    }
+
+    /// Removes an agent from the rig (one whose certificate was revoked): its connection closes and is
+    /// not made again. Returns whether the pool had it.
+    @discardableResult
+    public func remove(_ endpoint: AgentEndpoint) async -> Bool {
+        let task = state.withLockedValue { state -> Task<Void, Never>?? in
+            guard let index = state.agents.firstIndex(where: { $0.endpoint == endpoint }) else { return nil }
+            state.agents.remove(at: index)
+            guard state.started else { return .some(nil) }
+            return .some(state.tasks.remove(at: index))
+        }
+        guard let task else { return false }
+        task?.cancel()
+        await task?.value
+        return true
+    }
+
+    /// Judges every connected agent's certificate again with `verifier` (after the CA's revocation list
+    /// changed): connections whose certificates are now refused are closed. Returns those agents, each
+    /// with why.
+    public func recheck(with verifier: PeerCertificateVerifier) async -> [(agent: RemoteAgent, refusal: PeerRefusal)] {
+        var refused: [(RemoteAgent, PeerRefusal)] = []
+        for agent in agents {
+            if let refusal = await agent.recheck(with: verifier) { refused.append((agent, refusal)) }
+        }
+        return refused
     }
 
     /// Closes every connection.

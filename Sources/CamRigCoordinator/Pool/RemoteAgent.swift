@@ -1,4 +1,5 @@
 import CamRigClock
+import CamRigSecurity
 import CamRigWire
 import Foundation
 import Logging
@@ -95,6 +96,8 @@ public final class RemoteAgent: Sendable {
         var estimator: ClockEstimator
         var recentRoundTrips: [Int64] = []
         var clockTransport: ClockTransport?
+        /// Why the coordinator closed the live connection itself (its certificate now refused), for the status.
+        var closedBecause: String?
 
         var clockSettled: Bool { estimator.estimate?.isSettled() ?? false }
     }
@@ -148,6 +151,18 @@ public final class RemoteAgent: Sendable {
             throw AgentClientError(.connectionClosed, agent: name, "\(detail); check that camrig-agent runs there (`camrig agents` shows every agent's state)")
         }
         return client
+    }
+
+    /// Judges the connected agent's certificate again with `verifier` (a revocation list read since it
+    /// connected): when it is now refused, the connection is closed and the refusal returned. Later
+    /// connections are refused in their TLS handshake, saying why, for as long as the list says so.
+    public func recheck(with verifier: PeerCertificateVerifier) async -> PeerRefusal? {
+        guard let client = state.withLockedValue({ $0.client }) else { return nil }
+        state.withLockedValue { $0.closedBecause = nil }
+        guard let refusal = await client.recheck(with: verifier) else { return nil }
+        state.withLockedValue { $0.closedBecause = refusal.message }
+        logger.warning("closed the connection to an agent whose certificate is now refused", metadata: ["agent": "\(name)", "reason": "\(refusal.message)"])
+        return refusal
     }
 
     /// The current clock estimate.
@@ -223,7 +238,8 @@ public final class RemoteAgent: Sendable {
                 }
                 state.withLockedValue {
                     $0.client = nil
-                    $0.status = .down(reason: "connection closed", retryIn: backoff.current)
+                    $0.status = .down(reason: $0.closedBecause ?? "connection closed", retryIn: backoff.current)
+                    $0.closedBecause = nil
                 }
                 if Task.isCancelled { break }
                 logger.warning("agent connection lost; reconnecting", metadata: ["agent": "\(name)"])

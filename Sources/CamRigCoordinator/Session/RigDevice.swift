@@ -45,8 +45,10 @@ public enum RigDiscovery {
     ///
     /// - Returns: the devices, and the agents that could not answer with why.
     public static func devices(in pool: AgentPool, query: WireDiscoveryQuery? = nil) async -> (devices: [RigDevice], failures: [(agent: String, error: String)]) {
+        // One reading of the pool's agents: agents may join or leave the pool meanwhile.
+        let agents = pool.agents
         let answers = await withTaskGroup(of: (Int, Result<[RigDevice], any Error>).self) { group in
-            for (index, agent) in pool.agents.enumerated() {
+            for (index, agent) in agents.enumerated() {
                 group.addTask {
                     do {
                         let client = try agent.client()
@@ -70,7 +72,7 @@ public enum RigDiscovery {
         for (index, result) in answers {
             switch result {
             case .success(let found): devices += found
-            case .failure(let error): failures.append((pool.agents[index].name, "\(error)"))
+            case .failure(let error): failures.append((agents[index].name, "\(error)"))
             }
         }
         return (devices, failures)
