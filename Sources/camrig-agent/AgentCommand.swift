@@ -400,6 +400,10 @@ struct AgentCommand: AsyncParsableCommand {
     static func enrollIfNeeded(_ settings: Settings, directory: TLSDirectory, logger: Logger) async throws -> AgentEnrollment? {
         let kept = directory.enrollmentState()
         guard let url = settings.enroll ?? kept?.url else { return nil }
+        // A renewal a power cut stopped between its key and its certificate is finished first.
+        for name in try directory.finishInterruptedInstall() {
+            logger.notice("finished installing a renewed certificate that a stop had interrupted", metadata: ["name": "\(name)"])
+        }
         let enrollment = try AgentEnrollment(url: url, directory: directory, port: settings.listenPort)
         // A certificate in force is kept; an expired one is replaced when a token is given.
         let current = ((try? directory.entries()) ?? []).filter { $0.identity.role == .agent }

@@ -150,4 +150,47 @@ struct EnrollmentRegistrarTests {
         rig.clock.withLockedValue { $0 += 200 * 86_400 }
         #expect(rig.refusal(rig.registrar.renew(try renewal(signedBy: key), from: "10.0.0.2"))?.contains("expired") == true)
     }
+
+    @Test("a renewal stopped by a power cut between putting its key and its certificate in place is finished before the agent loads its identity; one stopped before its key leaves the old pair")
+    func interruptedRenewal() throws {
+        let rig = try Rig()
+        defer { rig.pki.remove() }
+        let (token, _) = try rig.tokens.make(role: .agent, name: "pi-03", prefix: nil, expires: Date() + 3600, uses: 1)
+        let key = P256.Signing.PrivateKey()
+        let (issued, _) = try rig.registrar.join(try rig.request(token, key: key), from: "10.0.0.3").get()
+        let host = TLSDirectory(path: FileManager.default.temporaryDirectory.appendingPathComponent("camrig-host-\(UUID().uuidString)").path)
+        defer { try? FileManager.default.removeItem(atPath: host.path) }
+        _ = try host.install(issued, key: key, caPin: token.caPin, url: "https://127.0.0.1:8443")
+        let next = P256.Signing.PrivateKey()
+        let csrPEM = try Rig.csr(name: "pi-03", key: next)
+        let der = try EnrollmentRegistrar.der(try CertificateSigningRequest(pemEncoded: csrPEM))
+        let (renewed, _) = try rig.registrar.renew(
+            Enrollment.RenewRequest(certificate: issued.certificate, csr: csrPEM, proof: try key.signature(for: der).derRepresentation.base64EncodedString(), port: 7450),
+            from: "10.0.0.3"
+        ).get()
+        func write(_ text: String, _ file: String, secret: Bool) {
+            #expect(FileManager.default.createFile(atPath: file, contents: Data(text.utf8), attributes: [.posixPermissions: secret ? 0o600 : 0o644]))
+        }
+        func inPlace() throws -> Certificate { try #require(try host.entries().first { $0.name == "pi-03" }).certificate }
+
+        // Stopped before its key went in place: both files of the attempt are there; the old pair serves.
+        write(next.pemRepresentation, host.keyFile(for: "pi-03.enrolling-1"), secret: true)
+        write(renewed.certificate, host.certificateFile(for: "pi-03.enrolling-1"), secret: false)
+        #expect(try host.finishInterruptedInstall() == [])
+        #expect(try inPlace().publicKey == Certificate.PublicKey(key.publicKey))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: host.path).allSatisfy { !$0.contains(".enrolling-") })
+        _ = try MutualTLS.agent(directory: host, identityName: "pi-03")
+
+        // Stopped between the two renames: the new key is in place beside the old certificate, which TLS
+        // cannot use; the renewed certificate waits under its temporary name.
+        write(next.pemRepresentation, host.keyFile(for: "pi-03"), secret: true)
+        write(renewed.certificate, host.certificateFile(for: "pi-03.enrolling-2"), secret: false)
+        #expect(throws: (any Error).self, "a key and a certificate that do not belong together") { try MutualTLS.agent(directory: host, identityName: "pi-03") }
+        #expect(try host.finishInterruptedInstall() == ["pi-03"])
+        #expect(try inPlace().publicKey == Certificate.PublicKey(next.publicKey))
+        #expect(try inPlace().serialNumber == (try Certificate(pemEncoded: renewed.certificate)).serialNumber)
+        let tls = try MutualTLS.agent(directory: host, identityName: "pi-03")
+        #expect(tls.identity.name == "pi-03")
+        #expect(try host.finishInterruptedInstall() == [], "nothing is left to finish")
+    }
 }

@@ -74,6 +74,45 @@ extension TLSDirectory {
         return state
     }
 
+    /// Finishes an install that stopped part way, before the identity is loaded: `install` puts the new
+    /// key in place, then the new certificate, each by a rename from a temporary name, and a power cut
+    /// between the two leaves the new key beside the old certificate (a pair TLS cannot use). When the key
+    /// in place is the one the waiting certificate is for, the certificate follows it; the files of an
+    /// attempt that never got its key in place are removed (the pair in place is whole). Returns the names
+    /// whose install was finished.
+    @discardableResult
+    public func finishInterruptedInstall() throws -> [String] {
+        let marker = ".enrolling-"
+        let files = (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
+        var finished: [String] = []
+        for file in files.sorted() where file.contains(marker) && file.hasSuffix(".pem") && !file.hasSuffix("-key.pem") {
+            let temporary = String(file.dropLast(".pem".count))
+            guard let range = temporary.range(of: marker) else { continue }
+            let name = String(temporary[..<range.lowerBound])
+            let waitingCertificate = self.file(file)
+            let waitingKey = keyFile(for: temporary)
+            if !FileManager.default.fileExists(atPath: waitingKey),
+                let keyPEM = try? String(contentsOfFile: keyFile(for: name), encoding: .utf8),
+                let key = try? P256.Signing.PrivateKey(pemRepresentation: keyPEM),
+                let pem = try? String(contentsOfFile: waitingCertificate, encoding: .utf8),
+                let certificate = try? Certificate(pemEncoded: pem),
+                certificate.publicKey == Certificate.PublicKey(key.publicKey)
+            {
+                try replace(waitingCertificate, with: certificateFile(for: name))
+                finished.append(name)
+            } else {
+                try? FileManager.default.removeItem(atPath: waitingCertificate)
+                try? FileManager.default.removeItem(atPath: waitingKey)
+            }
+        }
+        // A key written before the power cut, its certificate not yet: nothing was put in place.
+        for file in files where file.contains(marker) && file.hasSuffix("-key.pem") {
+            let certificate = self.file(String(file.dropLast("-key.pem".count)) + ".pem")
+            if !FileManager.default.fileExists(atPath: certificate) { try? FileManager.default.removeItem(atPath: self.file(file)) }
+        }
+        return finished
+    }
+
     /// The agent's enrollment, if it enrolled.
     public func enrollmentState() -> EnrollmentState? {
         guard let data = FileManager.default.contents(atPath: file(EnrollmentState.fileName)) else { return nil }
