@@ -99,6 +99,8 @@ public actor RigService {
     /// Zero-touch enrollment, when the service was started with it (`camrig serve --enroll`): its
     /// members are part of the rig beside the rig file's agents.
     public nonisolated let enrollment: EnrollmentRegistrar?
+    /// Where each enrolled agent in the pool is reached, by certificate name.
+    private var memberEndpoints: [String: AgentEndpoint]
     let logger: Logger
 
     var supervisor: RigSupervisor
@@ -137,9 +139,13 @@ public actor RigService {
         self.pool = pool
         self.enrollment = enrollment
         let revoked = Set(Self.revokedMembers(of: enrollment).map(\.name))
+        var memberEndpoints: [String: AgentEndpoint] = [:]
         for member in enrollment?.members ?? [] where !revoked.contains(member.name) {
-            if let endpoint = AgentEndpoint(member.endpoint) { pool.add(endpoint) }
+            guard let endpoint = AgentEndpoint(member.endpoint) else { continue }
+            pool.add(endpoint)
+            memberEndpoints[member.name] = endpoint
         }
+        self.memberEndpoints = memberEndpoints
         self.configuration = configuration
         self.metrics = metrics
         self.logger = logger
@@ -194,9 +200,14 @@ public actor RigService {
     // MARK: Enrollment
 
     /// An agent enrolled (or renewed): it joins the rig, and the supervision connects to it.
-    func admit(_ member: EnrollmentRegistrar.Member, renewal: Bool) {
+    func admit(_ member: EnrollmentRegistrar.Member, renewal: Bool) async {
         guard let endpoint = AgentEndpoint(member.endpoint) else { return }
         let known = pool.agents.contains { $0.endpoint == endpoint }
+        // An agent that joined again or renewed from another address or port: the old endpoint leaves the rig.
+        if let previous = memberEndpoints[member.name], previous != endpoint, await pool.remove(previous) {
+            logger.notice("agent moved", metadata: ["agent": "\(member.name)", "from": "\(previous)", "to": "\(endpoint)"])
+        }
+        memberEndpoints[member.name] = endpoint
         pool.add(endpoint)
         logger.notice(
             renewal ? "agent renewed its certificate" : "agent enrolled",
@@ -232,7 +243,8 @@ public actor RigService {
         let refused = await pool.recheck(with: tls.verifier)
         var left: [String] = []
         for member in Self.revokedMembers(of: enrollment) {
-            guard let endpoint = AgentEndpoint(member.endpoint), await pool.remove(endpoint) else { continue }
+            guard let endpoint = memberEndpoints[member.name] ?? AgentEndpoint(member.endpoint), await pool.remove(endpoint) else { continue }
+            memberEndpoints[member.name] = nil
             left.append(member.name)
         }
         logger.notice(

@@ -287,8 +287,10 @@ struct AgentCommand: AsyncParsableCommand {
 
     func run() async throws {
         var settings = try settings()
-        if settings.enroll != nil, settings.listenPort == 0 {
-            // The service is told the port before the agent listens: a free one is chosen now.
+        let enrolled = settings.tlsDir.map { TLSDirectory(path: $0).enrollmentState() != nil } ?? false
+        if settings.enroll != nil || enrolled, settings.listenPort == 0 {
+            // The service is told the port (when joining, and with each renewal) before the agent listens: a
+            // free one is chosen now.
             settings.listenPort = try await FreePort.choose(host: settings.listenHost)
         }
         let level = settings.logLevel

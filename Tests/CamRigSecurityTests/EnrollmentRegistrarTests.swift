@@ -124,7 +124,7 @@ struct EnrollmentRegistrarTests {
         #expect(rig.registrar.records.allSatisfy { !($0.reason ?? "").contains(valid.secret) })
     }
 
-    @Test("renewal: a new certificate for a new key with proof of the current key; a proof by any other key is refused")
+    @Test("renewal: a new certificate for a new key with proof of the current key; a proof by any other key is refused; the certificate a renewal replaced renews until a newer one has")
     func renews() throws {
         let rig = try Rig()
         defer { rig.pki.remove() }
@@ -145,7 +145,16 @@ struct EnrollmentRegistrarTests {
         #expect(certificate.publicKey == Certificate.PublicKey(next.publicKey))
         #expect(try PeerIdentity(certificate: certificate).name == "pi-02")
         #expect(certificate.notValidAfter > (try Certificate(pemEncoded: issued.certificate)).notValidAfter)
-        // The certificate it replaced renews no more, whoever holds its key.
+        // The answer may never have reached the agent: the certificate that renewal replaced renews once more…
+        let (again, _) = try rig.registrar.renew(try renewal(signedBy: key), from: "10.0.0.2").get()
+        // …until the agent renews with a certificate issued after it: then it is refused, whoever holds its key.
+        let third = P256.Signing.PrivateKey()
+        let thirdCSR = try Rig.csr(name: "pi-02", key: third)
+        let thirdDER = try EnrollmentRegistrar.der(try CertificateSigningRequest(pemEncoded: thirdCSR))
+        _ = try rig.registrar.renew(
+            Enrollment.RenewRequest(certificate: again.certificate, csr: thirdCSR, proof: try next.signature(for: thirdDER).derRepresentation.base64EncodedString(), port: 7450),
+            from: "10.0.0.2"
+        ).get()
         #expect(rig.refusal(rig.registrar.renew(try renewal(signedBy: key), from: "10.0.0.2"))?.contains("not the one this rig last issued") == true)
         rig.clock.withLockedValue { $0 += 200 * 86_400 }
         #expect(rig.refusal(rig.registrar.renew(try renewal(signedBy: key), from: "10.0.0.2"))?.contains("expired") == true)
@@ -192,5 +201,41 @@ struct EnrollmentRegistrarTests {
         let tls = try MutualTLS.agent(directory: host, identityName: "pi-03")
         #expect(tls.identity.name == "pi-03")
         #expect(try host.finishInterruptedInstall() == [], "nothing is left to finish")
+    }
+
+    @Test("a member that renews from another address or port is reached there; one that joined naming its host keeps it; a revoked name can join again from another host")
+    func membersMove() throws {
+        let rig = try Rig()
+        defer { rig.pki.remove() }
+        let (token, _) = try rig.tokens.make(role: .agent, name: nil, prefix: nil, expires: Date() + 3600, uses: 3)
+        func renew(_ issued: Enrollment.Issued, key: P256.Signing.PrivateKey, from address: String, port: Int) throws -> (Enrollment.Issued, EnrollmentRegistrar.Member) {
+            let csrPEM = try Rig.csr(name: issued.name, key: .init())
+            let der = try EnrollmentRegistrar.der(try CertificateSigningRequest(pemEncoded: csrPEM))
+            return try rig.registrar.renew(
+                Enrollment.RenewRequest(certificate: issued.certificate, csr: csrPEM, proof: try key.signature(for: der).derRepresentation.base64EncodedString(), port: port),
+                from: address
+            ).get()
+        }
+        let key = P256.Signing.PrivateKey()
+        let (issued, member) = try rig.registrar.join(try rig.request(token, name: "pi-04", key: key), from: "10.0.0.4").get()
+        #expect(member.endpoint == "10.0.0.4:7450")
+        let (_, moved) = try renew(issued, key: key, from: "10.0.0.44", port: 7451)
+        #expect(moved.endpoint == "10.0.0.44:7451")
+        #expect(rig.registrar.members.first { $0.name == "pi-04" }?.endpoint == "10.0.0.44:7451")
+
+        // Joined naming the host the coordinator should use (behind NAT, say): renewals keep it.
+        let named = P256.Signing.PrivateKey()
+        var request = try rig.request(token, name: "pi-05", key: named)
+        request.host = "pi-05.rig.example"
+        let (issuedNamed, memberNamed) = try rig.registrar.join(request, from: "10.0.0.5").get()
+        #expect(memberNamed.endpoint == "pi-05.rig.example:7450")
+        let (_, renewedNamed) = try renew(issuedNamed, key: named, from: "192.168.1.5", port: 7452)
+        #expect(renewedNamed.endpoint == "pi-05.rig.example:7452")
+
+        // Another host may not take an enrolled name; once the name is revoked, it may.
+        #expect(rig.refusal(rig.registrar.join(try rig.request(token, name: "pi-04"), from: "10.0.0.99"))?.contains("already enrolled") == true)
+        try rig.pki.directory.revoke(name: "pi-04", reason: .keyCompromise)
+        let (_, rejoined) = try rig.registrar.join(try rig.request(token, name: "pi-04"), from: "10.0.0.99").get()
+        #expect(rejoined.endpoint == "10.0.0.99:7450")
     }
 }

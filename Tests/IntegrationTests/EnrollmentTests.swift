@@ -213,4 +213,32 @@ struct EnrollmentTests {
         #expect(try agents()["fixed-1"]?["status"] as? String != "connected", "a revoked agent was connected to again")
         #expect(fixed.isRunning && joined.isRunning)
     }
+
+    @Test("an enrolled host that comes back serving on another port is followed once it renews: the rig reaches it there, and its old endpoint leaves the rig")
+    func movedHostIsFollowed() async throws {
+        let ca = try CA()
+        defer { ca.remove() }
+        // Certificates of 8.6 s: renewed about 5.8 s after they are issued.
+        let served = try await ServedRig(enrolling: ca.path, ["--certificate-days", "0.0001"])
+        var agent = try Self.enrolledAgent(served, ca: ca, token: try ca.token([]), name: "mover")
+        defer { _ = agent.stop() }
+        func agents() throws -> [[String: Any]] { try served.json("/api/v1/agents") as? [[String: Any]] ?? [] }
+        var listed: [[String: Any]] = []
+        #expect(
+            try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(250)) {
+                listed = try agents()
+                return listed.count == 1 && listed[0]["status"] as? String == "connected"
+            }, "\(listed)")
+        let before = agent.address
+        // The same host, restarted: same TLS directory and enrollment, no token, a new port.
+        _ = agent.stop()
+        agent = try AgentProcess(["--tls-dir", ca.host("mover"), "--synthetic", "1", "--no-realtime", "--crl-refresh", "1"])
+        #expect(agent.address != before)
+        #expect(
+            try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(250)) {
+                listed = try agents()
+                return listed.count == 1 && listed[0]["address"] as? String == agent.address && listed[0]["status"] as? String == "connected"
+            }, "the rig did not follow the host to \(agent.address): \(listed)\n\(served.log().suffix(3000))\n\(agent.log().suffix(3000))")
+        #expect(served.log().contains("agent moved"))
+    }
 }

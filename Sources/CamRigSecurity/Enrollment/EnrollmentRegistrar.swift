@@ -18,6 +18,16 @@ public final class EnrollmentRegistrar: Sendable {
         public var name: String
         public var endpoint: String
         public var address: String
+        /// The serial number (hex) of the certificate the last renewal replaced: it may renew again, for
+        /// the answer to that renewal may never have reached the agent.
+        public var replaced: String?
+
+        public init(name: String, endpoint: String, address: String, replaced: String? = nil) {
+            self.name = name
+            self.endpoint = endpoint
+            self.address = address
+            self.replaced = replaced
+        }
     }
 
     /// Why a request was refused, for the requester and the service's log.
@@ -126,7 +136,10 @@ public final class EnrollmentRegistrar: Sendable {
                         kind: .conflict,
                         reason: "'\(name)' already has a certificate in this rig (`camrig certs list`): give the host another name (camrig-agent --identity NAME)")
                 }
-                if let other = draft.members.first(where: { $0.name == name }), other.address != address {
+                // A member whose certificate was revoked (its file moved out) no longer holds the name.
+                if let other = draft.members.first(where: { $0.name == name }), other.address != address,
+                    FileManager.default.fileExists(atPath: directory.certificateFile(for: name))
+                {
                     throw Refusal(
                         kind: .conflict,
                         reason: "'\(name)' is already enrolled from \(other.address): give this host another name (camrig-agent --identity NAME), or revoke '\(name)' first")
@@ -153,6 +166,16 @@ public final class EnrollmentRegistrar: Sendable {
             throw Refusal(kind: .badRequest, reason: "'\(host.prefix(64))' is not a host name or address")
         }
         return host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+    }
+
+    /// Where the coordinator reaches a member after it renewed from `address`, serving on `port`: the host
+    /// follows the address the request came from, unless the agent named another host when it joined
+    /// (`--enroll-host`, kept); the port is always the one the agent serves on now.
+    static func renewedEndpoint(of member: Member?, address: String, port: Int) throws -> String {
+        guard let member, let separator = member.endpoint.lastIndex(of: ":") else { return try endpoint(host: address, port: port) }
+        let host = member.endpoint[..<separator].trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        let followsAddress = host == member.address.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        return try endpoint(host: followsAddress ? address : host, port: port)
     }
 
     static func request(_ pem: String) throws -> CertificateSigningRequest {
@@ -221,10 +244,13 @@ public final class EnrollmentRegistrar: Sendable {
                     throw Refusal(kind: .conflict, reason: "the rig's revocation list cannot be read, so no certificate is renewed: \(error)")
                 }
                 if list?.entry(for: current.serialNumber) != nil { throw Refusal(kind: .forbidden, reason: "'\(name)''s certificate was revoked") }
-                // Only the certificate last issued to the name renews: an older one (replaced by a renewal,
-                // its key perhaps copied) or one whose name was revoked (its file moved away) does not.
+                // Only the certificate last issued to the name renews, or the one its last renewal replaced
+                // (the agent may never have had the answer: the connection dropped, the host lost power);
+                // an older one, or one whose name was revoked (its file moved away), does not.
+                let member = ledger.members.first { $0.name == name }
                 guard let pem = try? String(contentsOfFile: directory.certificateFile(for: name), encoding: .utf8),
-                    let kept = try? Certificate(pemEncoded: pem), kept.serialNumber == current.serialNumber
+                    let kept = try? Certificate(pemEncoded: pem),
+                    kept.serialNumber == current.serialNumber || (member?.replaced != nil && member?.replaced == current.serialNumber.description)
                 else {
                     throw Refusal(
                         kind: .forbidden,
@@ -236,9 +262,10 @@ public final class EnrollmentRegistrar: Sendable {
                 else {
                     throw Refusal(kind: .forbidden, reason: "the proof does not verify with '\(name)''s certificate: the sender does not hold its key")
                 }
+                // Everything checked before the certificate is issued (which replaces the CA's copy).
+                let endpoint = try Self.renewedEndpoint(of: member, address: address, port: request.port)
                 let issued = try issue(csr: csr, name: name, address: address, time: time)
-                let endpoint = try ledger.members.first { $0.name == name }?.endpoint ?? Self.endpoint(host: address, port: request.port)
-                return (issued, Member(name: name, endpoint: endpoint, address: address))
+                return (issued, Member(name: name, endpoint: endpoint, address: address, replaced: current.serialNumber.description))
             }.mapError { refusal in
                 // Whatever is wrong with a renewal's certificate, request or proof, the credential failed.
                 Refusal(kind: refusal.kind == .badRequest ? .forbidden : refusal.kind, reason: refusal.reason)
