@@ -412,8 +412,9 @@ let package = Package(
             dependencies: [
                 "camrig", "camrig-agent", "camrig-service", "camrig-bench", "CamRigTestSupport", "CamRigLocalRig", "CamRigCoordinator", "CamRigWire",
                 "CamRigClock", "CamRigDevices", "CamRigSecurity", "CamRigCapture", "CamRigStorage", "CamRigClockSocket",
-                "CamRigService", "CamRigViews", "CamRigServiceClient",
+                "CamRigService", "CamRigViews", "CamRigServiceClient", "CamRigObjectStore",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Yams", package: "Yams"),
             ]
         ),

@@ -84,6 +84,17 @@ public final class S3Client: Sendable {
         try await send("GET", key: key, expect: [200], limit: limit).body
     }
 
+    /// Bytes `range` of the object (a ranged GET: a large object read piece by piece).
+    public func get(_ key: String, range: Range<UInt64>) async throws -> ByteBuffer {
+        guard !range.isEmpty else { return ByteBuffer() }
+        let body = try await send(
+            "GET", key: key, headers: [("range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")], expect: [206, 200], limit: range.count).body
+        guard body.readableBytes == range.count else {
+            throw ObjectStoreError(.mismatch, "the store answered bytes \(range.lowerBound)-\(range.upperBound - 1) of \(key) with \(body.readableBytes) bytes")
+        }
+        return body
+    }
+
     public func delete(_ key: String) async throws {
         _ = try await send("DELETE", key: key, expect: [200, 204])
     }

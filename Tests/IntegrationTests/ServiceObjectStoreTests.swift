@@ -1,6 +1,7 @@
 import CamRigObjectStore
 import CamRigTestSupport
 import Foundation
+import NIOCore
 import Testing
 
 /// `camrig serve --out s3://…`: the service captures into a real S3-compatible store (OpenStack Swift's
@@ -46,8 +47,18 @@ struct ServiceObjectStoreTests {
         #expect(sheet.status == 200 && sheet.type == "image/png", "\(sheet.status) \(sheet.type)")
         let client = try S3Client(try server.location(bucket: "rig-s"))
         let stored = try await client.get("captures/\(id)/contact-sheet.png")
-        await client.shutdown()
         #expect(sheet.body.starts(with: [0x89, 0x50, 0x4E, 0x47]) && sheet.body == Data(stored.readableBytesView))
+        // A file larger than what the service holds of it at once (a recording's video, say): streamed in
+        // ranged reads, whole and in order.
+        var large = ByteBuffer()
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<(19 << 20) / 8 { large.writeInteger(generator.next() as UInt64) }
+        large.writeString("the end")
+        _ = try await client.put("captures/\(id)/cam0-video.mkv", body: large)
+        await client.shutdown()
+        let video = try served.download("/api/v1/captures/\(id)/files/cam0-video.mkv")
+        #expect(video.status == 200 && video.type == "video/x-matroska", "\(video.status) \(video.type)")
+        #expect(video.body.count == large.readableBytes && video.body == Data(large.readableBytesView), "\(video.body.count) of \(large.readableBytes) bytes")
         let missing = try served.curl("/api/v1/captures/\(id)/files/no-such-file.png")
         #expect(missing.status == 404 && missing.output.contains(id) && missing.output.contains("no-such-file.png"), "\(missing.output)")
 

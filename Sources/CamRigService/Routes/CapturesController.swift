@@ -63,6 +63,10 @@ struct CapturesController {
             // frames%2Fcam0%2F000001.png); no part may be empty or begin with a dot.
             let encoded = try context.parameters.require("file")
             let name = encoded.removingPercentEncoding ?? encoded
+            if let objects = store as? ObjectCaptureStore {
+                guard CaptureFileNames.isValid(name) else { throw Self.notAFile(name, of: entry) }
+                return try await Self.stream(name, of: entry, from: objects)
+            }
             guard let local = store as? CaptureStore else {
                 guard CaptureFileNames.isValid(name) else { throw Self.notAFile(name, of: entry) }
                 let bytes = try await Self.read(name, of: entry, in: store)
@@ -129,6 +133,34 @@ struct CapturesController {
         }
     }
 
+    /// Bytes read from an object store per request while a file is streamed: what an answer holds in
+    /// memory at most, however large the file (a recording's video).
+    static let objectPiece: UInt64 = 8 << 20
+
+    /// File `name` of the capture streamed from the object store, a ranged read at a time: its size is
+    /// asked first (a missing object is a 404, the store down a 503); a failure once the answer has begun
+    /// ends the connection (the client sees a short body).
+    static func stream(_ name: String, of entry: CaptureCatalog.Entry, from store: ObjectCaptureStore) async throws -> Response {
+        let capture = try store.handle(of: entry)
+        let size: UInt64
+        do {
+            size = try await store.fileSize(name, in: capture)
+        } catch let error as ObjectStoreError {
+            throw Self.problem(error, name, of: entry, in: store)
+        }
+        return Response(
+            status: .ok, headers: [.contentType: Self.contentType(of: name)],
+            body: ResponseBody(contentLength: Int(size)) { writer in
+                var offset: UInt64 = 0
+                while offset < size {
+                    let piece = try await store.readFile(name, in: capture, range: offset..<min(offset + Self.objectPiece, size))
+                    offset += UInt64(piece.readableBytes)
+                    try await writer.write(piece)
+                }
+                try await writer.finish(nil)
+            })
+    }
+
     /// A store's failure to give file `name` as the API answers it: a missing object is a 404 naming the
     /// capture and the file, any other failure (the store down, the credentials refused) a 503 saying
     /// what the store said.
@@ -145,7 +177,10 @@ struct CapturesController {
 
     /// The content type of a capture's file, by its extension.
     static func contentType(of name: String) -> String {
-        MediaType.getMediaType(forExtension: URL(fileURLWithPath: name).pathExtension)?.description ?? "application/octet-stream"
+        let fileExtension = URL(fileURLWithPath: name).pathExtension.lowercased()
+        // A recording's videos are Matroska, which Hummingbird's table does not list.
+        if fileExtension == "mkv" { return "video/x-matroska" }
+        return MediaType.getMediaType(forExtension: fileExtension)?.description ?? "application/octet-stream"
     }
 
     /// The regular file `relative` of a capture, its symbolic links resolved: one that leads out of the

@@ -243,6 +243,22 @@ extension ObjectCaptureStore: CaptureSink {
         return Array(try await client.get(key(name, of: capture.id)).readableBytesView)
     }
 
+    /// The size of file `name` of the capture; `ObjectStoreError` `.notFound` when the store has no such object.
+    public func fileSize(_ name: String, in capture: CaptureHandle) async throws -> UInt64 {
+        guard CaptureFileNames.isValid(name) else { throw StorageError("\(name.debugDescription) is not a file name inside a capture") }
+        guard let object = try await client.head(key(name, of: capture.id)) else {
+            throw ObjectStoreError(.notFound, "the store has no \(key(name, of: capture.id))")
+        }
+        return object.size
+    }
+
+    /// Bytes `range` of file `name` of the capture: files too large to hold (a recording's videos) are
+    /// read piece by piece.
+    public func readFile(_ name: String, in capture: CaptureHandle, range: Range<UInt64>) async throws -> ByteBuffer {
+        guard CaptureFileNames.isValid(name) else { throw StorageError("\(name.debugDescription) is not a file name inside a capture") }
+        return try await client.get(key(name, of: capture.id), range: range)
+    }
+
     /// The capture's own prefix: the agents write there and nowhere else.
     public func directUpload(for capture: CaptureHandle) -> ObjectStoreLocation? {
         var target = location.below(capture.id)
