@@ -187,6 +187,24 @@ struct ObjectStoreCaptureTests {
         try Data(try await client.get("studio/\(id)/\(video.name)").readableBytesView).write(to: local)
         let probe = try await ToolRunner.run("/usr/bin/ffprobe", ["-v", "error", "-count_frames", "-show_entries", "stream=nb_read_frames", "-of", "csv=p=0", local.path])
         #expect(probe.status == 0 && Int(probe.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0 > 0, "\(probe.stdout) \(probe.stderr)")
+
+        // Exported straight from the store: one video per camera, each as many frames as the others.
+        let exported = rig.work + "/exported"
+        let export = try await ToolRunner.run(
+            Executables.url("camrig").path, ["captures", "export", id, "--videos", exported, "--out", rig.out, "--state", rig.work + "/state", "--json"],
+            environment: rig.environment(), timeout: 120)
+        #expect(export.status == 0, "\(export.stdout)\n\(export.stderr)")
+        let videos = ((try? FileManager.default.contentsOfDirectory(atPath: exported)) ?? []).filter { $0.hasSuffix(".mkv") }
+        #expect(videos.count == 2, "\(videos)")
+        var counts: [Int] = []
+        for name in videos {
+            let frames = try await ToolRunner.run(
+                "/usr/bin/ffprobe", ["-v", "error", "-count_frames", "-show_entries", "stream=nb_read_frames", "-of", "csv=p=0", exported + "/" + name])
+            counts.append(Int(frames.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0)
+        }
+        #expect(counts.count == 2 && counts[0] > 0 && counts[0] == counts[1], "\(counts)")
+        let left = (try? FileManager.default.contentsOfDirectory(atPath: rig.work + "/state/exports")) ?? []
+        #expect(left.isEmpty, "the files fetched for the export are removed: \(left)")
     }
 
     @Test("wrong credentials: the coordinator's refused before anything fires; the agents' refused with the store's reason, their photos kept until recover stores them")

@@ -3,6 +3,7 @@ import CamRigDevices
 import CamRigFiles
 import CamRigImage
 import CamRigObjectStore
+import Crypto
 import CLinux
 import Foundation
 import NIOConcurrencyHelpers
@@ -257,6 +258,43 @@ extension ObjectCaptureStore: CaptureSink {
     public func readFile(_ name: String, in capture: CaptureHandle, range: Range<UInt64>) async throws -> ByteBuffer {
         guard CaptureFileNames.isValid(name) else { throw StorageError("\(name.debugDescription) is not a file name inside a capture") }
         return try await client.get(key(name, of: capture.id), range: range)
+    }
+
+    /// Copies a recording's files out of the store into `folder` (each streamed to disk in ranged reads of
+    /// 8 MiB, its SHA-256 checked against what its host recorded), for the tools that need the files at
+    /// hand (`camrig captures export`). `progress` is told the bytes copied so far and in all.
+    public func download(
+        _ files: [CaptureManifest.HostRecording.File], of capture: CaptureHandle, into folder: URL, progress: (UInt64, UInt64) -> Void = { _, _ in }
+    ) async throws {
+        let total = files.reduce(0) { $0 + $1.size }
+        var copied: UInt64 = 0
+        for file in files {
+            guard CaptureFileNames.isValid(file.name) else { throw StorageError("\(file.name.debugDescription) is not a file name inside a capture") }
+            let target = folder.appendingPathComponent(file.name)
+            try FileManager.default.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
+            guard FileManager.default.createFile(atPath: target.path, contents: nil), let handle = FileHandle(forWritingAtPath: target.path) else {
+                throw StorageError("cannot write \(target.path): check the folder is writable")
+            }
+            defer { try? handle.close() }
+            let size = try await fileSize(file.name, in: capture)
+            guard size == file.size else {
+                throw StorageError("\(key(file.name, of: capture.id)) holds \(size) bytes where its host recorded \(file.size): offload the capture again")
+            }
+            var hash = SHA256()
+            var offset: UInt64 = 0
+            while offset < size {
+                let piece = try await readFile(file.name, in: capture, range: offset..<min(offset + (8 << 20), size))
+                piece.withUnsafeReadableBytes { hash.update(bufferPointer: $0) }
+                try handle.write(contentsOf: piece.readableBytesView)
+                offset += UInt64(piece.readableBytes)
+                copied += UInt64(piece.readableBytes)
+                progress(copied, total)
+            }
+            let sha256 = SignatureV4.hex(hash.finalize())
+            guard sha256 == file.sha256 else {
+                throw StorageError("\(key(file.name, of: capture.id)) does not hash to the SHA-256 its host recorded (\(file.sha256)): it changed in the store")
+            }
+        }
     }
 
     /// The capture's own prefix: the agents write there and nowhere else.

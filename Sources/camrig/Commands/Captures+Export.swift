@@ -1,5 +1,6 @@
 import ArgumentParser
 import CamRigCLI
+import CamRigCapture
 import CamRigStorage
 import Foundation
 
@@ -62,12 +63,36 @@ extension Captures {
 
         func run() async throws {
             do {
-                let (manifest, folder) = try await captures.withStore(logger: output.makeLogger()) { store in
+                let quiet = output.json
+                // A capture in an object store is exported from a copy of its recorded files, fetched into
+                // this machine's state folder (on disk, not in memory) and removed afterwards.
+                var fetched: URL?
+                defer { if let fetched { try? FileManager.default.removeItem(at: fetched) } }
+                let (manifest, folder) = try await captures.withStorage(logger: output.makeLogger()) { store -> (CaptureManifest, URL) in
                     let entry = try await CaptureOptions.entry(id, in: store)
-                    return (try store.manifest(of: entry), store.root.appendingPathComponent(entry.directory))
+                    if let local = store as? CaptureStore {
+                        return (try local.manifest(of: entry), local.root.appendingPathComponent(entry.directory))
+                    }
+                    guard let objects = store as? ObjectCaptureStore else { throw CommandFailure("cannot export from \(store.storeURL)") }
+                    let manifest = try await objects.manifest(of: entry)
+                    guard let recording = manifest.hostRecording else {
+                        throw CommandFailure("capture \(entry.id) is not a recording made on the hosts: there is nothing to export")
+                    }
+                    let files = recording.tracks.flatMap(\.files)
+                    guard files.allSatisfy(\.offloaded) else {
+                        throw CommandFailure("capture \(entry.id) has files still on its hosts: `camrig captures offload \(entry.id)` first")
+                    }
+                    let folder = captures.stateDirectory.appendingPathComponent("exports").appendingPathComponent("\(entry.id)-\(UUID().uuidString.prefix(8))")
+                    fetched = folder
+                    var reported: UInt64 = 0
+                    try await objects.download(files, of: try objects.handle(of: entry), into: folder) { copied, total in
+                        guard !quiet, copied == total || copied - reported >= 64 << 20 else { return }
+                        reported = copied
+                        FileHandle.standardError.write(Data("fetched \(copied >> 20)/\(total >> 20) MiB from \(store.storeURL)\n".utf8))
+                    }
+                    return (manifest, folder)
                 }
                 let selection = try selection()
-                let quiet = output.json
                 let report: RecordingExport.Report
                 if let frames {
                     report = try RecordingExport.frames(
