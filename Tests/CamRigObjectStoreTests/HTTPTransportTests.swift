@@ -27,6 +27,8 @@ struct HTTPTransportTests {
 
     final class Server: Sendable {
         let channel: any Channel
+        /// The port it listens on (read once: a closed channel has no address).
+        let port: Int
         let connections = NIOLockedValueBox(0)
         let requests = NIOLockedValueBox<[String]>([])
 
@@ -41,9 +43,8 @@ struct HTTPTransportTests {
                     }
                 }
                 .bind(host: "127.0.0.1", port: 0).get()
+            port = try #require(channel.localAddress?.port)
         }
-
-        var port: Int { channel.localAddress!.port! }
 
         func stop() async { try? await channel.close() }
     }
