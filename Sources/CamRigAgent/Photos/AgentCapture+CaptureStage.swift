@@ -87,9 +87,10 @@ extension AgentCapture {
                     }
                     pipeline.setLastReference(frames.map(\.exposureStart).max() ?? .min)
                     stages.send(.didCapture)
+                    // Stamped before the capture stage is let go: the next photo's willCapture comes after it.
+                    stages.send(.didFinishCapture)
                     pipeline.endCapture(processing: !deferred)
                     self.touch()
-                    stages.send(.didFinishCapture)
                     return Captured(frames: frames, waited: waited, bracketMethod: method)
                 } catch {
                     pipeline.endCapture(processing: false)
