@@ -98,8 +98,9 @@ final class HTTPTransport: Sendable {
         let now = NIODeadline.now()
         let (kept, stale) = try idle.withLockedValue { idle throws -> (Connection?, [Connection]) in
             guard !idle.shutDown else { throw Failure.shutDown }
-            let stale = idle.connections.filter { now - $0.since > Self.idleTimeout || !$0.connection.channel.isActive }.map(\.connection)
-            idle.connections.removeAll { now - $0.since > Self.idleTimeout || !$0.connection.channel.isActive }
+            let isStale = { (kept: (connection: Connection, since: NIODeadline)) in now - kept.since > Self.idleTimeout || !kept.connection.channel.isActive }
+            let stale = idle.connections.filter(isStale).map(\.connection)
+            idle.connections.removeAll(where: isStale)
             return (idle.connections.popLast()?.connection, stale)
         }
         for connection in stale { connection.channel.close(promise: nil) }

@@ -100,6 +100,11 @@ struct HTTPTransportTests {
         return head
     }
 
+    /// A GET of `path` through `transport` from `server`, answered within 10 s.
+    static func get(_ path: String, _ transport: HTTPTransport, from server: Server) async throws -> HTTPTransport.Response {
+        try await transport.execute(request(.GET, path, port: server.port), body: nil, limit: 1 << 20, timeout: .seconds(10))
+    }
+
     @Test("requests one after another go on one kept connection, each with its own answer; a HEAD's length is the header's, with no body to read")
     func keptAlive() async throws {
         let server = try await Server(.answer)
@@ -114,7 +119,7 @@ struct HTTPTransportTests {
         }
         let head = try await transport.execute(Self.request(.HEAD, "/bucket/object-0", port: server.port), body: nil, limit: 1 << 20, timeout: .seconds(10))
         #expect(head.headers.first(name: "x-request") == "/bucket/object-0" && head.body.readableBytes == 0)
-        let after = try await transport.execute(Self.request(.GET, "/bucket/after-head", port: server.port), body: nil, limit: 1 << 20, timeout: .seconds(10))
+        let after = try await Self.get("/bucket/after-head", transport, from: server)
         #expect(String(buffer: after.body) == "GET /bucket/after-head 0")
         #expect(server.connections.withLockedValue { $0 } == 1)
         await transport.shutdown()
@@ -128,8 +133,7 @@ struct HTTPTransportTests {
         let answers = try await withThrowingTaskGroup(of: (Int, String).self) { group in
             for index in 0..<32 {
                 group.addTask {
-                    let response = try await transport.execute(
-                        Self.request(.GET, "/bucket/\(index)", port: server.port), body: nil, limit: 1 << 20, timeout: .seconds(10))
+                    let response = try await Self.get("/bucket/\(index)", transport, from: server)
                     return (index, String(buffer: response.body))
                 }
             }
@@ -146,7 +150,7 @@ struct HTTPTransportTests {
         let server = try await Server(.closeOnSecondRequest)
         let transport = try HTTPTransport(host: "127.0.0.1", port: server.port, tls: nil)
         for index in 0..<5 {
-            let response = try await transport.execute(Self.request(.GET, "/bucket/\(index)", port: server.port), body: nil, limit: 1 << 20, timeout: .seconds(10))
+            let response = try await Self.get("/bucket/\(index)", transport, from: server)
             #expect(String(buffer: response.body) == "GET /bucket/\(index) 0")
         }
         // Each request after the first was sent on a kept connection the server closed, then again on a new one.

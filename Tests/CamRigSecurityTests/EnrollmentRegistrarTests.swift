@@ -33,6 +33,15 @@ struct EnrollmentRegistrarTests {
             ).serializeAsPEM().pemString
         }
 
+        /// A renewal of `certificate` (issued to `name`) for a new key, proved with the key `holder`.
+        static func renewal(
+            of certificate: String, name: String, newKey: P256.Signing.PrivateKey = .init(), provedBy holder: P256.Signing.PrivateKey, port: Int = 7450
+        ) throws -> Enrollment.RenewRequest {
+            let csrPEM = try csr(name: name, key: newKey)
+            let der = try EnrollmentRegistrar.der(try CertificateSigningRequest(pemEncoded: csrPEM))
+            return Enrollment.RenewRequest(certificate: certificate, csr: csrPEM, proof: try holder.signature(for: der).derRepresentation.base64EncodedString(), port: port)
+        }
+
         func refusal(_ outcome: Result<(Enrollment.Issued, EnrollmentRegistrar.Member), EnrollmentRegistrar.Refusal>) -> String? {
             if case .failure(let refusal) = outcome { return refusal.reason }
             return nil
@@ -148,13 +157,7 @@ struct EnrollmentRegistrarTests {
         // The answer may never have reached the agent: the certificate that renewal replaced renews once more…
         let (again, _) = try rig.registrar.renew(try renewal(signedBy: key), from: "10.0.0.2").get()
         // …until the agent renews with a certificate issued after it: then it is refused, whoever holds its key.
-        let third = P256.Signing.PrivateKey()
-        let thirdCSR = try Rig.csr(name: "pi-02", key: third)
-        let thirdDER = try EnrollmentRegistrar.der(try CertificateSigningRequest(pemEncoded: thirdCSR))
-        _ = try rig.registrar.renew(
-            Enrollment.RenewRequest(certificate: again.certificate, csr: thirdCSR, proof: try next.signature(for: thirdDER).derRepresentation.base64EncodedString(), port: 7450),
-            from: "10.0.0.2"
-        ).get()
+        _ = try rig.registrar.renew(try Rig.renewal(of: again.certificate, name: "pi-02", provedBy: next), from: "10.0.0.2").get()
         #expect(rig.refusal(rig.registrar.renew(try renewal(signedBy: key), from: "10.0.0.2"))?.contains("not the one this rig last issued") == true)
         rig.clock.withLockedValue { $0 += 200 * 86_400 }
         #expect(rig.refusal(rig.registrar.renew(try renewal(signedBy: key), from: "10.0.0.2"))?.contains("expired") == true)
@@ -171,12 +174,7 @@ struct EnrollmentRegistrarTests {
         defer { try? FileManager.default.removeItem(atPath: host.path) }
         _ = try host.install(issued, key: key, caPin: token.caPin, url: "https://127.0.0.1:8443")
         let next = P256.Signing.PrivateKey()
-        let csrPEM = try Rig.csr(name: "pi-03", key: next)
-        let der = try EnrollmentRegistrar.der(try CertificateSigningRequest(pemEncoded: csrPEM))
-        let (renewed, _) = try rig.registrar.renew(
-            Enrollment.RenewRequest(certificate: issued.certificate, csr: csrPEM, proof: try key.signature(for: der).derRepresentation.base64EncodedString(), port: 7450),
-            from: "10.0.0.3"
-        ).get()
+        let (renewed, _) = try rig.registrar.renew(try Rig.renewal(of: issued.certificate, name: "pi-03", newKey: next, provedBy: key), from: "10.0.0.3").get()
         func write(_ text: String, _ file: String, secret: Bool) {
             #expect(FileManager.default.createFile(atPath: file, contents: Data(text.utf8), attributes: [.posixPermissions: secret ? 0o600 : 0o644]))
         }
@@ -209,12 +207,7 @@ struct EnrollmentRegistrarTests {
         defer { rig.pki.remove() }
         let (token, _) = try rig.tokens.make(role: .agent, name: nil, prefix: nil, expires: Date() + 3600, uses: 3)
         func renew(_ issued: Enrollment.Issued, key: P256.Signing.PrivateKey, from address: String, port: Int) throws -> (Enrollment.Issued, EnrollmentRegistrar.Member) {
-            let csrPEM = try Rig.csr(name: issued.name, key: .init())
-            let der = try EnrollmentRegistrar.der(try CertificateSigningRequest(pemEncoded: csrPEM))
-            return try rig.registrar.renew(
-                Enrollment.RenewRequest(certificate: issued.certificate, csr: csrPEM, proof: try key.signature(for: der).derRepresentation.base64EncodedString(), port: port),
-                from: address
-            ).get()
+            try rig.registrar.renew(try Rig.renewal(of: issued.certificate, name: issued.name, provedBy: key, port: port), from: address).get()
         }
         let key = P256.Signing.PrivateKey()
         let (issued, member) = try rig.registrar.join(try rig.request(token, name: "pi-04", key: key), from: "10.0.0.4").get()

@@ -133,10 +133,6 @@ struct CapturesController {
         }
     }
 
-    /// Bytes read from an object store per request while a file is streamed: what an answer holds in
-    /// memory at most, however large the file (a recording's video).
-    static let objectPiece: UInt64 = 8 << 20
-
     /// File `name` of the capture streamed from the object store, a ranged read at a time: its size is
     /// asked first (a missing object is a 404, the store down a 503); a failure once the answer has begun
     /// ends the connection (the client sees a short body).
@@ -153,7 +149,7 @@ struct CapturesController {
             body: ResponseBody(contentLength: Int(size)) { writer in
                 var offset: UInt64 = 0
                 while offset < size {
-                    let piece = try await store.readFile(name, in: capture, range: offset..<min(offset + Self.objectPiece, size))
+                    let piece = try await store.readFile(name, in: capture, range: offset..<min(offset + ObjectCaptureStore.readPiece, size))
                     offset += UInt64(piece.readableBytes)
                     try await writer.write(piece)
                 }

@@ -253,6 +253,10 @@ extension ObjectCaptureStore: CaptureSink {
         return object.size
     }
 
+    /// What a ranged read of a file asks for at most: what a reader holds of a file at once, however
+    /// large the file (a recording's video).
+    public static let readPiece: UInt64 = 8 << 20
+
     /// Bytes `range` of file `name` of the capture: files too large to hold (a recording's videos) are
     /// read piece by piece.
     public func readFile(_ name: String, in capture: CaptureHandle, range: Range<UInt64>) async throws -> ByteBuffer {
@@ -269,21 +273,21 @@ extension ObjectCaptureStore: CaptureSink {
         let total = files.reduce(0) { $0 + $1.size }
         var copied: UInt64 = 0
         for file in files {
-            guard CaptureFileNames.isValid(file.name) else { throw StorageError("\(file.name.debugDescription) is not a file name inside a capture") }
+            // `fileSize` refuses a name that is not a file inside a capture before anything is written.
+            let size = try await fileSize(file.name, in: capture)
             let target = folder.appendingPathComponent(file.name)
             try FileManager.default.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
             guard FileManager.default.createFile(atPath: target.path, contents: nil), let handle = FileHandle(forWritingAtPath: target.path) else {
                 throw StorageError("cannot write \(target.path): check the folder is writable")
             }
             defer { try? handle.close() }
-            let size = try await fileSize(file.name, in: capture)
             guard size == file.size else {
                 throw StorageError("\(key(file.name, of: capture.id)) holds \(size) bytes where its host recorded \(file.size): offload the capture again")
             }
             var hash = SHA256()
             var offset: UInt64 = 0
             while offset < size {
-                let piece = try await readFile(file.name, in: capture, range: offset..<min(offset + (8 << 20), size))
+                let piece = try await readFile(file.name, in: capture, range: offset..<min(offset + Self.readPiece, size))
                 piece.withUnsafeReadableBytes { hash.update(bufferPointer: $0) }
                 try handle.write(contentsOf: piece.readableBytesView)
                 offset += UInt64(piece.readableBytes)
