@@ -381,7 +381,7 @@ let package = Package(
         .testTarget(
             name: "CamRigStorageTests",
             dependencies: [
-                "CamRigStorage", "CamRigCapture", "CamRigFiles", "CamRigDevices", "CamRigImage", "CZlib", "CamRigTestSupport",
+                "CamRigStorage", "CamRigCapture", "CamRigMedia", "CamRigFiles", "CamRigDevices", "CamRigImage", "CZlib", "CamRigTestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),

@@ -803,6 +803,9 @@ struct camrig_media_reader {
     struct SwsContext *sws;
     int64_t dec_next;    // index of the packet the decoder expects next (-1: must restart)
     enum AVPixelFormat force_fmt; // interpret decoded gray as Bayer (ffv1 of an RGGB camera)
+    AVIOContext *io;     // a caller's source read through FFmpeg (NULL for a file opened by path)
+    camrig_media_source source;
+    int64_t position;    // where the next read of `source` begins
 };
 
 static void gop_clear(camrig_media_reader *r) {
@@ -820,6 +823,10 @@ void camrig_media_reader_close(camrig_media_reader *r) {
     sws_freeContext(r->sws);
     av_packet_free(&r->pkt);
     avformat_close_input(&r->ic);
+    if (r->io) {
+        av_freep(&r->io->buffer);
+        avio_context_free(&r->io);
+    }
     free(r);
 }
 
@@ -828,8 +835,7 @@ static uint32_t parse_fourcc_tag(const char *s) {
     return FOURCC(s[0], s[1], s[2], s[3]);
 }
 
-camrig_media_reader *camrig_media_reader_open(const char *path, camrig_media_info *info, char *error,
-                                              size_t error_size) {
+static camrig_media_reader *reader_new(char *error, size_t error_size) {
     quiet();
     set_error(error, error_size, "%s", "");
     camrig_media_reader *r = calloc(1, sizeof *r);
@@ -840,11 +846,76 @@ camrig_media_reader *camrig_media_reader_open(const char *path, camrig_media_inf
     r->index = -1;
     r->dec_next = -1;
     r->force_fmt = AV_PIX_FMT_NONE;
+    return r;
+}
+
+static camrig_media_reader *reader_start(camrig_media_reader *r, const char *path, camrig_media_info *info, char *error,
+                                         size_t error_size);
+
+camrig_media_reader *camrig_media_reader_open(const char *path, camrig_media_info *info, char *error,
+                                              size_t error_size) {
+    camrig_media_reader *r = reader_new(error, error_size);
+    return r ? reader_start(r, path, info, error, error_size) : NULL;
+}
+
+static int source_read(void *opaque, uint8_t *buffer, int size) {
+    camrig_media_reader *r = opaque;
+    int n = r->source.read(r->source.context, r->position, buffer, size);
+    if (n < 0) return AVERROR(EIO);
+    if (n == 0) return AVERROR_EOF;
+    r->position += n;
+    return n;
+}
+
+static int64_t source_seek(void *opaque, int64_t offset, int whence) {
+    camrig_media_reader *r = opaque;
+    int64_t to;
+    switch (whence & ~AVSEEK_FORCE) {
+    case AVSEEK_SIZE: return r->source.size;
+    case SEEK_SET: to = offset; break;
+    case SEEK_CUR: to = r->position + offset; break;
+    case SEEK_END: to = r->source.size + offset; break;
+    default: return AVERROR(EINVAL);
+    }
+    if (to < 0) return AVERROR(EINVAL);
+    r->position = to;
+    return to;
+}
+
+camrig_media_reader *camrig_media_reader_open_source(const camrig_media_source *source, const char *name,
+                                                     camrig_media_info *info, char *error, size_t error_size) {
+    if (!source || !source->read || source->size < 0) {
+        set_error(error, error_size, "no source to read %s from", name ? name : "(null)");
+        return NULL;
+    }
+    camrig_media_reader *r = reader_new(error, error_size);
+    if (!r) return NULL;
+    r->source = *source;
+    enum { IO_BUFFER = 1 << 16 };
+    uint8_t *buffer = av_malloc(IO_BUFFER);
+    r->io = buffer ? avio_alloc_context(buffer, IO_BUFFER, 0, r, source_read, NULL, source_seek) : NULL;
+    r->ic = r->io ? avformat_alloc_context() : NULL;
+    if (!r->ic) {
+        if (!r->io) av_free(buffer);
+        set_error(error, error_size, "out of memory");
+        camrig_media_reader_close(r);
+        return NULL;
+    }
+    r->ic->pb = r->io;
+    r->ic->flags |= AVFMT_FLAG_CUSTOM_IO;
+    return reader_start(r, name, info, error, error_size);
+}
+
+/// Opens the input (`path`, or the custom I/O set on r->ic) and reads its video stream's parameters;
+/// frees `r` and returns NULL on failure.
+static camrig_media_reader *reader_start(camrig_media_reader *r, const char *path, camrig_media_info *info, char *error,
+                                         size_t error_size) {
     const AVInputFormat *mkv = av_find_input_format("matroska");
     int ret = avformat_open_input(&r->ic, path, mkv, NULL);
     if (ret < 0) {
+        // avformat_open_input frees the context on failure (not the custom I/O, which close frees).
         set_error(error, error_size, "cannot open %s: %s", path ? path : "(null)", ERRSTR(ret));
-        free(r);
+        camrig_media_reader_close(r);
         return NULL;
     }
     for (unsigned i = 0; i < r->ic->nb_streams; i++) {

@@ -164,20 +164,51 @@ public final class MediaReader {
 
     private let handle: OpaquePointer
     public let info: Info
+    /// The file's path, or the name of the source it is read from.
     public let path: String
+    /// The source read through, kept alive as long as the reader (nil for a file opened by path).
+    private let source: SourceBox?
 
     public init(path: String) throws {
         self.path = path
+        source = nil
         var cInfo = camrig_media_info()
         let (handle, message) = withErrorBuffer { camrig_media_reader_open(path, &cInfo, $0, $1) }
+        (self.handle, info) = try Self.opened(handle, cInfo, message, path: path)
+    }
+
+    /// Reads a recorded file from `source` (an object in a store, say) instead of a path; `name` names it
+    /// in errors. A failure of the source's own is thrown as it is, not as the reader's.
+    public init(source: any MediaSource, name: String) throws {
+        path = name
+        let box = SourceBox(source)
+        self.source = box
+        var cSource = camrig_media_source(
+            context: Unmanaged.passUnretained(box).toOpaque(), size: source.size,
+            read: { context, offset, buffer, size in
+                let box = Unmanaged<SourceBox>.fromOpaque(context!).takeUnretainedValue()
+                do {
+                    return Int32(try box.source.read(at: offset, into: UnsafeMutableRawBufferPointer(start: buffer, count: Int(size))))
+                } catch {
+                    box.failure = error
+                    return -1
+                }
+            })
+        var cInfo = camrig_media_info()
+        let (handle, message) = withErrorBuffer { camrig_media_reader_open_source(&cSource, name, &cInfo, $0, $1) }
+        if handle == nil, let failure = box.failure { throw failure }
+        (self.handle, info) = try Self.opened(handle, cInfo, message, path: name)
+    }
+
+    private static func opened(_ handle: OpaquePointer?, _ cInfo: camrig_media_info, _ message: String, path: String) throws -> (OpaquePointer, Info) {
         guard let handle, let codec = MediaCodec(cInfo.codec) else {
             if let handle { camrig_media_reader_close(handle) }
             throw MediaFileError(message.isEmpty ? "cannot read \(path)" : message)
         }
-        self.handle = handle
-        info = Info(
-            width: Int(cInfo.width), height: Int(cInfo.height), codec: codec, pixelFormat: cInfo.pixel_format,
-            rate: (cInfo.rate_num, cInfo.rate_den))
+        return (
+            handle,
+            Info(width: Int(cInfo.width), height: Int(cInfo.height), codec: codec, pixelFormat: cInfo.pixel_format, rate: (cInfo.rate_num, cInfo.rate_den))
+        )
     }
 
     deinit { camrig_media_reader_close(handle) }
@@ -198,7 +229,10 @@ public final class MediaReader {
         var size = 0
         var pts: Int64 = 0
         let (status, message) = withErrorBuffer { camrig_media_reader_next(handle, &data, &size, &pts, $0, $1) }
-        if status < 0 { throw MediaFileError("\(path): \(message)") }
+        if status < 0 {
+            if let failure = source?.failure { throw failure }
+            throw MediaFileError("\(path): \(message)")
+        }
         guard status > 0 else { return nil }
         return (UnsafeBufferPointer(start: data, count: data == nil ? 0 : size), pts)
     }
@@ -212,6 +246,22 @@ public final class MediaReader {
         if status < 0 { throw MediaFileError("\(path): \(message)") }
         return rgb
     }
+}
+
+/// A recorded file read from elsewhere than a path, by offset: `MediaReader(source:name:)` reads it
+/// through FFmpeg as it would a file, from the thread the reader is used on.
+public protocol MediaSource: AnyObject {
+    /// The file's size in bytes.
+    var size: Int64 { get }
+    /// Reads up to `buffer.count` bytes at `offset` into `buffer`: the count read, 0 at the end.
+    func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int
+}
+
+/// A reader's source, and the last failure it threw (FFmpeg sees only that a read failed).
+private final class SourceBox {
+    let source: any MediaSource
+    var failure: (any Error)?
+    init(_ source: any MediaSource) { self.source = source }
 }
 
 public enum MediaFile {

@@ -141,10 +141,16 @@ public enum RecordingExport {
     /// Camera `camera`'s frame of set `set` as an image: JPEG (as recorded for MJPEG videos, made for the
     /// others) for viewing; nil when the set has no frame of that camera.
     public static func setImage(of manifest: CaptureManifest, in capture: URL, set index: Int, camera: Int) throws -> [UInt8]? {
+        try setImage(of: manifest, set: index, camera: camera) { try MediaReader(path: capture.appendingPathComponent($0).path) }
+    }
+
+    /// `setImage(of:in:set:camera:)` for a capture whose files are elsewhere than a folder (an object
+    /// store's): `open` opens the named video file of the capture.
+    public static func setImage(of manifest: CaptureManifest, set index: Int, camera: Int, open: (String) throws -> MediaReader) throws -> [UInt8]? {
         guard manifest.hostRecording != nil, manifest.sets.indices.contains(index),
             let frame = manifest.sets[index].frames.first(where: { $0.camera == camera }), let number = frame.videoFrame, !frame.file.isEmpty
         else { return nil }
-        let reader = try MediaReader(path: capture.appendingPathComponent(frame.file).path)
+        let reader = try open(frame.file)
         for _ in 0..<number {
             guard try reader.skip() else { throw ExportError("\(frame.file) ends before frame \(number)") }
         }

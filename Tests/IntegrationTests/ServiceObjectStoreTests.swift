@@ -1,4 +1,6 @@
+import CamRigCapture
 import CamRigObjectStore
+import CamRigStorage
 import CamRigTestSupport
 import Foundation
 import NIOCore
@@ -62,6 +64,60 @@ struct ServiceObjectStoreTests {
         let missing = try served.curl("/api/v1/captures/\(id)/files/no-such-file.png")
         #expect(missing.status == 404 && missing.output.contains(id) && missing.output.contains("no-such-file.png"), "\(missing.output)")
 
+        #expect(await served.stop() != nil, "camrig serve did not stop within 20 s of SIGTERM")
+    }
+
+    @Test("a recording's sets are viewed from its videos in the store: each camera's frame of a set as the same video read from a folder gives it; a video missing from the store is a 404 naming it")
+    func recordingSetsFromTheStore() async throws {
+        let server = try ObjectStoreServer.start()
+        defer { try? server.remove() }
+        let state = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-serve-state-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: state) }
+        let served = try await ServedRig(agents: 2, ["--out", "s3://rig-v/captures", "--state", state.path], environment: server.environment)
+        #expect(
+            try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(200)) {
+                ((try served.json("/api/v1/session") as? [String: Any])?["cameras"] as? Int) == 2
+            }, "no session: \(served.log().suffix(2000))")
+        let started = try served.curl("/api/v1/captures/recording", ["-H", "Content-Type: application/json", "-X", "POST", "--data", #"{"duration": 1.5, "fps": 30, "codec": "ffv1"}"#])
+        #expect(started.status == 202, "\(started.output)")
+        var job: [String: Any] = [:]
+        #expect(
+            try await eventually(timeout: .seconds(90), pollingEvery: .milliseconds(200)) {
+                job = (try served.json("/api/v1/jobs") as? [[String: Any]])?.first ?? [:]
+                return job["capture_id"] != nil || job["state"] as? String == "failed"
+            })
+        let id = try #require(job["capture_id"] as? String, "the recording did not finish: \(job)\n\(served.log().suffix(2000))")
+
+        // The set checked is late in the recording, so the frame is read past the video's first pieces.
+        let client = try S3Client(try server.location(bucket: "rig-v"))
+        let bytes = try await client.get("captures/\(id)/manifest.json")
+        let decoder = JSONDecoder()
+        decoder.keyDecodingStrategy = .convertFromSnakeCase
+        let manifest = try decoder.decode(CaptureManifest.self, from: Data(bytes.readableBytesView))
+        #expect(manifest.hostRecording?.isOffloaded == true, "the recording's files are not all in the store")
+        let both = manifest.sets.indices.filter { index in Set(manifest.sets[index].frames.filter { !$0.file.isEmpty }.map(\.camera)).count == 2 }
+        let set = try #require(both.last, "no set has a frame of both cameras: \(manifest.sets.count) sets")
+
+        // The same videos in a folder, read by path, give the same frames byte for byte.
+        let folder = state.appendingPathComponent("copy")
+        for file in manifest.hostRecording?.tracks.flatMap(\.files) ?? [] {
+            let target = folder.appendingPathComponent(file.name)
+            try FileManager.default.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try Data(try await client.get("captures/\(id)/\(file.name)").readableBytesView).write(to: target)
+        }
+        for camera in 0..<2 {
+            let viewed = try served.download("/api/v1/captures/\(id)/sets/\(set)/cameras/\(camera)")
+            #expect(viewed.status == 200 && viewed.type == "image/jpeg", "set \(set), camera \(camera): \(viewed.status) \(String(decoding: viewed.body, as: UTF8.self).prefix(500))")
+            let local = try #require(try RecordingExport.setImage(of: manifest, in: folder, set: set, camera: camera))
+            #expect(viewed.body == Data(local), "set \(set), camera \(camera): the frame from the store differs from the frame from the folder")
+        }
+
+        // A video gone from the store: a 404 naming the capture and the file.
+        let gone = try #require(manifest.sets[set].frames.first { $0.camera == 0 }?.file)
+        try await client.delete("captures/\(id)/\(gone)")
+        await client.shutdown()
+        let missing = try served.curl("/api/v1/captures/\(id)/sets/\(set)/cameras/0")
+        #expect(missing.status == 404 && missing.output.contains(id) && missing.output.contains(gone), "\(missing.output)")
         #expect(await served.stop() != nil, "camrig serve did not stop within 20 s of SIGTERM")
     }
 }

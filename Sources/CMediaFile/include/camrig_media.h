@@ -64,6 +64,15 @@ typedef struct {
 } camrig_media_info;
 /// Opens a recorded file for reading and fills `info`. Returns NULL and fills `error` on failure.
 camrig_media_reader *camrig_media_reader_open(const char *path, camrig_media_info *info, char *error, size_t error_size);
+/// A file to read from elsewhere than a path (an object in a store, read in ranges): `read` reads up to
+/// `size` bytes at `offset` into `buffer` and returns the count read, 0 at the end, or -1 on failure.
+typedef struct {
+    void *context;
+    int64_t size;
+    int (*read)(void *context, int64_t offset, uint8_t *buffer, int size);
+} camrig_media_source;
+/// Opens a recorded file read through `source` (`name` names it in errors), as `camrig_media_reader_open`.
+camrig_media_reader *camrig_media_reader_open_source(const camrig_media_source *source, const char *name, camrig_media_info *info, char *error, size_t error_size);
 /// The next frame's compressed packet: fills *data/*size (valid until the next call) and *pts_ns. Returns 1,
 /// 0 at the end, or a negative AVERROR.
 int camrig_media_reader_next(camrig_media_reader *reader, const uint8_t **data, size_t *size, int64_t *pts_ns, char *error, size_t error_size);

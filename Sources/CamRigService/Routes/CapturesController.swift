@@ -89,13 +89,22 @@ struct CapturesController {
             guard manifest.hostRecording?.isOffloaded == true else {
                 throw ServiceError(.conflict, "capture \(entry.id) still has files on its hosts; its sets are built once they are offloaded")
             }
-            guard let local = store as? CaptureStore else {
-                throw ServiceError(
-                    .conflict,
-                    "capture \(entry.id) is in the object store \(store.storeURL): its sets are read from its videos in a captures folder; copy it out (e.g. `aws s3 cp --recursive \(store.storeURL)/\(entry.directory) captures/\(entry.directory)`) and export them with `camrig captures export`")
+            let image: [UInt8]?
+            if let local = store as? CaptureStore {
+                let directory = local.root.appendingPathComponent(entry.directory)
+                image = try await BlockingWork.run { try RecordingExport.setImage(of: manifest, in: directory, set: set, camera: camera) }
+            } else if let objects = store as? ObjectCaptureStore {
+                // Read from the video in the store in ranged reads, up to the frame.
+                let capture = try objects.handle(of: entry)
+                do {
+                    image = try await BlockingWork.run { try RecordingExport.setImage(of: manifest, in: capture, of: objects, set: set, camera: camera) }
+                } catch let error as ObjectStoreError {
+                    let file = manifest.sets.indices.contains(set) ? manifest.sets[set].frames.first { $0.camera == camera }?.file : nil
+                    throw Self.problem(error, file ?? "camera \(camera)'s video", of: entry, in: store)
+                }
+            } else {
+                throw ServiceError(.conflict, "capture \(entry.id) is in \(store.storeURL), whose videos this service cannot read")
             }
-            let directory = local.root.appendingPathComponent(entry.directory)
-            let image = try await BlockingWork.run { try RecordingExport.setImage(of: manifest, in: directory, set: set, camera: camera) }
             guard let image else { throw ServiceError(.notFound, "capture \(entry.id) has no frame of camera \(camera) in set \(set)") }
             return Response(status: .ok, headers: [.contentType: "image/jpeg"], body: .init(byteBuffer: ByteBuffer(bytes: image)))
         }
