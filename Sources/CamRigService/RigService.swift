@@ -212,6 +212,7 @@ public actor RigService {
         logger.notice(
             renewal ? "agent renewed its certificate" : "agent enrolled",
             metadata: ["agent": "\(member.name)", "endpoint": "\(member.endpoint)", "address": "\(member.address)", "new": "\(!known)"])
+        events.publish(renewal ? .agentRenewed(agent: member.name, endpoint: member.endpoint) : .agentEnrolled(agent: member.name, endpoint: member.endpoint))
     }
 
     /// Enrolled agents that are no longer the rig's: `camrig certs revoke` moved the copy of their
@@ -246,6 +247,7 @@ public actor RigService {
             guard let endpoint = memberEndpoints[member.name] ?? AgentEndpoint(member.endpoint), await pool.remove(endpoint) else { continue }
             memberEndpoints[member.name] = nil
             left.append(member.name)
+            events.publish(.agentRevoked(agent: member.name))
         }
         logger.notice(
             "revocation list applied to the connections to agents",
@@ -259,6 +261,7 @@ public actor RigService {
     /// A refused enrolment or renewal, with its reason, for the log and the console.
     func refused(_ reason: String, address: String, what: String) {
         logger.warning("\(what) refused", metadata: ["address": "\(address)", "reason": "\(reason)"])
+        events.publish(.enrollmentRefused(what: what, address: address, reason: reason))
     }
 
     // MARK: Supervision

@@ -9,6 +9,14 @@ public enum ServiceEvent: Sendable, Equatable {
     case serviceStopped
     case agentUp(agent: String, endpoint: String)
     case agentDown(agent: String, status: String, reason: String?)
+    /// A host joined the rig with a join token (`camrig-agent --enroll`), serving at `endpoint`.
+    case agentEnrolled(agent: String, endpoint: String)
+    /// An enrolled agent renewed its certificate (serving at `endpoint`, which may be new).
+    case agentRenewed(agent: String, endpoint: String)
+    /// An enrolled agent's certificate was revoked: it left the rig.
+    case agentRevoked(agent: String)
+    /// An enrollment or renewal (`what`) from `address` was refused.
+    case enrollmentRefused(what: String, address: String, reason: String)
     case deviceAdded(agent: String, device: String, localizedName: String)
     case deviceRemoved(device: String)
     case deviceConnected(agent: String, device: String)
@@ -31,6 +39,10 @@ public enum ServiceEvent: Sendable, Equatable {
         case serviceStopped = "service.stopped"
         case agentUp = "agent.up"
         case agentDown = "agent.down"
+        case agentEnrolled = "agent.enrolled"
+        case agentRenewed = "agent.renewed"
+        case agentRevoked = "agent.revoked"
+        case enrollmentRefused = "enrollment.refused"
         case deviceAdded = "device.added"
         case deviceRemoved = "device.removed"
         case deviceConnected = "device.connected"
@@ -54,6 +66,10 @@ public enum ServiceEvent: Sendable, Equatable {
         case .serviceStopped: .serviceStopped
         case .agentUp: .agentUp
         case .agentDown: .agentDown
+        case .agentEnrolled: .agentEnrolled
+        case .agentRenewed: .agentRenewed
+        case .agentRevoked: .agentRevoked
+        case .enrollmentRefused: .enrollmentRefused
         case .deviceAdded: .deviceAdded
         case .deviceRemoved: .deviceRemoved
         case .deviceConnected: .deviceConnected
@@ -75,7 +91,8 @@ public enum ServiceEvent: Sendable, Equatable {
     /// The agent concerned.
     public var agent: String? {
         switch self {
-        case .agentUp(let agent, _), .agentDown(let agent, _, _), .deviceAdded(let agent, _, _), .deviceConnected(let agent, _),
+        case .agentUp(let agent, _), .agentDown(let agent, _, _), .agentEnrolled(let agent, _), .agentRenewed(let agent, _), .agentRevoked(let agent),
+            .deviceAdded(let agent, _, _), .deviceConnected(let agent, _),
             .deviceDisconnected(let agent, _), .deviceLease(let agent, _, _), .deviceSettings(let agent, _, _, _), .phaseState(let agent, _, _):
             agent
         default: nil
@@ -99,6 +116,10 @@ public enum ServiceEvent: Sendable, Equatable {
         case .serviceStopped: "coordinator service stopped"
         case .agentUp(let agent, let endpoint): "agent \(agent) connected (\(endpoint))"
         case .agentDown(let agent, let status, let reason): "agent \(agent) is \(status)" + (reason.map { ": \($0)" } ?? "")
+        case .agentEnrolled(let agent, let endpoint): "agent \(agent) joined the rig with a join token (\(endpoint))"
+        case .agentRenewed(let agent, let endpoint): "agent \(agent) renewed its certificate (\(endpoint))"
+        case .agentRevoked(let agent): "agent \(agent) left the rig: its certificate was revoked"
+        case .enrollmentRefused(let what, let address, let reason): "\(what) from \(address) refused: \(reason)"
         case .deviceAdded(_, let device, let localizedName): "camera \(device) (\(localizedName)) is on the rig"
         case .deviceRemoved(let device): "camera \(device) is no longer on the rig (its agent is down or it was removed)"
         case .deviceConnected(_, let device): "camera \(device) was plugged in"
@@ -122,6 +143,8 @@ public enum ServiceEvent: Sendable, Equatable {
     /// Details by name (capture id, progress, lock state…), the keys each kind has always.
     public var data: [String: String] {
         switch self {
+        case .agentEnrolled(_, let endpoint), .agentRenewed(_, let endpoint): ["endpoint": endpoint]
+        case .enrollmentRefused(let what, let address, _): ["what": what, "address": address]
         case .deviceLease(_, _, let holder): ["holder": holder ?? ""]
         case .deviceSettings(_, _, let settings, let by): ["settings": settings, "by": by]
         case .phaseState(_, _, let state): ["state": state]
@@ -138,6 +161,8 @@ public enum ServiceEvent: Sendable, Equatable {
     /// The `data` keys of each kind, as `data` writes them.
     public static func dataKeys(of kind: Kind) -> Set<String> {
         switch kind {
+        case .agentEnrolled, .agentRenewed: ["endpoint"]
+        case .enrollmentRefused: ["what", "address"]
         case .deviceLease: ["holder"]
         case .deviceSettings: ["settings", "by"]
         case .phaseState: ["state"]
@@ -218,6 +243,10 @@ public struct ServiceEventRecord: Codable, Sendable, Equatable {
             let rest = after(" is ")
             let parts = rest.split(separator: ":", maxSplits: 1).map { $0.trimmingPrefix(" ") }
             event = .agentDown(agent: agent, status: parts.first.map(String.init) ?? rest, reason: parts.count > 1 ? String(parts[1]) : nil)
+        case .agentEnrolled: event = .agentEnrolled(agent: agent, endpoint: field("endpoint"))
+        case .agentRenewed: event = .agentRenewed(agent: agent, endpoint: field("endpoint"))
+        case .agentRevoked: event = .agentRevoked(agent: agent)
+        case .enrollmentRefused: event = .enrollmentRefused(what: field("what"), address: field("address"), reason: after(" refused: "))
         case .deviceAdded:
             let name = after("(")
             event = .deviceAdded(agent: agent, device: device, localizedName: String(name.prefix { $0 != ")" }))

@@ -14,6 +14,8 @@ struct ServiceEventTests {
     static let samples: [ServiceEvent] = [
         .serviceStarted(agents: 2), .serviceStopped, .agentUp(agent: "a", endpoint: "127.0.0.1:7450"),
         .agentDown(agent: "a", status: "down", reason: "connection refused"),
+        .agentEnrolled(agent: "pi-7", endpoint: "10.0.0.7:7450"), .agentRenewed(agent: "pi-7", endpoint: "10.0.0.8:7450"), .agentRevoked(agent: "pi-7"),
+        .enrollmentRefused(what: "enrolment", address: "10.0.0.9", reason: "the token was used up: its uses: 1"),
         .deviceAdded(agent: "a", device: "a/cam0", localizedName: "Synthetic camera"), .deviceRemoved(device: "a/cam0"),
         .deviceConnected(agent: "a", device: "a/cam0"), .deviceDisconnected(agent: "a", device: "a/cam0"),
         .deviceLease(agent: "a", device: "a/cam0", holder: "coordinator"), .deviceSettings(agent: "a", device: "a/cam0", settings: "iso=200", by: "operator"),

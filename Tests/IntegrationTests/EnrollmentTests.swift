@@ -46,6 +46,11 @@ struct EnrollmentTests {
              "--listen", "127.0.0.1:0", "--spool-dir", ca.host(name) + "-spool"], timeout: 60)
     }
 
+    /// The service's recent events of `kind` (`/api/v1/events/recent`).
+    static func events(_ served: ServedRig, _ kind: String) throws -> [[String: Any]] {
+        (try served.json("/api/v1/events/recent") as? [[String: Any]] ?? []).filter { $0["kind"] as? String == kind }
+    }
+
     @Test("a host joins with a token: its key stays on it, the service connects to it with a clock estimate and its camera, lists the enrolment as joined, and takes a photo with it")
     func joins() async throws {
         let ca = try CA()
@@ -81,6 +86,11 @@ struct EnrollmentTests {
                 let records = (try served.json("/api/v1/enrollments") as? [String: Any])?["enrollments"] as? [[String: Any]] ?? []
                 return records.filter { $0["state"] as? String == "joined" }.count == 2
             })
+        // Each join is an event for the console and scripts, with where the host serves.
+        let joined = try Self.events(served, "agent.enrolled")
+        #expect(
+            Set(joined.compactMap { $0["agent"] as? String }) == ["cam-host1", "cam-host2"]
+                && joined.contains { ($0["data"] as? [String: String])?["endpoint"] == first.address }, "\(joined)")
 
         #expect(try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(200)) { ((try served.json("/api/v1/session") as? [String: Any])?["cameras"] as? Int) == 2 }, "no session over both cameras")
         let photo = try served.curl("/api/v1/captures/photo", ["-H", "Content-Type: application/json", "-X", "POST", "--data", #"{"quality": "speed"}"#])
@@ -129,6 +139,11 @@ struct EnrollmentTests {
         for reason in cases.dropLast().map(\.reason) { #expect(log.contains(reason), "the service's log has no '\(reason)'") }
         let records = (try served.json("/api/v1/enrollments") as? [String: Any])?["enrollments"] as? [[String: Any]] ?? []
         #expect(records.filter { $0["state"] as? String == "refused" }.count == 4, "\(records)")
+        let refusals = try Self.events(served, "enrollment.refused")
+        #expect(refusals.count == 4, "\(refusals)")
+        for reason in cases.dropLast().map(\.reason) {
+            #expect(refusals.contains { ($0["message"] as? String ?? "").contains(reason) }, "no refusal event says '\(reason)': \(refusals)")
+        }
     }
 
     @Test("an enrolled agent renews its certificate two thirds into its life without a restart, and a revocation reaches it from the service with nothing copied")
@@ -150,6 +165,7 @@ struct EnrollmentTests {
         let renewed = try #require(try directory.entries().first { $0.name == "pi" }).certificate
         #expect(renewed.publicKey != first.publicKey, "the renewal kept the old key")
         #expect(agent.isRunning)
+        #expect(try Self.events(served, "agent.renewed").contains { $0["agent"] as? String == "pi" })
 
         // A viewer reaches the agent; once its certificate is revoked on the CA's machine, the agent, having
         // fetched the list from the service, refuses it.
@@ -205,6 +221,8 @@ struct EnrollmentTests {
             try await eventually(timeout: .seconds(5), pollingEvery: .milliseconds(100)) {
                 served.log().contains("revocation list applied to the connections to agents")
             }, "\(served.log().suffix(3000))")
+
+        #expect(try Self.events(served, "agent.revoked").map { $0["agent"] as? String } == ["joined-1"])
 
         // A host given by address stays listed, down, with the reason; it is not connected to again.
         let second = try Executables.run("camrig", ["certs", "revoke", "--dir", ca.path, "--name", "fixed-1"], timeout: 30)

@@ -401,6 +401,8 @@ function connectEvents() {
     while (list.children.length > 100) list.lastChild.remove();
     if (event.kind.startsWith("device.") || event.kind.startsWith("agent.") || event.kind.startsWith("session.") || event.kind === "phase.state") loadRig();
     if (event.kind === "device.settings" && state.panel === event.device) refreshPanel();
+    const enrollment = ["agent.enrolled", "agent.renewed", "agent.revoked", "enrollment.refused"].includes(event.kind);
+    if (enrollment && !$("view-sync").hidden) loadSync();
   };
   socket.onclose = () => setTimeout(connectEvents, 2000);
 }
