@@ -52,7 +52,7 @@ struct ServiceTests {
         let script = Self.root.appendingPathComponent("Tests/console/console_test.py").path
         let result = try Executables.runTool(
             "/usr/bin/env", ["python3", script, url, token, tlsDir, screenshots.path, Executables.url("camrig").path, captures.path], timeout: 240)
-        #expect(result.status == 0, "console_test.py failed:\n\(result.stdout)\n\(result.stderr)")
+        #expect(result.status == 0, "console_test.py failed:\n\(result.stdout)\n\(result.stderr)\nthe service's log:\n\(served.log().suffix(8000))")
         for name in ["console-grid.png", "console-camera-panel.png", "console-photo.png", "console-sync.png"] {
             #expect(FileManager.default.fileExists(atPath: screenshots.appendingPathComponent(name).path), "no screenshot \(name)")
         }

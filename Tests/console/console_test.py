@@ -239,16 +239,19 @@ try:
     for outside in ["..%2Fcatalog.sqlite", "%2E%2E%2Fcatalog.sqlite", ".manifest.json", "frames%2F..%2F..%2Fcatalog.sqlite"]:
         check(request(f"/api/v1/captures/{capture_id}/files/{outside}", token=TOKEN)[0] == 400, f"files/{outside} is refused")
 
-    # A recording at another size while the previews are watched: the cameras change format (previews
-    # pause for it) and the result replaces the photo's.
+    # A recording at another size and rate while the previews are watched: the cameras change format
+    # (previews pause for it) and the result replaces the photo's. Long and slow enough for synthetic
+    # cameras that draw 720p frames slowly on a loaded machine (the first one after a change of format
+    # most slowly) to record some.
     duration = browser.find_element(By.ID, "record-duration")
     duration.clear()
-    duration.send_keys("1")
+    duration.send_keys("3")
+    browser.find_element(By.ID, "record-fps").send_keys("15")
     browser.find_element(By.ID, "record-size").send_keys("1280x720")
     browser.find_element(By.ID, "record-button").click()
     wait.until(lambda b: "recording" in b.find_element(By.ID, "result-title").text or "failed" in b.find_element(By.ID, "progress-text").text)
     title = browser.find_element(By.ID, "result-title").text
-    check("recording" in title, f"a recording from the console at another size finishes ({title or browser.find_element(By.ID, 'progress-text').text})")
+    check("recording" in title, f"a recording from the console at another size finishes ({title}; {browser.find_element(By.ID, 'progress-text').text})")
     rig = json.loads(request("/api/v1/rig", token=TOKEN)[2])
     check(all(c["device"]["active_format"].endswith("1280x720") for c in rig["cameras"]), "every camera now streams 1280x720")
     wait.until(lambda b: picture(0) is not None and picture(0) != before)
