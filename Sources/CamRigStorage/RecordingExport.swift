@@ -144,11 +144,15 @@ public enum RecordingExport {
         try setImage(of: manifest, set: index, camera: camera) { try MediaReader(path: capture.appendingPathComponent($0).path) }
     }
 
+    /// Camera `camera`'s frame of set `index` (the manifest's sets in order), if the set has one.
+    public static func frame(of manifest: CaptureManifest, set index: Int, camera: Int) -> CaptureManifest.Frame? {
+        manifest.sets.indices.contains(index) ? manifest.sets[index].frames.first { $0.camera == camera } : nil
+    }
+
     /// `setImage(of:in:set:camera:)` for a capture whose files are elsewhere than a folder (an object
     /// store's): `open` opens the named video file of the capture.
     public static func setImage(of manifest: CaptureManifest, set index: Int, camera: Int, open: (String) throws -> MediaReader) throws -> [UInt8]? {
-        guard manifest.hostRecording != nil, manifest.sets.indices.contains(index),
-            let frame = manifest.sets[index].frames.first(where: { $0.camera == camera }), let number = frame.videoFrame, !frame.file.isEmpty
+        guard manifest.hostRecording != nil, let frame = frame(of: manifest, set: index, camera: camera), let number = frame.videoFrame, !frame.file.isEmpty
         else { return nil }
         let reader = try open(frame.file)
         for _ in 0..<number {

@@ -99,8 +99,7 @@ struct CapturesController {
                 do {
                     image = try await BlockingWork.run { try RecordingExport.setImage(of: manifest, in: capture, of: objects, set: set, camera: camera) }
                 } catch let error as ObjectStoreError {
-                    let file = manifest.sets.indices.contains(set) ? manifest.sets[set].frames.first { $0.camera == camera }?.file : nil
-                    throw Self.problem(error, file ?? "camera \(camera)'s video", of: entry, in: store)
+                    throw Self.problem(error, RecordingExport.frame(of: manifest, set: set, camera: camera)?.file ?? "camera \(camera)'s video", of: entry, in: store)
                 }
             } else {
                 throw ServiceError(.conflict, "capture \(entry.id) is in \(store.storeURL), whose videos this service cannot read")
@@ -156,12 +155,7 @@ struct CapturesController {
         return Response(
             status: .ok, headers: [.contentType: Self.contentType(of: name)],
             body: ResponseBody(contentLength: Int(size)) { writer in
-                var offset: UInt64 = 0
-                while offset < size {
-                    let piece = try await store.readFile(name, in: capture, range: offset..<min(offset + ObjectCaptureStore.readPiece, size))
-                    offset += UInt64(piece.readableBytes)
-                    try await writer.write(piece)
-                }
+                try await store.readPieces(name, in: capture, size: size) { try await writer.write($0) }
                 try await writer.finish(nil)
             })
     }

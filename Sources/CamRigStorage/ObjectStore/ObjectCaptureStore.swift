@@ -264,6 +264,17 @@ extension ObjectCaptureStore: CaptureSink {
         return try await client.get(key(name, of: capture.id), range: range)
     }
 
+    /// File `name` of the capture, `size` bytes long, read from its start in ranged reads of `readPiece`,
+    /// each handed to `body` in order.
+    public func readPieces(_ name: String, in capture: CaptureHandle, size: UInt64, _ body: (ByteBuffer) async throws -> Void) async throws {
+        var offset: UInt64 = 0
+        while offset < size {
+            let piece = try await readFile(name, in: capture, range: offset..<min(offset + Self.readPiece, size))
+            offset += UInt64(piece.readableBytes)
+            try await body(piece)
+        }
+    }
+
     /// Copies a recording's files out of the store into `folder` (each streamed to disk in ranged reads of
     /// 8 MiB, its SHA-256 checked against what its host recorded), for the tools that need the files at
     /// hand (`camrig captures export`). `progress` is told the bytes copied so far and in all.
@@ -285,12 +296,9 @@ extension ObjectCaptureStore: CaptureSink {
                 throw StorageError("\(key(file.name, of: capture.id)) holds \(size) bytes where its host recorded \(file.size): offload the capture again")
             }
             var hash = SHA256()
-            var offset: UInt64 = 0
-            while offset < size {
-                let piece = try await readFile(file.name, in: capture, range: offset..<min(offset + Self.readPiece, size))
+            try await readPieces(file.name, in: capture, size: size) { piece in
                 piece.withUnsafeReadableBytes { hash.update(bufferPointer: $0) }
                 try handle.write(contentsOf: piece.readableBytesView)
-                offset += UInt64(piece.readableBytes)
                 copied += UInt64(piece.readableBytes)
                 progress(copied, total)
             }
