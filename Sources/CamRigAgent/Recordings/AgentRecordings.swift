@@ -454,7 +454,7 @@ public final class AgentRecordings: Sendable {
     }
 
     /// The file `name` of a finished recording, if the agent holds it.
-    private func file(_ recordingID: String, _ name: String) -> WireRecordedFile? {
+    func file(_ recordingID: String, _ name: String) -> WireRecordedFile? {
         guard Self.isSafeName(recordingID), Self.isSafeName(name), state.withLockedValue({ $0.active[recordingID] == nil }) else { return nil }
         let url = directory.appendingPathComponent(recordingID).appendingPathComponent("state.pb")
         guard let data = try? Data(contentsOf: url), let summary = try? WireRecordingSummary(serializedBytes: data) else { return nil }
@@ -545,51 +545,6 @@ public final class AgentRecordings: Sendable {
             try handle.close()
         } catch {
             logger.warning("cannot close a recorded file after sending it", metadata: ["file": "\(url.path)", "error": "\(error)"])
-        }
-    }
-
-    /// Puts file `name` of a finished recording in the object store the request names, as PREFIX/NAME:
-    /// resumed where an earlier upload was cut off (its state is kept beside the file, hidden), and
-    /// checked against the SHA-256 the recording noted for it. The file stays until acknowledged.
-    func upload(_ request: WireUploadRecordingFile) async -> WireEnvelope.OneOf_Body {
-        guard let file = file(request.recordingID, request.name) else {
-            return .error(WireError(
-                .notFound, agent: agentID,
-                "agent \(agentID) holds no finished file '\(request.name)' of recording '\(request.recordingID)' (never recorded here, still recording, or acknowledged)"))
-        }
-        let location: ObjectStoreLocation
-        switch request.store.location() {
-        case .success(let parsed): location = parsed
-        case .failure(let error): return .error(WireError(.invalidArgument, agent: agentID, "UploadRecordingFile.store: \(error)"))
-        }
-        let folder = directory.appendingPathComponent(request.recordingID)
-        let partSize = location.partSize ?? ObjectUpload.defaultPartSize
-        let recorded = file.sha256.map { String(format: "%02x", $0) }.joined()
-        // The recorder's SHA-256: the file is read once, and stored only if its bytes still hash to it.
-        let upload = ObjectUpload(
-            key: location.key(request.name), source: .file(folder.appendingPathComponent(request.name).path), partSize: partSize,
-            stateFile: folder.appendingPathComponent(".\(request.name).upload"), contentType: request.name.hasSuffix(".mkv") ? "video/x-matroska" : nil,
-            sha256: recorded.isEmpty ? nil : recorded)
-        let client: S3Client
-        do {
-            client = try S3Client(location)
-        } catch {
-            return .error(WireError(.invalidArgument, agent: agentID, "\(error)"))
-        }
-        defer { Task { await client.shutdown() } }
-        do {
-            let stored = try await upload.run(with: client)
-            guard stored.sha256 == recorded, stored.size == file.size else {
-                return .error(WireError(
-                    .internal, agent: agentID,
-                    "'\(request.name)' of recording '\(request.recordingID)' on agent \(agentID) is \(stored.size) bytes with SHA-256 \(stored.sha256.prefix(16))… on disk, not the \(file.size) bytes with \(recorded.prefix(16))… recorded: the file changed after it was written"))
-            }
-            return .storedObject(WireStoredObject(stored))
-        } catch let error as ObjectStoreError {
-            let code: WireErrorCode = error.kind == .unreachable ? .storeUnavailable : .storeRefused
-            return .error(WireError(code, agent: agentID, "agent \(agentID) could not put '\(request.name)' in \(location.url): \(error.description)"))
-        } catch {
-            return .error(WireError(.storeRefused, agent: agentID, "agent \(agentID) could not put '\(request.name)' in \(location.url): \(error)"))
         }
     }
 
