@@ -4686,6 +4686,9 @@ public nonisolated struct WireUploadRecordingFile: Sendable {
   /// Clears the value of `store`. Subsequent reads from it will return its default value.
   public mutating func clearStore() {self._store = nil}
 
+  /// 0: as fast as the store takes them; parts are paced to it
+  public var maxBytesPerSecond: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -10677,7 +10680,7 @@ nonisolated extension WireFileChunk: SwiftProtobuf.Message, SwiftProtobuf._Messa
 
 nonisolated extension WireUploadRecordingFile: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".UploadRecordingFile"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}recording_id\0\u{1}name\0\u{1}store\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}recording_id\0\u{1}name\0\u{1}store\0\u{3}max_bytes_per_second\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -10688,6 +10691,7 @@ nonisolated extension WireUploadRecordingFile: SwiftProtobuf.Message, SwiftProto
       case 1: try { try decoder.decodeSingularStringField(value: &self.recordingID) }()
       case 2: try { try decoder.decodeSingularStringField(value: &self.name) }()
       case 3: try { try decoder.decodeSingularMessageField(value: &self._store) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.maxBytesPerSecond) }()
       default: break
       }
     }
@@ -10707,6 +10711,9 @@ nonisolated extension WireUploadRecordingFile: SwiftProtobuf.Message, SwiftProto
     try { if let v = self._store {
       try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
     } }()
+    if self.maxBytesPerSecond != 0 {
+      try visitor.visitSingularUInt64Field(value: self.maxBytesPerSecond, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -10714,6 +10721,7 @@ nonisolated extension WireUploadRecordingFile: SwiftProtobuf.Message, SwiftProto
     if lhs.recordingID != rhs.recordingID {return false}
     if lhs.name != rhs.name {return false}
     if lhs._store != rhs._store {return false}
+    if lhs.maxBytesPerSecond != rhs.maxBytesPerSecond {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
