@@ -80,11 +80,16 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
             public var stem: String
             /// `copy`, `mjpeg`, `ffv1`, `h264` or `raw`.
             public var codec: String
-            /// `recording`, `complete`, `cut_short` (the agent stopped during it and closed the files at
-            /// its next start), `failed`, or `unknown` (its agent has not said yet).
-            public var state: String
+            /// How the track ended, as its agent said.
+            public var state: State
             public var frames: Int
+            /// Grid instants the camera delivered no frame for. Until the frame table is here, as the agent
+            /// counted them (for a track cut short, its `lost` instants too); from the table once it is.
             public var gaps: Int
+            /// Grid instants flagged `lost` in the frame table (a frame that never reached the disk, or an
+            /// instant the agent never reached because it stopped): counted from the table once it is here,
+            /// apart from `gaps`. Absent until then, and in manifests of older versions.
+            public var lost: Int?
             public var duplicates: Int
             /// The first and last grid index with a frame; nil when the camera recorded none.
             public var firstGridIndex: Int?
@@ -93,7 +98,7 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
             public var files: [File]
             public var error: String?
 
-            public init(camera: Int, agent: String, device: String, stem: String, codec: String, state: String) {
+            public init(camera: Int, agent: String, device: String, stem: String, codec: String, state: State) {
                 self.camera = camera
                 self.agent = agent
                 self.device = device
@@ -108,6 +113,62 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
 
             /// The track's video files.
             public var videos: [File] { files.filter { $0.name.hasSuffix(".mkv") } }
+
+            /// How a track ended. Written as its spelling (`recording`, `complete`, `cut_short`, `failed`,
+            /// `unknown`); a spelling this version does not know (a later version's) reads as
+            /// `unrecognized` and is written back unchanged, never making the manifest unreadable.
+            public enum State: Sendable, Hashable, Codable, RawRepresentable, CustomStringConvertible, ExpressibleByStringLiteral {
+                /// Its agent is still recording it (or closing it after a stop).
+                case recording
+                case complete
+                /// The agent stopped during it and closed the files at its next start.
+                case cutShort
+                case failed
+                /// Its agent has not said yet.
+                case unknown
+                /// A state a later version wrote.
+                case unrecognized(String)
+
+                public init(rawValue: String) {
+                    switch rawValue {
+                    case "recording": self = .recording
+                    case "complete": self = .complete
+                    case "cut_short": self = .cutShort
+                    case "failed": self = .failed
+                    case "unknown": self = .unknown
+                    default: self = .unrecognized(rawValue)
+                    }
+                }
+
+                /// A spelling, as tests and tools write it.
+                public init(stringLiteral value: String) { self.init(rawValue: value) }
+
+                public var rawValue: String {
+                    switch self {
+                    case .recording: "recording"
+                    case .complete: "complete"
+                    case .cutShort: "cut_short"
+                    case .failed: "failed"
+                    case .unknown: "unknown"
+                    case .unrecognized(let spelling): spelling
+                    }
+                }
+
+                public var description: String { rawValue }
+
+                /// Whether the agent has said how the track ended: not while it records, nor before it
+                /// answers. A state of a later version counts as ended (its files are offered as any).
+                public var hasEnded: Bool { self != .recording && self != .unknown }
+
+                public init(from decoder: any Decoder) throws {
+                    self.init(rawValue: try decoder.singleValueContainer().decode(String.self))
+                }
+
+                public func encode(to encoder: any Encoder) throws {
+                    var container = encoder.singleValueContainer()
+                    try container.encode(rawValue)
+                }
+            }
         }
 
         public struct File: Codable, Sendable, Equatable {
@@ -115,25 +176,47 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
             public var size: UInt64
             /// Hex SHA-256 of the whole file, as its agent computed it; the offloaded copy is checked against it.
             public var sha256: String
-            /// Whether the file is in the capture's folder (checked) and its agent told to delete it.
+            /// Whether the file is in the capture (the folder or the store), checked against `sha256`: once
+            /// this manifest says so, and only then, its agent is told to delete it.
             public var offloaded: Bool
+            /// For an offloaded file, whether its agent was told to delete it (`false`: the next offload
+            /// tells it). Absent in manifests of older versions, whose offloaded files were acknowledged.
+            public var acknowledged: Bool?
+            /// Why the file is in neither place: its agent no longer holds it and the capture does not
+            /// have it either (or has other bytes under its name). Absent for a file not lost.
+            public var lost: String?
 
-            public init(name: String, size: UInt64, sha256: String, offloaded: Bool = false) {
+            public init(name: String, size: UInt64, sha256: String, offloaded: Bool = false, acknowledged: Bool? = nil, lost: String? = nil) {
                 self.name = name
                 self.size = size
                 self.sha256 = sha256
                 self.offloaded = offloaded
+                self.acknowledged = acknowledged
+                self.lost = lost
             }
+
+            /// Offloaded, and its agent told to delete it.
+            public var isSettled: Bool { offloaded && acknowledged != false }
         }
 
-        /// Files still on their hosts.
+        /// Files still on their hosts only: not offloaded, and not known lost.
         public var onHosts: [(track: Track, file: File)] {
-            tracks.flatMap { track in track.files.filter { !$0.offloaded }.map { (track, $0) } }
+            tracks.flatMap { track in track.files.filter { !$0.offloaded && $0.lost == nil }.map { (track, $0) } }
         }
 
-        /// Whether every track has said how it ended and every file is here.
+        /// Files in the capture whose agents were not told to delete them yet.
+        public var unacknowledged: [(track: Track, file: File)] {
+            tracks.flatMap { track in track.files.filter { $0.offloaded && $0.acknowledged == false }.map { (track, $0) } }
+        }
+
+        /// Files lost: neither on their hosts nor in the capture.
+        public var lostFiles: [(track: Track, file: File)] {
+            tracks.flatMap { track in track.files.filter { $0.lost != nil }.map { (track, $0) } }
+        }
+
+        /// Whether every track has said how it ended and every file is here (or known lost).
         public var isOffloaded: Bool {
-            tracks.allSatisfy { $0.state != "recording" && $0.state != "unknown" } && onHosts.isEmpty
+            tracks.allSatisfy(\.state.hasEnded) && onHosts.isEmpty
         }
     }
 
@@ -285,8 +368,12 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
         public var height: UInt32
         public var clock: ClockStatistics
         public var framesDelivered: Int
-        /// Reported dropped by the agent (never delivered).
+        /// Reported dropped by the agent (never delivered); for an on-host recording, its grid instants
+        /// without a frame (`gap` rows), not counting `lost` ones.
         public var framesDropped: Int
+        /// For an on-host recording cut short: grid instants whose frame never reached the host's disk, or
+        /// that the host never reached (`lost` rows of its frame table). Absent when none were.
+        public var framesLost: Int?
         public var framesUnmatched: Int
         /// Frames delivered but exposed after the recording's end, so left out of it (not stored).
         public var framesAfterEnd: Int = 0
@@ -353,7 +440,9 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
         public var quality: String
         /// How many frames it was made from.
         public var framesMerged: Int
-        /// From the trigger's instant to the start of exposure of the last frame used, on the agent's clock.
+        /// How long the agent's capture stage took, from its beginning until its frames were taken, on the
+        /// agent's clock: never negative. (Earlier versions measured from the trigger's instant to the last
+        /// frame's exposure start, negative when that frame was exposed just before the instant.)
         public var captureDurationNs: Int64
         /// The agent's processing time.
         public var processingDurationNs: Int64
@@ -449,6 +538,9 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
         public var incompleteSets: Int
         public var framesDelivered: Int
         public var droppedFrames: Int
+        /// Frames of on-host recordings cut short that never reached their hosts' disks (`lost`), counted
+        /// apart from `dropped_frames`; absent when none were.
+        public var lostFrames: Int?
         public var unmatchedFrames: Int
         public var skewP50Ns: Int64
         public var skewP99Ns: Int64

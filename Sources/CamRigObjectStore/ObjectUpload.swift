@@ -13,6 +13,13 @@ import NIOCore
 /// - The store checks each request's MD5 (Content-MD5) and the signature covers its SHA-256; the entity
 ///   tags it answers are checked here too, and the object carries the SHA-256 of the whole as metadata.
 ///
+/// - At most `maxBytesPerSecond` leave when set: a part is sent only once the bytes sent before it fit
+///   the rate since the upload began, and `run` returns no sooner than the whole file does (so a host's
+///   uploads, one after another, never take more than the rate from a running capture).
+/// - No multipart upload is left open in the store for the key: an object found already whole, or
+///   completed, aborts any other upload of the key (one whose answer was lost, one begun by a run that
+///   stopped before it noted its id).
+///
 /// The object is whole when `run` returns: what it returns is what the store holds.
 public struct ObjectUpload: Sendable {
     public enum Source: Sendable {
@@ -33,6 +40,10 @@ public struct ObjectUpload: Sendable {
     public var partStored: (@Sendable (Int) -> Void)?
     /// The SHA-256 (hex) the source's bytes must have, when known beforehand (a recorded file's).
     public var sha256: String?
+    /// At most this many bytes a second are sent (0: as fast as the store takes them).
+    public var maxBytesPerSecond: UInt64 = 0
+    /// The clock the rate is kept on, and how the upload waits (a parameter: tests run it on virtual time).
+    public var pacing: UploadPacing = .system
 
     public static let minimumPartSize = 5 << 20
     public static let defaultPartSize = 8 << 20
@@ -70,18 +81,29 @@ public struct ObjectUpload: Sendable {
         let reader = try SourceReader(source, what: key)
         defer { reader.close() }
         let size = reader.size
+        let started = pacing.now()
+        var pace = UploadPace(bytesPerSecond: maxBytesPerSecond)
+        /// Waits until `offset` after the upload's start.
+        func wait(until offset: Duration) async throws {
+            let delay = offset - (pacing.now() - started)
+            if delay > .zero { try await pacing.sleep(delay) }
+        }
         if size <= UInt64(partSize) {
             let body = try reader.read(at: 0, count: Int(size))
+            try await wait(until: pace.send(size))
             let stored = try await client.put(key, body: body, contentType: contentType)
             if let sha256, stored.sha256 != sha256 {
                 throw ObjectStoreError(.mismatch, "\(key) was read as SHA-256 \(stored.sha256.prefix(16))…, not the \(sha256.prefix(16))… it should have: its source changed")
             }
             progress?(size)
-            if let stateFile { try? FileManager.default.removeItem(at: stateFile) }
+            try await wait(until: pace.allSent)
+            // A multipart upload of the key from before (the file was larger, or its parts were) is not left open.
+            await abortLeftovers(client, keeping: nil)
             return stored
         }
         let expected = try sha256 ?? reader.sha256()
-        var state = loadState().flatMap { $0.key == key && $0.size == size && $0.sha256 == expected && $0.partSize == partSize ? $0 : nil }
+        let noted = loadState()
+        var state = noted.flatMap { $0.key == key && $0.size == size && $0.sha256 == expected && $0.partSize == partSize ? $0 : nil }
         var held: [Int: (etag: String, size: UInt64)] = [:]
         if let known = state {
             do {
@@ -98,6 +120,10 @@ public struct ObjectUpload: Sendable {
         if let state {
             upload = state
         } else {
+            if let noted, noted.key == key {
+                // An upload of other bytes or parts than these: its parts are of no use.
+                try? await client.abortMultipartUpload(key, uploadID: noted.uploadID)
+            }
             upload = State(
                 key: key, uploadID: try await client.createMultipartUpload(key, sha256: expected, contentType: contentType), partSize: partSize, size: size,
                 sha256: expected)
@@ -122,6 +148,7 @@ public struct ObjectUpload: Sendable {
                     progress?(sent.add(part.size))
                     continue
                 }
+                try await wait(until: pace.send(UInt64(length)))
                 if inFlight == concurrency {
                     try await group.next()
                     inFlight -= 1
@@ -142,21 +169,50 @@ public struct ObjectUpload: Sendable {
             if let stateFile { try? FileManager.default.removeItem(at: stateFile) }
             throw ObjectStoreError(.mismatch, "\(key) was read as SHA-256 \(read.prefix(16))…, not the \(expected.prefix(16))… it should have: its source changed")
         }
+        try await wait(until: pace.allSent)
         let etags = md5s.enumerated().map { ($0.offset + 1, SignatureV4.hex($0.element)) }
         let etag = try await client.completeMultipartUpload(key, uploadID: upload.uploadID, parts: etags)
         let joined = Self.multipartETag(md5s)
         guard etag == joined else {
             throw ObjectStoreError(.mismatch, "the store joined \(key) into an object with entity tag \(etag), not \(joined) of the parts sent")
         }
-        if let stateFile { try? FileManager.default.removeItem(at: stateFile) }
+        await abortLeftovers(client, keeping: upload.uploadID)
         return StoredObject(key: key, size: size, sha256: expected, etag: etag)
     }
 
-    /// The object under `key`, when it is already this one (same size and SHA-256).
+    /// The object under `key`, when it is already this one (same size and SHA-256); any upload of the key
+    /// still open is aborted then.
     private func existing(_ client: S3Client, size: UInt64, sha256: String) async throws -> StoredObject? {
         guard let head = try await client.head(key), head.size == size, head.sha256 == sha256 else { return nil }
-        if let stateFile { try? FileManager.default.removeItem(at: stateFile) }
+        await abortLeftovers(client, keeping: nil)
         return StoredObject(key: key, size: size, sha256: sha256, etag: head.etag)
+    }
+
+    /// The object is whole: every other multipart upload of its key is aborted (the one `stateFile` notes,
+    /// and any the store lists, begun by a run that stopped before noting it), then `stateFile` removed.
+    /// Best effort: a store that fails to answer here leaves an upload that the next run aborts. Uploads
+    /// without a `stateFile` are not resumed, so they leave none to look for.
+    private func abortLeftovers(_ client: S3Client, keeping kept: String?) async {
+        // Only resumable uploads (a recorded file's) can have left one; a photo's costs no request here.
+        guard stateFile != nil else { return }
+        var leftovers = Set<String>()
+        if let noted = loadState(), noted.key == key { leftovers.insert(noted.uploadID) }
+        if let listed = try? await client.listMultipartUploads(prefix: key) {
+            for upload in listed where upload.key == key { leftovers.insert(upload.uploadID) }
+        }
+        if let kept { leftovers.remove(kept) }
+        var aborted = true
+        for uploadID in leftovers.sorted() {
+            do {
+                try await client.abortMultipartUpload(key, uploadID: uploadID)
+            } catch let error as ObjectStoreError where error.kind == .notFound {
+                // Gone already.
+            } catch {
+                aborted = false
+            }
+        }
+        // The noted id is kept while its upload may still be open, so that the next run aborts it.
+        if aborted, let stateFile { try? FileManager.default.removeItem(at: stateFile) }
     }
 
     private func partSize(_ number: Int, of size: UInt64) -> UInt64 {
@@ -242,5 +298,56 @@ private final class SourceReader: @unchecked Sendable {
             offset += UInt64(piece.readableBytes)
         }
         return SignatureV4.hex(sha.finalize())
+    }
+}
+
+/// The clock an upload keeps its rate on, and how it waits.
+public struct UploadPacing: Sendable {
+    /// Now, from any fixed origin.
+    public var now: @Sendable () -> Duration
+    /// Returns after `duration` (or throws when the task is cancelled).
+    public var sleep: @Sendable (Duration) async throws -> Void
+
+    public init(now: @escaping @Sendable () -> Duration, sleep: @escaping @Sendable (Duration) async throws -> Void) {
+        self.now = now
+        self.sleep = sleep
+    }
+
+    /// The continuous clock, and `Task.sleep`.
+    public static let system: UploadPacing = {
+        let clock = ContinuousClock()
+        let origin = clock.now
+        return UploadPacing(now: { clock.now - origin }, sleep: { try await Task.sleep(for: $0) })
+    }()
+}
+
+/// When an upload's bytes may leave, at `bytesPerSecond`: each piece once the bytes before it fit the
+/// rate since the start (the first at once), and the upload's end once all of them do. Pure: the caller
+/// keeps the clock.
+public struct UploadPace: Sendable, Equatable {
+    /// 0: no limit.
+    public let bytesPerSecond: UInt64
+    /// Bytes handed to `send` so far.
+    public private(set) var sent: UInt64 = 0
+
+    public init(bytesPerSecond: UInt64) {
+        self.bytesPerSecond = bytesPerSecond
+    }
+
+    /// `bytes` are about to leave: how long after the upload's start they may.
+    public mutating func send(_ bytes: UInt64) -> Duration {
+        defer { sent += bytes }
+        return time(for: sent)
+    }
+
+    /// How long after the start the upload may end: when every byte sent fits the rate.
+    public var allSent: Duration { time(for: sent) }
+
+    private func time(for bytes: UInt64) -> Duration {
+        guard bytesPerSecond > 0, bytes > 0 else { return .zero }
+        let (seconds, rest) = bytes.quotientAndRemainder(dividingBy: bytesPerSecond)
+        // rest < bytesPerSecond, so the nanoseconds fit; exact, so a rate is kept to the nanosecond.
+        let (nanoseconds, _) = bytesPerSecond.dividingFullWidth(rest.multipliedFullWidth(by: 1_000_000_000))
+        return .seconds(Int64(clamping: seconds)) + .nanoseconds(Int64(nanoseconds))
     }
 }

@@ -579,3 +579,25 @@ extension CaptureStore: CaptureSink {
         }
     }
 }
+
+extension CaptureStore: RecordedFileLookup {
+    /// Looks for the file under its final name (a `.partial` file is not whole) and hashes it.
+    public func lookUp(_ name: String, size: UInt64, sha256: String, in capture: CaptureHandle) async throws -> RecordedFileFound {
+        try await BlockingWork.run {
+            let url = try Self.file(name, in: capture.location)
+            guard let handle = FileHandle(forReadingAtPath: url.path) else { return .absent }
+            defer { try? handle.close() }
+            var hasher = SHA256()
+            var total: UInt64 = 0
+            while let chunk = try handle.read(upToCount: 4 << 20), !chunk.isEmpty {
+                hasher.update(data: chunk)
+                total += UInt64(chunk.count)
+            }
+            let digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
+            guard total == size, digest == sha256 else {
+                return .differs("\(url.path) is \(total) bytes with SHA-256 \(digest.prefix(16))…, not the \(size) bytes with \(sha256.prefix(16))… its host recorded")
+            }
+            return .matches
+        }
+    }
+}

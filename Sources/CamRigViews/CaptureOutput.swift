@@ -93,7 +93,7 @@ public struct CaptureOutput: Codable, Sendable {
             recording = host.tracks.map { track in
                 Track(
                     camera: manifest.cameras.indices.contains(track.camera) ? manifest.cameras[track.camera].name : "\(track.agent)/\(track.device)",
-                    codec: track.codec, state: track.state, frames: track.frames, gaps: track.gaps, firstGridIndex: track.firstGridIndex,
+                    codec: track.codec, state: track.state.rawValue, frames: track.frames, gaps: track.gaps, firstGridIndex: track.firstGridIndex,
                     lastGridIndex: track.lastGridIndex, videos: track.videos.map(\.name), bytes: track.files.reduce(0) { $0 + $1.size }, error: track.error)
             }
             filesOnHosts = host.onHosts.count

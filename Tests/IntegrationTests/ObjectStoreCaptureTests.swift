@@ -3,6 +3,7 @@ import CamRigLocalRig
 import CamRigObjectStore
 import CamRigStorage
 import CamRigTestSupport
+import CamRigWire
 import Crypto
 import Foundation
 import Testing
@@ -169,7 +170,7 @@ struct ObjectStoreCaptureTests {
         // Every file is in the store; the sets' own state (a raw frame the host's disk was late for is a gap)
         // is the recording's, not the offload's.
         #expect(manifest.state != .offloading && recording.tracks.allSatisfy { $0.files.allSatisfy(\.offloaded) }, "\(manifest.state.map(\.rawValue) ?? "?")")
-        #expect(recording.tracks.allSatisfy { $0.state == "complete" }, "\(recording.tracks.map(\.state))")
+        #expect(recording.tracks.allSatisfy { $0.state == .complete }, "\(recording.tracks.map(\.state))")
         let files = recording.tracks.flatMap(\.files)
         #expect(files.contains { $0.size > 8 << 20 }, "some files took several parts: \(files.map(\.size))")
         let read = try Self.boto3(files.map { "studio/\(id)/\($0.name)" }, environment: rig.environment())
@@ -205,6 +206,79 @@ struct ObjectStoreCaptureTests {
         #expect(counts.count == 2 && counts[0] > 0 && counts[0] == counts[1], "\(counts)")
         let left = (try? FileManager.default.contentsOfDirectory(atPath: rig.work + "/state/exports")) ?? []
         #expect(left.isEmpty, "the files fetched for the export are removed: \(left)")
+    }
+
+    @Test("the store stopped during a recording's offload: record fails saying what to run, no host deletes a file the manifest does not list, and once the store is back offload completes with every set, files acknowledged before being recorded included")
+    func storeStoppedBeforeTheManifest() async throws {
+        let rig = try Rig()
+        defer { rig.remove() }
+        let client = try rig.client()
+        defer { Task { await client.shutdown() } }
+        // Paced so that each host's first video is in the store well before its agent answers for it.
+        async let recording = rig.camrig(
+            ["record", "--duration", "1", "--fps", "15", "--size", "640x480", "--codec", "mjpeg", "--offload-rate", "0.2", "--json"], timeout: 90)
+        var stored: [String] = []
+        for _ in 0..<1500 {
+            stored = ((try? await client.list(prefix: "studio/")) ?? []).map(\.key).filter { $0.hasSuffix(".mkv") }
+            if !stored.isEmpty { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        try #require(!stored.isEmpty, "no video reached the store")
+        try rig.server.stop()
+        let recorded = try await recording
+        #expect(recorded.status != 0, "a manifest that cannot be written fails the recording: \(recorded.stdout)\n\(recorded.stderr)")
+        #expect(recorded.stderr.contains("camrig captures offload"), "it says what to run: \(recorded.stderr)")
+        #expect(!rig.recorded(0).isEmpty && !rig.recorded(1).isEmpty, "no host deleted a file the manifest does not list as stored")
+
+        _ = try ObjectStoreServer.start(in: rig.server.directory)
+        let manifests = try await client.list(prefix: "studio/").map(\.key).filter { $0.hasSuffix("/manifest.json") }
+        let id = try #require(manifests.first?.split(separator: "/").dropFirst().first.map(String.init), "\(manifests)")
+        let before = try await Self.manifest(id, client: client)
+        #expect(before.state == .offloading)
+        let listed = try #require(before.hostRecording)
+
+        // What an older coordinator did before its manifest write failed: agent-1's files put in the store and
+        // acknowledged, so agent-1 deletes them, while the manifest still lists them as on the host.
+        var target = WireObjectStoreTarget()
+        let location = try rig.server.location(bucket: "rig-a", prefix: "studio/\(id)")
+        target.endpoint = location.endpoint
+        target.region = location.region
+        target.bucket = location.bucket
+        target.prefix = location.prefix
+        target.pathStyle = location.pathStyle
+        target.accessKeyID = location.credentials.accessKeyID
+        target.secretAccessKey = location.credentials.secretAccessKey
+        let agent = try await rig.agents[0].connect(rig.pki)
+        let names = listed.tracks.filter { $0.agent == "agent-1" }.flatMap(\.files).filter { !$0.offloaded }.map(\.name)
+        #expect(!names.isEmpty)
+        for name in names {
+            var upload = WireUploadRecordingFile()
+            upload.recordingID = listed.recordingId
+            upload.name = name
+            upload.store = target
+            _ = try await agent.request(.uploadRecordingFile(upload))
+        }
+        var acknowledge = WireAcknowledgeRecording()
+        acknowledge.recordingID = listed.recordingId
+        acknowledge.names = names
+        _ = try await agent.request(.acknowledgeRecording(acknowledge))
+        await agent.close()
+        #expect(rig.recorded(0).isEmpty, "agent-1 holds none of its files")
+
+        let resumed = try await rig.camrig(["captures", "offload", id, "--json"], timeout: 60)
+        #expect(resumed.status == 0, "\(resumed.stdout)\n\(resumed.stderr)")
+        let manifest = try await Self.manifest(id, client: client)
+        let recording = try #require(manifest.hostRecording)
+        #expect(manifest.state != .offloading, "\(manifest.state.map(\.rawValue) ?? "?")")
+        #expect(recording.tracks.allSatisfy { $0.state == .complete && $0.files.allSatisfy { $0.isSettled && $0.lost == nil } }, "\(recording.tracks)")
+        #expect(manifest.sets.count == recording.gridCount && manifest.summary.sets == recording.gridCount, "every set: \(manifest.sets.count) of \(recording.gridCount)")
+        #expect(manifest.sets.contains { $0.complete }, "\(manifest.summary)")
+        #expect(rig.recorded(0).isEmpty && rig.recorded(1).isEmpty, "the hosts deleted their files once recorded as stored")
+        #expect(try await client.listMultipartUploads(prefix: "studio/\(id)/").isEmpty, "no upload left open")
+        for file in recording.tracks.flatMap(\.files) {
+            let head = try #require(try await client.head("studio/\(id)/\(file.name)"), "\(file.name) is in the store")
+            #expect(head.size == file.size && head.sha256 == file.sha256, "\(file.name) as its host recorded it")
+        }
     }
 
     @Test("wrong credentials: the coordinator's refused before anything fires; the agents' refused with the store's reason, their photos kept until recover stores them")

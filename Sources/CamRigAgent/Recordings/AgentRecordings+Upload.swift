@@ -5,8 +5,9 @@ import Foundation
 
 extension AgentRecordings {
     /// Puts file `name` of a finished recording in the object store the request names, as PREFIX/NAME:
-    /// resumed where an earlier upload was cut off (its state is kept beside the file, hidden), and
-    /// checked against the SHA-256 the recording noted for it. The file stays until acknowledged.
+    /// resumed where an earlier upload was cut off (its state is kept beside the file, hidden), checked
+    /// against the SHA-256 the recording noted for it, and paced to `max_bytes_per_second` when set (as a
+    /// fetch is). The file stays until acknowledged.
     func upload(_ request: WireUploadRecordingFile) async -> WireEnvelope.OneOf_Body {
         guard let file = file(request.recordingID, request.name) else {
             return .error(WireError(
@@ -22,10 +23,11 @@ extension AgentRecordings {
         let partSize = location.partSize ?? ObjectUpload.defaultPartSize
         let recorded = file.sha256.map { String(format: "%02x", $0) }.joined()
         // The recorder's SHA-256: the file is read once, and stored only if its bytes still hash to it.
-        let upload = ObjectUpload(
+        var upload = ObjectUpload(
             key: location.key(request.name), source: .file(folder.appendingPathComponent(request.name).path), partSize: partSize,
             stateFile: folder.appendingPathComponent(".\(request.name).upload"), contentType: request.name.hasSuffix(".mkv") ? "video/x-matroska" : nil,
             sha256: recorded.isEmpty ? nil : recorded)
+        upload.maxBytesPerSecond = request.maxBytesPerSecond
         let client: S3Client
         do {
             client = try S3Client(location)

@@ -59,14 +59,14 @@ public struct MissingResultCollector<Sink: CaptureSink>: Sendable {
         if kind == .recording, manifest.hostRecording != nil {
             // An on-host recording: its files wait on their hosts until they are fetched.
             if resumed {
-                for index in manifest.hostRecording!.tracks.indices where manifest.hostRecording!.tracks[index].state == "unknown" {
+                for index in manifest.hostRecording!.tracks.indices where manifest.hostRecording!.tracks[index].state == .unknown {
                     manifest.hostRecording!.tracks[index].error = "the coordinator stopped during the recording; asking the host how it ended"
                 }
             }
             let (offloaded, result) = await RecordingOffload(pool: pool, sink: sink, logger: logger).offload(manifest, capture: unfinished.handle)
             return CaptureOutcome(
                 id: offloaded.id, directory: unfinished.handle.location.captureLocation, state: result.state, collected: result.offloaded,
-                waiting: result.waiting, lost: [], resumed: resumed)
+                waiting: result.waiting, lost: result.lost, resumed: resumed)
         }
         guard kind == .photo else {
             // A recording's frames were streamed: none can be collected. One left in progress is closed

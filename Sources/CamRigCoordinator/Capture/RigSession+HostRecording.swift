@@ -142,7 +142,7 @@ extension RigSession {
                 let codec = resolved[rig.inputs[camera].agentID]?.tracks.first { $0.deviceID == rig.inputs[camera].deviceID }?.codec
                 return CaptureManifest.HostRecording.Track(
                     camera: camera, agent: rig.inputs[camera].agentID, device: rig.inputs[camera].deviceID, stem: rig.fileStem(camera: camera),
-                    codec: (codec ?? options.codec.wire).name, state: "unknown")
+                    codec: (codec ?? options.codec.wire).name, state: .unknown)
             })
         do {
             try await sink.started(manifest, in: capture)
@@ -214,12 +214,12 @@ extension RigSession {
                 if let held = end.tracks.first(where: { $0.deviceID == track.device }) {
                     recording.tracks[index].update(from: held)
                 } else {
-                    recording.tracks[index].state = "failed"
+                    recording.tracks[index].state = .failed
                     recording.tracks[index].error = "agent \(track.agent) ended the recording without this camera's track"
                 }
             case .failure(let error as AgentClientError)? where error.kind == .remoteError:
                 // The agent refused the recording: nothing was recorded there.
-                recording.tracks[index].state = "failed"
+                recording.tracks[index].state = .failed
                 recording.tracks[index].error = "agent \(track.agent) refused the recording: \(error.message)"
             case .failure(let error)?:
                 // The agent may well have recorded: its files are asked for at the offload.
@@ -236,7 +236,11 @@ extension RigSession {
             try await sink.finish(manifest, in: capture)
         } catch {
             await sink.abandon(capture)
-            throw error
+            // The files are whole on their hosts, which keep them until an offload has recorded them.
+            throw CommitError(
+                description: "the recording \(capture.id) is made, but its manifest cannot be written to \(capture.location.captureLocation) "
+                    + "(\(message(error))); its files stay on their hosts: run `camrig captures offload \(capture.id)` once the store is back",
+                failures: [], rollbackFailures: [])
         }
         if options.offload {
             guard let claim = await sink.claim(capture) else {
@@ -245,14 +249,19 @@ extension RigSession {
             defer { claim.release() }
             let offload = RecordingOffload(pool: pool, sink: sink, logger: logger, maxBytesPerSecond: options.offloadBytesPerSecond)
             let frames = tally.frames
-            (manifest, _) = await offload.offload(manifest, capture: capture) { done, total in
+            let outcome: OffloadOutcome
+            (manifest, outcome) = await offload.offload(manifest, capture: capture) { done, total in
                 progress?(
                     RecordingProgress(
                         elapsed: duration, duration: duration, framesPerCamera: frames, sets: 0, offloadedBytes: done, offloadTotalBytes: total))
             }
+            if let failure = outcome.manifestError {
+                // What is stored but not recorded stays on its host; the error says what to run.
+                throw CommitError(description: "the recording \(capture.id) is made, but \(failure)", failures: [], rollbackFailures: [])
+            }
         }
         let tracks = manifest.hostRecording?.tracks ?? recording.tracks
-        if tracks.allSatisfy({ $0.frames == 0 && $0.state != "unknown" && $0.state != "recording" }) {
+        if tracks.allSatisfy({ $0.frames == 0 && $0.state.hasEnded }) {
             let failures = tracks.map { "  \(rig.inputs[$0.camera].name): \($0.error ?? "no frame")" }
             throw CommitError(description: "no camera recorded a frame:\n" + failures.joined(separator: "\n"), failures: [], rollbackFailures: [])
         }

@@ -117,9 +117,11 @@ public final class ObjectCaptureStore: Sendable {
 
 extension CaptureManifest {
     /// Whether a collector has work on the capture: a coordinator was at it when it stopped, or agents
-    /// still hold results of it (or deferred photos' finals to make).
+    /// still hold results of it (or deferred photos' finals to make, or recorded files stored here that
+    /// they were not told to delete).
     public var isUnfinished: Bool {
         state == .inProgress || state == .offloading || !collectable.isEmpty || !(unacknowledged ?? []).isEmpty || !awaitingFinals.isEmpty
+            || !(hostRecording?.unacknowledged.isEmpty ?? true)
     }
 }
 
@@ -325,5 +327,19 @@ extension ObjectCaptureStore: CaptureSink {
         }
         try await client.check(object)
         return String(object.key.dropFirst(prefix.count))
+    }
+}
+
+extension ObjectCaptureStore: RecordedFileLookup {
+    /// Asks the store for the object (HEAD): its size and the SHA-256 its uploader put in its metadata.
+    public func lookUp(_ name: String, size: UInt64, sha256: String, in capture: CaptureHandle) async throws -> RecordedFileFound {
+        guard CaptureFileNames.isValid(name) else { throw StorageError("\(name.debugDescription) is not a file name inside a capture") }
+        let key = key(name, of: capture.id)
+        guard let head = try await client.head(key) else { return .absent }
+        guard head.size == size, head.sha256 == sha256 else {
+            return .differs(
+                "\(location.bucket)/\(key) in the store is \(head.size) bytes with SHA-256 \(head.sha256?.prefix(16) ?? "none")…, not the \(size) bytes with \(sha256.prefix(16))… its host recorded")
+        }
+        return .matches
     }
 }
