@@ -215,7 +215,7 @@ struct ObjectStoreCaptureTests {
         let client = try rig.client()
         defer { Task { await client.shutdown() } }
         // Paced so that each host's first video is in the store well before its agent answers for it.
-        async let recording = rig.camrig(
+        async let recordCommand = rig.camrig(
             ["record", "--duration", "1", "--fps", "15", "--size", "640x480", "--codec", "mjpeg", "--offload-rate", "0.2", "--json"], timeout: 90)
         var stored: [String] = []
         for _ in 0..<1500 {
@@ -225,7 +225,7 @@ struct ObjectStoreCaptureTests {
         }
         try #require(!stored.isEmpty, "no video reached the store")
         try rig.server.stop()
-        let recorded = try await recording
+        let recorded = try await recordCommand
         #expect(recorded.status != 0, "a manifest that cannot be written fails the recording: \(recorded.stdout)\n\(recorded.stderr)")
         #expect(recorded.stderr.contains("camrig captures offload"), "it says what to run: \(recorded.stderr)")
         #expect(!rig.recorded(0).isEmpty && !rig.recorded(1).isEmpty, "no host deleted a file the manifest does not list as stored")
@@ -270,13 +270,15 @@ struct ObjectStoreCaptureTests {
         let manifest = try await Self.manifest(id, client: client)
         let recording = try #require(manifest.hostRecording)
         #expect(manifest.state != .offloading, "\(manifest.state.map(\.rawValue) ?? "?")")
-        #expect(recording.tracks.allSatisfy { $0.state == .complete && $0.files.allSatisfy { $0.isSettled && $0.lost == nil } }, "\(recording.tracks)")
+        let settled = recording.tracks.allSatisfy { track in track.state == .complete && track.files.allSatisfy { $0.isSettled && $0.lost == nil } }
+        #expect(settled, "every file recorded as stored and acknowledged: \(recording.tracks)")
         #expect(manifest.sets.count == recording.gridCount && manifest.summary.sets == recording.gridCount, "every set: \(manifest.sets.count) of \(recording.gridCount)")
         #expect(manifest.sets.contains { $0.complete }, "\(manifest.summary)")
         #expect(rig.recorded(0).isEmpty && rig.recorded(1).isEmpty, "the hosts deleted their files once recorded as stored")
         #expect(try await client.listMultipartUploads(prefix: "studio/\(id)/").isEmpty, "no upload left open")
         for file in recording.tracks.flatMap(\.files) {
-            let head = try #require(try await client.head("studio/\(id)/\(file.name)"), "\(file.name) is in the store")
+            let found = try await client.head("studio/\(id)/\(file.name)")
+            let head = try #require(found, "\(file.name) is in the store")
             #expect(head.size == file.size && head.sha256 == file.sha256, "\(file.name) as its host recorded it")
         }
     }
