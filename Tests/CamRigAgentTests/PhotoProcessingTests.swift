@@ -37,11 +37,9 @@ struct PhotoProcessingTests {
         }
         let plan = PhotoPlan(requested: .balanced, format: frames[0].format)
         let template = PhotoProcessor.template(
-            reference: frames[0], frames: frames, photoID: "host-1-photo", session: "s", triggerID: "t", settingsID: 7,
-            prepared: true, waited: 0,
-            fireAt: 1_000_000_000)
-        return PhotoProcessor.Input(
-            template: template, frames: frames, plan: plan, bracket: bracket, deferred: deferred, fireAt: 1_000_000_000)
+            reference: frames[0], photoID: "host-1-photo", session: "s", triggerID: "t", settingsID: 7,
+            prepared: true, waited: 0, captureDuration: 40_000_000)
+        return PhotoProcessor.Input(template: template, frames: frames, plan: plan, bracket: bracket, deferred: deferred)
     }
 
     @Test("a spool record is its u32 length, the header and the payloads; a short file is truncated, never misread")
@@ -98,6 +96,9 @@ struct PhotoProcessingTests {
         #expect(images.map(\.result.resultID) == ["host-1-photo-1", "host-1-photo-2"])
         #expect(images.map(\.result.resolved.bracketIndex) == [1, 2])
         #expect(images.map(\.result.resolved.exposureBias) == [-1, 1])
+        #expect(
+            ([single] + images).map(\.result.resolved.captureDurationNs) == [40_000_000, 40_000_000, 40_000_000],
+            "every image says how long its capture stage took")
 
         let output = try PhotoProcessor.process(Self.input(deferred: true))
         guard case .deferred(let proxy, let job) = output else {

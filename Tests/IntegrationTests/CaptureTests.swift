@@ -217,7 +217,8 @@ struct CaptureTests {
             #expect(result.resolved.note.isEmpty)
             #expect(result.resolved.dimensions.width == 640 && result.resolved.dimensions.height == 480)
             if level == .quality {
-                // Eight frames from the instant on: the last started at least seven frame periods after it.
+                // Eight frames from the instant on: the capture stage lasted until the last was taken, at least
+                // seven frame periods after the first.
                 #expect(result.resolved.captureDurationNs >= 7 * 1_000_000_000 / 60)
             }
             let header = try #require(SyntheticFrameHeader.decode(image, format: .yuyv))
@@ -327,15 +328,21 @@ struct CaptureTests {
             capture.sessionID = "prepared-\(index)"
             capture.settings = settings
             capture.settings.uniqueID = UInt64(index + 1)
-            _ = try await client.request(.capturePhoto(capture))
+            let reply = try await client.request(.capturePhoto(capture)).frame.envelope.body
+            guard case .triggerFired(let fired) = reply else {
+                Issue.record("a photo was answered with \(reply)")
+                continue
+            }
             let results = try await fetch(client, session: capture.sessionID)
             try #require(results.count == 1)
             let resolved = results[0].0.resolved
             if index == 0 {
                 #expect(resolved.prepared, "speed matches the prepared settings")
                 // The camera was already streaming: the photo is its newest frame, exposed before the request
-                // (within two frame periods), not one exposed after it.
-                #expect(resolved.captureDurationNs <= 0 && resolved.captureDurationNs >= -2 * 1_000_000_000 / 60, "\(resolved.captureDurationNs) ns")
+                // (within two frame periods), not one exposed after it; its capture stage still lasted zero or more.
+                let before = fired.firedAt.nanoseconds - results[0].0.exposureStart.nanoseconds
+                #expect(before > 0 && before <= 2 * 1_000_000_000 / 60, "exposed \(before) ns before the request")
+                #expect(resolved.captureDurationNs >= 0, "\(resolved.captureDurationNs) ns")
             } else {
                 #expect(!resolved.prepared, "balanced was not prepared, and works all the same")
                 #expect(resolved.qualityPrioritization == .balanced)

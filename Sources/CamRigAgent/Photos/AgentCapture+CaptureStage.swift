@@ -20,10 +20,14 @@ extension AgentCapture {
         let frames: Task<Captured, any Error>
     }
 
-    /// A photo's capture stage's outcome: its frames (the reference first) and how long it waited to begin.
+    /// A photo's capture stage's outcome: its frames (the reference first), how long it waited to begin and
+    /// how long it took.
     struct Captured: Sendable {
         var frames: [CapturedFrame]
         var waited: Int64
+        /// From the moment the stage began to the moment its frames were taken, both read from the agent's
+        /// clock in that order, so never negative (the photo's `capture_duration_ns`).
+        var duration: Int64
         /// How a bracket moved the exposure (`nil` when not bracketed).
         var bracketMethod: CaptureDevice.BracketMethod?
     }
@@ -85,13 +89,16 @@ extension AgentCapture {
                             deviceID: deviceID, device: device, plan: plan, at: instant, after: pipeline.lastReference, preparation: preparation,
                             timeout: timeout)
                     }
+                    // Not the frames' exposure starts: a frame may have started exposing before the stage
+                    // began (zero shutter lag, a grid's frame for T exposed just before T).
+                    let taken = self.clock.now()
                     pipeline.setLastReference(frames.map(\.exposureStart).max() ?? .min)
                     stages.send(.didCapture)
                     // Stamped before the capture stage is let go: the next photo's willCapture comes after it.
                     stages.send(.didFinishCapture)
                     pipeline.endCapture(processing: !deferred)
                     self.touch()
-                    return Captured(frames: frames, waited: waited, bracketMethod: method)
+                    return Captured(frames: frames, waited: waited, duration: taken - began, bracketMethod: method)
                 } catch {
                     pipeline.endCapture(processing: false)
                     throw error

@@ -20,8 +20,7 @@ extension AgentCapture {
                 photoID: pending.photoID, clock: clock, reply: reply)
             do {
                 let stored = try await store(
-                    pending, session: session, triggerID: triggerID, settingsID: settings.uniqueID, fireAt: fireAt,
-                    stages: stages)
+                    pending, session: session, triggerID: triggerID, settingsID: settings.uniqueID, stages: stages)
                 fired.resultIds += stored
             } catch {
                 if failure == nil {
@@ -41,19 +40,18 @@ extension AgentCapture {
     /// agent's processing stage, one photo at a time), its processing stage closed whatever happened.
     /// Returns the ids of the results stored.
     private func store(
-        _ pending: PendingPhoto, session: String, triggerID: String, settingsID: UInt64, fireAt: Int64,
-        stages: StageReporter
+        _ pending: PendingPhoto, session: String, triggerID: String, settingsID: UInt64, stages: StageReporter
     ) async throws -> [String] {
         // A capture stage that failed closed itself: no processing stage follows.
         let captured = try await pending.frames.value
         let input = PhotoProcessor.Input(
             template: PhotoProcessor.template(
-                reference: captured.frames[0], frames: captured.frames, photoID: pending.photoID, session: session,
-                triggerID: triggerID,
-                settingsID: settingsID, prepared: pending.prepared, waited: captured.waited, fireAt: fireAt),
+                reference: captured.frames[0], photoID: pending.photoID, session: session, triggerID: triggerID,
+                settingsID: settingsID, prepared: pending.prepared, waited: captured.waited,
+                captureDuration: captured.duration),
             frames: captured.frames, plan: pending.plan, bracket: pending.bracket,
             bracketMethod: captured.bracketMethod,
-            deferred: pending.deferred, fireAt: fireAt)
+            deferred: pending.deferred)
         let spool = self.spool
         let deferred = self.deferred
         let stored: (results: [WirePhotoResult], processingDuration: Int64)

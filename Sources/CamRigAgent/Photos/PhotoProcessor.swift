@@ -24,8 +24,6 @@ enum PhotoProcessor {
         var bracketMethod: CaptureDevice.BracketMethod? = nil
         /// Delivered as a proxy now, made in full later.
         var deferred = false
-        /// The trigger's instant (agent clock).
-        var fireAt: Int64
     }
 
     /// An image to store and what it is.
@@ -63,18 +61,18 @@ enum PhotoProcessor {
     }
 
     /// What a photo's results say about where they came from: its ids, its reference frame, whether the
-    /// device was prepared, how long the capture waited to begin and how long its frames took.
+    /// device was prepared, how long the capture waited to begin and how long its capture stage took
+    /// (`AgentCapture.Captured.duration`).
     static func template(
-        reference: CapturedFrame, frames: [CapturedFrame], photoID: String, session: String, triggerID: String,
-        settingsID: UInt64,
-        prepared: Bool, waited: Int64, fireAt: Int64
+        reference: CapturedFrame, photoID: String, session: String, triggerID: String, settingsID: UInt64,
+        prepared: Bool, waited: Int64, captureDuration: Int64
     ) -> WirePhotoResult {
         var template = WirePhotoResult(
             reference, resultID: photoID, sessionID: session, triggerID: triggerID, photoSettingsID: settingsID)
         template.photoID = photoID
         template.resolved.prepared = prepared
         template.resolved.waitedNs = waited
-        template.resolved.captureDurationNs = (frames.map(\.exposureStart).max() ?? fireAt) - fireAt
+        template.resolved.captureDurationNs = captureDuration
         return template
     }
 
@@ -94,7 +92,8 @@ enum PhotoProcessor {
                 template: input.template, frames: input.frames, plan: input.plan, started: HostClock.monotonicNow()))
     }
 
-    /// An exposure bracket's images: one per bias, each its own photo and result (`PHOTO-1`, `PHOTO-2`…).
+    /// An exposure bracket's images: one per bias, each its own photo and result (`PHOTO-1`, `PHOTO-2`…), each
+    /// saying how long the bracket's one capture stage took.
     static func bracket(_ input: Input) throws -> [Made] {
         var images: [Made] = []
         for (index, (frame, bias)) in zip(input.frames, input.bracket).enumerated() {
@@ -105,7 +104,6 @@ enum PhotoProcessor {
                 photoSettingsID: template.photoSettingsID)
             image.photoID = image.resultID
             image.resolved = template.resolved
-            image.resolved.captureDurationNs = frame.exposureStart - input.fireAt
             var made = try final(template: image, frames: [frame], plan: input.plan, started: HostClock.monotonicNow())
             made.result.resolved.bracketIndex = UInt32(index + 1)
             made.result.resolved.exposureBias = bias

@@ -3773,8 +3773,9 @@ public nonisolated struct WireResolvedPhotoSettings: Sendable {
   /// How many frames the image was made from: 1 for SPEED and BALANCED; QUALITY merges several.
   public var framesMerged: UInt32 = 0
 
-  /// Capture stage: from the requested instant to the start of exposure of the last frame used
-  /// (negative when SPEED took a frame exposed just before it).
+  /// Capture stage: from the moment it began (once the device's previous photo let it; for a
+  /// ScheduleTrigger, when its cameras are prepared ahead of fire_at_ns) to the moment its frames were
+  /// taken, both read from the agent's clock: never negative. When they were exposed is exposure_start.
   public var captureDurationNs: Int64 = 0
 
   /// Processing stage: from the last frame's arrival to the image being ready for the spool.
