@@ -1,3 +1,5 @@
+import CamRigDeviceModel
+
 /// A recorded track's frame table (`STEM.frames.csv`, written on the camera's host): one row per grid
 /// index (and per duplicate frame), saying which frame of which video file was exposed there and when on
 /// the rig's clock. Pure parsing and set building: the offload reads the files, this reads the text.
@@ -84,9 +86,11 @@ public struct RecordedFrameTable: Sendable, Equatable {
                 guard let row = track.byIndex[k], let number = row.frame else { continue }
                 let segment = row.segment ?? 0
                 let file = track.videos.indices.contains(segment) ? track.videos[segment] : ""
+                // The table spells its marks with hyphens (`start-of-exposure`); the manifest as every manifest does.
+                let marks = TimestampMarks(name: row.marks)?.manifestName ?? row.marks
                 var frame = CaptureManifest.Frame(
                     camera: track.camera, sequence: UInt64(number), file: file, timestampNs: row.rigTimeNs,
-                    agentTimestampNs: row.sensorTimestampNs ?? 0, marks: row.marks, uncertaintyNs: row.uncertaintyNs ?? 0)
+                    agentTimestampNs: row.sensorTimestampNs ?? 0, marks: marks, uncertaintyNs: row.uncertaintyNs ?? 0)
                 frame.videoFrame = number - (track.starts.indices.contains(segment) ? track.starts[segment] : 0)
                 frames.append(frame)
             }

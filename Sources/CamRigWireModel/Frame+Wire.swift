@@ -16,15 +16,11 @@ extension TimestampMarks {
 }
 
 extension WireTimestampMarks {
-    /// The mark's name in manifests and JSON output, e.g. `start_of_exposure`.
+    /// The mark's name in manifests and JSON output, e.g. `start_of_exposure` (a frame's marks spelled as
+    /// `TimestampMarks.manifestName` spells them).
     public var name: String {
-        switch self {
-        case .startOfExposure: "start_of_exposure"
-        case .endOfFrame: "end_of_frame"
-        case .dequeue: "dequeue"
-        case .triggerFire: "trigger_fire"
-        default: "unspecified"
-        }
+        if let marks = TimestampMarks(self) { return marks.manifestName }
+        return self == .triggerFire ? "trigger_fire" : "unspecified"
     }
 }
 
