@@ -216,4 +216,107 @@ struct ProtocolLetterTests {
         #expect(answered(second, sequence: 2), "the second key does not work")
         await client.close()
     }
+
+    @Test("a viewer's GetSpoolStatus and GetPhaseStatus are answered, as §2 lets a viewer send them; a Lock is not")
+    func viewerStatusRequests() async throws {
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        defer { agent.stop(); pki.remove() }
+        let viewer = try await AgentClient.connect(
+            to: AgentEndpoint(host: agent.host, port: agent.port),
+            security: .tls(try MutualTLS.client(directory: pki.directory, identityName: "viewer-1")))
+        #expect(viewer.welcome.clientRole == .viewer)
+        let spool = try await viewer.request(.getSpoolStatus(WireGetSpoolStatus())).frame.envelope.body
+        guard case .spoolStatus(let status) = spool else {
+            Issue.record("a viewer's GetSpoolStatus was answered with \(spool)")
+            return
+        }
+        #expect(status.capacityBytes > 0)
+        var phases = WireGetPhaseStatus()
+        phases.deviceIds = [device]
+        let phase = try await viewer.request(.getPhaseStatus(phases)).frame.envelope.body
+        guard case .phaseStatusList = phase else {
+            Issue.record("a viewer's GetPhaseStatus was answered with \(phase)")
+            return
+        }
+        var lock = WireLock()
+        lock.deviceID = device
+        #expect(await refusal(viewer, .lock(lock))?.code == .permissionDenied)
+        await viewer.close()
+    }
+
+    /// The text of `PROTOCOL.md`.
+    static func specification() throws -> String {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        return try String(contentsOf: root.appendingPathComponent("proto/PROTOCOL.md"), encoding: .utf8)
+    }
+
+    /// The names in backquotes in the specification's text from `start` to the first `end` after it.
+    static func quotedNames(in text: String, from start: String, to end: String) throws -> [String] {
+        let from = try #require(text.range(of: start), "PROTOCOL.md no longer says '\(start)'")
+        let to = try #require(text.range(of: end, range: from.upperBound..<text.endIndex))
+        return text[from.upperBound..<to.lowerBound].split(separator: "`", omittingEmptySubsequences: false)
+            .enumerated().filter { $0.offset % 2 == 1 }.map { String($0.element) }
+    }
+
+    /// `FileChunk` as the schema's field name, `file_chunk`.
+    static func snakeCase(_ name: String) -> String {
+        name.enumerated().map { index, character in
+            character.isUppercase ? (index == 0 ? "" : "_") + character.lowercased() : String(character)
+        }.joined()
+    }
+
+    /// Every message an envelope can hold, read through the frame decoder: each envelope field number with
+    /// an empty message in it, and whether the decoder accepts that message with a payload.
+    static func everyMessage() throws -> [(body: WireEnvelope.OneOf_Body, takesPayload: Bool)] {
+        func frame(field: Int, payload: [UInt8]) -> ByteBuffer {
+            var envelope: [UInt8] = []
+            var tag = field << 3 | 2
+            while tag >= 0x80 {
+                envelope.append(UInt8(tag & 0x7F) | 0x80)
+                tag >>= 7
+            }
+            envelope += [UInt8(tag), 0]
+            var buffer = ByteBuffer()
+            buffer.writeInteger(UInt32(4 + envelope.count + payload.count), endianness: .big)
+            buffer.writeInteger(UInt32(envelope.count), endianness: .big)
+            buffer.writeBytes(envelope + payload)
+            return buffer
+        }
+        var messages: [(WireEnvelope.OneOf_Body, Bool)] = []
+        for field in 2..<1000 {
+            var decoder = WireFrameDecoder()
+            var plain = frame(field: field, payload: [])
+            // A field number the envelope does not have holds no message.
+            guard let body = (try? decoder.decode(buffer: &plain))?.envelope.body else { continue }
+            var withPayload = frame(field: field, payload: [1, 2, 3])
+            var payloadDecoder = WireFrameDecoder()
+            do {
+                let decoded = try payloadDecoder.decode(buffer: &withPayload)
+                #expect(decoded?.payloadLength == 3)
+                messages.append((body, true))
+            } catch let error as WireProtocolError {
+                #expect(error.code == .malformedFrame, "\(body.messageName) with a payload: \(error)")
+                messages.append((body, false))
+            }
+        }
+        return messages
+    }
+
+    @Test("the messages §3 lets carry a payload are exactly those the decoder accepts with one")
+    func payloadMessages() throws {
+        let messages = try Self.everyMessage()
+        #expect(messages.count > 60, "every message of the envelope: \(messages.count)")
+        let specified = try Self.quotedNames(in: Self.specification(), from: "may have `P > 0`:", to: ".")
+        #expect(
+            Set(specified.map(Self.snakeCase)) == Set(messages.filter(\.takesPayload).map(\.body.messageName)),
+            "PROTOCOL.md §3 lists \(specified)")
+    }
+
+    @Test("the requests §2 lets a viewer send are exactly those the agent's role table allows")
+    func viewerRequests() throws {
+        let allowed = try Self.everyMessage().map(\.body).filter { $0.isClientRequest && WirePeerRole.viewer.mayRequest($0) }
+        let specified = try Self.quotedNames(in: Self.specification(), from: "`viewer` may send", to: ");")
+        #expect(Set(specified) == Set(allowed.map(\.messageName)), "PROTOCOL.md §2 lists \(specified)")
+    }
 }

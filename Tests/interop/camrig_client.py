@@ -23,7 +23,7 @@ PROTOCOL_VERSION = 1                 # PROTOCOL.md describes version 1 only
 DEFAULT_MAX_FRAME = 67_108_864       # §3.1: max_frame_length 0 means 64 MiB
 MIN_MAX_FRAME = 1_048_580            # §3.1: smaller announced maxima count as this
 MAX_ENVELOPE = 1_048_576             # §3: envelope_length limit
-PAYLOAD_BODIES = {"video_frame", "photo_result"}   # §3: the only messages that carry a payload
+PAYLOAD_BODIES = {"video_frame", "photo_result", "file_chunk"}   # §3: the only messages that carry a payload
 
 
 class ClientError(Exception):
