@@ -35,7 +35,8 @@ public final class AgentServer: Service, Sendable {
         let streams = configuration.devices.map { AgentStreams(devices: $0, logger: logger) }
         let phaseLocks = streams.map { AgentPhaseLocks(streams: $0, logger: logger) }
         if let phaseLocks {
-            // A phase lock lives under its device's lease: when the lease ends, so does the lock.
+            // A phase lock lives under its device's lease: when the lease ends, so does the lock (unless the
+            // agent records the camera: then it holds until the recording ends, `AgentPhaseLocks.unlock`).
             // A vanished device's lock stays listed as cannot-lock, saying why, until it is locked again.
             configuration.devices?.onLeaseEnded { [weak phaseLocks] deviceID, vanished in
                 if vanished { phaseLocks?.deviceVanished(deviceID: deviceID) } else { phaseLocks?.unlock(deviceID: deviceID) }

@@ -151,6 +151,7 @@ struct HostRecordingTests {
         #expect(recording.tracks.map(\.codec) == ["mjpeg", "mjpeg"], "YUYV cameras record as MJPEG made on the host")
         #expect(recording.tracks.allSatisfy { $0.state == "complete" && $0.files.allSatisfy(\.offloaded) })
         #expect(manifest.summary.completeSets == 60, "every grid instant has a frame of both cameras: \(manifest.summary)")
+        #expect(manifest.sets.first?.complete == true, "set 0 is complete: the synthetic camera started on grid instant 0")
         try Self.checkFiles(manifest, in: folder)
         #expect(rig.held(0).isEmpty && rig.held(1).isEmpty, "the hosts deleted what was offloaded: \(rig.held(0)) \(rig.held(1))")
         // The sets' frames point into the files.
@@ -188,6 +189,10 @@ struct HostRecordingTests {
         let (manifest, folder) = try await rig.manifest()
         let tracks = try #require(manifest.hostRecording?.tracks)
         #expect(tracks.count == 2 && Set(tracks.map(\.agent)) == ["agent-1"], "\(tracks)")
+        // The host starts its cameras one after the other after setting the recording up: the start instant
+        // leaves room for both, so neither's first frame slips to instant 1.
+        let first = try #require(manifest.sets.first)
+        #expect(first.complete && first.frames.count == 2, "set 0 has both cameras' frames: \(first.frames.map(\.camera))")
         #expect(tracks.allSatisfy { $0.state == "complete" && $0.frames == 30 }, "\(tracks.map { ($0.state, $0.frames) })")
         try Self.checkFiles(manifest, in: folder)
     }
@@ -207,6 +212,7 @@ struct HostRecordingTests {
         let track = try #require(manifest.hostRecording?.tracks.first)
         #expect(track.codec == "copy")
         #expect(track.frames == 30 && track.gaps == 0, "\(track)")
+        #expect(manifest.sets.first?.complete == true, "the camera's first frame is on grid instant 0")
         try Self.checkFiles(manifest, in: folder)
         #expect(try Self.probe(folder.appendingPathComponent(track.videos[0].name)).codec == "mjpeg")
     }

@@ -2,6 +2,7 @@ import CamRigCapture
 import CamRigClock
 import CamRigCoordinator
 import CamRigDevices
+import CamRigLocalRig
 import CamRigSecurity
 import CamRigStorage
 import CamRigTestSupport
@@ -213,5 +214,79 @@ struct PhaseLockTests {
         #expect(recording.cameras.allSatisfy { $0.phaseLock?.state == "locked" })
         await session.stop()
         await pool.stop()
+    }
+
+    @Test("the coordinator killed with -9 during a phase-locked on-host recording: the agent holds its camera on the grid to the recording's end, then lets go, and the recovered capture keeps the camera's phase lock")
+    func coordinatorKilledMidRecording() async throws {
+        // 80 ppm slow: released, it would drift 80 µs off the grid every second.
+        let node = try Node(54, timing: "seed=54\nrate_ppm=80\nstartup_delay_us=30000\ntimestamp_jitter_us=10\nframe_duration_control=vblank\n")
+        defer { node.remove() }
+        // The agent's clock is the machine's: the truth log reads against the coordinator's grid directly.
+        let (pki, agent) = try AgentProcess.secured(["--v4l2", node.path])
+        defer { agent.stop(); pki.remove() }
+        let out = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-phase-killed-\(UInt32.random(in: 0...UInt32.max))").path
+        defer { try? FileManager.default.removeItem(atPath: out) }
+        let rig = ["--agent", agent.address, "--tls-dir", pki.path, "--out", out]
+        let recording = try ChildProcess.spawn(
+            Executables.url("camrig").path, ["record", "--duration", "6", "--fps", "30", "--size", "640x480"] + rig, stdout: .null, stderr: .null)
+        let store = try CaptureStore(root: URL(fileURLWithPath: out))
+        func manifest() async throws -> CaptureManifest? {
+            guard let entry = try await store.catalog.list().first else { return nil }
+            return try store.manifest(of: entry)
+        }
+        // The manifest is written (with the lock as the recording starts) before the agent is asked to record.
+        let started = try await eventually(timeout: .seconds(40), pollingEvery: .milliseconds(50)) {
+            guard FileManager.default.fileExists(atPath: out) else { return false }
+            let written = try? await manifest()
+            return written?.hostRecording != nil
+        }
+        #expect(started, "camrig record got as far as its manifest")
+        let before = try #require(try await manifest())
+        let planned = try #require(before.hostRecording)
+        #expect(before.cameras.allSatisfy { $0.phaseLock?.state == "locked" }, "the lock as the recording starts: \(before.cameras.map(\.phaseLock))")
+        let grid = PhaseGrid(anchor: planned.startNs, period: planned.gridPeriodNs)
+        let end = grid.instant(Int64(planned.gridCount))
+        // A second into the recording, the coordinator dies.
+        try await Task.sleep(for: .nanoseconds(max(0, planned.startNs - HostClock.monotonicNow()) + 1_000_000_000))
+        recording.send(SIGKILL)
+        await recording.exit()
+
+        // Its connection closed, its leases ended: the camera is held all the same.
+        try await Task.sleep(for: .seconds(2))
+        let client = try await agent.connect(pki)
+        func status() async throws -> WirePhaseStatus? {
+            let reply = try await client.request(.getPhaseStatus(WireGetPhaseStatus()))
+            guard case .phaseStatusList(let list) = reply.frame.envelope.body else { return nil }
+            return list.devices.first
+        }
+        let held = try await status()
+        #expect(held?.state == .locked, "the agent holds the camera while it records: \(String(describing: held))")
+
+        // The hosts record to the end; recover waits for them, then fetches.
+        var recovered = try await ToolRunner.run(Executables.url("camrig").path, ["captures", "recover", "--json"] + rig, timeout: 120)
+        _ = try await eventually(timeout: .seconds(30), pollingEvery: .seconds(1)) {
+            if recovered.status != 2 { return true }
+            recovered = try await ToolRunner.run(Executables.url("camrig").path, ["captures", "recover", "--json"] + rig, timeout: 120)
+            return false
+        }
+        #expect(recovered.status == 0, "\(recovered.stdout)\n\(recovered.stderr)")
+
+        // The true exposure starts of the recording's last second, four seconds after the coordinator died,
+        // sit on its grid (released, they would be 300 µs and more off it).
+        let last = node.trueStarts.filter { $0 >= end - 1_000_000_000 && $0 < end }.map { abs(grid.error(of: $0)) }.sorted()
+        #expect(last.count >= 25, "\(last.count) frames in the recording's last second")
+        if !last.isEmpty {
+            let p99 = last[Int(Double(last.count) * 0.99)]
+            #expect(p99 < 150_000, "true phase error p99 \(p99) ns in the recording's last second, max \(last.last!) ns")
+        }
+        // The recording over, the lock is let go.
+        let released = try await eventually(timeout: .seconds(5), pollingEvery: .milliseconds(200)) { try await status() == nil }
+        #expect(released, "the lock ends with the recording")
+        await client.close()
+
+        let after = try #require(try await manifest())
+        #expect(after.state == .complete, "\(recovered.stdout)")
+        #expect(after.cameras.allSatisfy { $0.phaseLock?.state == "locked" && $0.phaseLock?.method == "frame-duration" }, "\(after.cameras.map(\.phaseLock))")
+        #expect(after.summary.completeSets == planned.gridCount, "\(after.summary)")
     }
 }

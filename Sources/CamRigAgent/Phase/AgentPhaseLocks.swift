@@ -12,6 +12,10 @@ import NIOConcurrencyHelpers
 /// frame-duration control, `RestartAligner` where it has none — and the controller's answer is carried
 /// out on the device at once. Cameras that start exposing on command (the synthetic camera) need no
 /// hold: a trigger at a grid instant puts them on it. Requests arrive on the device service's queue.
+///
+/// A lock lives under its coordinator's lease, except while the agent records the camera: a coordinator
+/// that lets go then (killed, disconnected, its lease expired, or unlocking) leaves the camera held on its
+/// last grid until the recording ends (`PhaseLockTenure`), since the recording goes on without it.
 public final class AgentPhaseLocks: Sendable {
     let streams: AgentStreams
     private let locks = NIOLockedValueBox<[String: DevicePhaseLock]>([:])
@@ -28,6 +32,12 @@ public final class AgentPhaseLocks: Sendable {
     var clock: HostClock { streams.devices.clock }
     var agentID: String { streams.devices.agentID }
 
+    /// Whether a recording of `deviceID` runs on this agent now: one of its stream's watchers records it
+    /// on the grid (`KeepsPhaseLock`). A track's recorder watches from its start until the track closes.
+    func isRecorded(deviceID: String) -> Bool {
+        streams.isWatched(deviceID: deviceID) { $0 is any KeepsPhaseLock }
+    }
+
     /// Starts (or re-aims) `device`'s lock on the request's grid; answers with its status.
     func lock(_ request: WireLockPhase, device: CaptureDevice) -> WireEnvelope.OneOf_Body {
         let period = request.gridPeriodNs
@@ -40,7 +50,14 @@ public final class AgentPhaseLocks: Sendable {
         }
         let grid = PhaseGrid(anchor: request.gridAnchorNs, period: period)
         let tolerance = Double(request.toleranceNs == 0 ? Self.defaultTolerance : request.toleranceNs)
-        if let existing = locks.withLockedValue({ $0[device.uniqueID] }), !existing.hasEnded {
+        // A lock held for a recording after its coordinator let go answers to the new coordinator's lease
+        // from now on; looked up and taken back in one step, so a recording's end cannot release it between.
+        let existing = locks.withLockedValue { locks -> DevicePhaseLock? in
+            guard let existing = locks[device.uniqueID], !existing.hasEnded else { return nil }
+            existing.relocked()
+            return existing
+        }
+        if let existing {
             existing.aim(grid: grid, tolerance: tolerance)
             return .phaseStatus(existing.status())
         }
@@ -57,11 +74,52 @@ public final class AgentPhaseLocks: Sendable {
         return .phaseStatus(lock.status())
     }
 
-    /// Ends `deviceID`'s lock (its frame duration back to nominal, its hold on the stream released).
+    /// The coordinator lets go of `deviceID`'s lock (`UnlockPhase`, or the end of its lease): the lock ends
+    /// (its frame duration back to nominal, its hold on the stream released), unless a recording of the
+    /// camera runs, which keeps the camera on its grid until the recording ends.
     func unlock(deviceID: String) {
-        guard let lock = locks.withLockedValue({ $0.removeValue(forKey: deviceID) }) else { return }
+        guard let lock = locks.withLockedValue({ $0[deviceID] }) else { return }
+        let recording = isRecorded(deviceID: deviceID)
+        switch lock.coordinatorLeft(recording: recording, now: clock.now()) {
+        case .keep:
+            logger.notice(
+                "phase lock held for a recording after its coordinator let go",
+                metadata: ["device": "\(deviceID)", "grid_anchor_ns": "\(lock.currentGrid.anchor)", "grid_period_ns": "\(lock.currentGrid.period)"])
+        case .release:
+            release(deviceID: deviceID, lock: lock, message: "phase lock released")
+        }
+    }
+
+    /// Ends `lock`, while it is still `deviceID`'s.
+    private func release(deviceID: String, lock: DevicePhaseLock, message: String) {
+        let removed = locks.withLockedValue { locks -> Bool in
+            guard locks[deviceID] === lock else { return false }
+            locks.removeValue(forKey: deviceID)
+            return true
+        }
+        guard removed else { return }
         lock.release()
-        streams.stop(streamID: lock.streamID, reason: .stopped, message: "phase lock released")
+        streams.stop(streamID: lock.streamID, reason: .stopped, message: message)
+    }
+
+    /// A lock held for a recording asks, from its frames, whether the recording still runs; once it has
+    /// ended (or the lock's stream has), the lock is released. On the device service's queue, as the
+    /// requests are.
+    func askAboutRecording(_ lock: DevicePhaseLock) {
+        let deviceID = lock.device.uniqueID
+        streams.devices.queue.async { [self] in
+            let recording = isRecorded(deviceID: deviceID)
+            // Decided and removed in one step: a coordinator locking the camera meanwhile keeps it.
+            let ended = locks.withLockedValue { locks -> Bool in
+                guard locks[deviceID] === lock, lock.recordingAnswered(recording: recording) == .release else { return false }
+                locks.removeValue(forKey: deviceID)
+                return true
+            }
+            guard ended else { return }
+            lock.release()
+            streams.stop(streamID: lock.streamID, reason: .stopped, message: "phase lock released: the recording it was held for ended")
+            logger.info("phase lock released: the recording it was held for ended", metadata: ["device": "\(deviceID)"])
+        }
     }
 
     /// `deviceID` vanished from the host: its lock ends as cannot-lock with that reason and stays listed
@@ -100,9 +158,9 @@ public final class AgentPhaseLocks: Sendable {
         streams.frameWatcherCount(deviceID: deviceID) <= 1
     }
 
-    /// Ends every lock (agent shutdown).
+    /// Ends every lock (agent shutdown), recordings or not.
     func stopAll() {
-        for deviceID in locks.withLockedValue({ Array($0.keys) }) { unlock(deviceID: deviceID) }
+        for (deviceID, lock) in locks.withLockedValue({ $0 }) { release(deviceID: deviceID, lock: lock, message: "phase lock released") }
     }
 }
 
@@ -137,6 +195,15 @@ final class DevicePhaseLock: FrameSink {
         var ended = false
         /// The id of the stream the lock watches.
         var streamID = ""
+        /// Its coordinator's, or a recording's once the coordinator let go.
+        var tenure = PhaseLockTenure()
+
+        /// Whether the lock steers a free-running camera (or is about to, its controls not read yet).
+        var steers: Bool {
+            if ended { return false }
+            if case .triggered = controller { return false }
+            return true
+        }
     }
 
     private let state: NIOLockedValueBox<State>
@@ -161,6 +228,21 @@ final class DevicePhaseLock: FrameSink {
             if case .triggered = state.controller { return false }
             return true
         }
+    }
+
+    /// The coordinator let go: whether the lock goes on, for a recording of the camera.
+    func coordinatorLeft(recording: Bool, now: Int64) -> PhaseLockTenure.Action {
+        state.withLockedValue { state in state.tenure.coordinatorLeft(recording: recording, steers: state.steers, now: now) }
+    }
+
+    /// A coordinator locked the camera again.
+    func relocked() {
+        state.withLockedValue { $0.tenure.relocked() }
+    }
+
+    /// Whether the recording the lock is held for still runs (`recording`): `.release` once it does not.
+    func recordingAnswered(recording: Bool) -> PhaseLockTenure.Action {
+        state.withLockedValue { state in state.tenure.recordingAnswered(recording: recording, steers: state.steers) }
     }
 
     /// A refreshed grid (the coordinator's clock estimate moved) or tolerance.
@@ -202,6 +284,7 @@ final class DevicePhaseLock: FrameSink {
             }
         }
         let now = owner.clock.now()
+        if state.withLockedValue({ $0.tenure.shouldAskAboutRecording(now: now) }) { owner.askAboutRecording(self) }
         let mayRestart = owner.mayRestart(deviceID: device.uniqueID)
         enum Step { case none, lines(Int64), restart(Int64) }
         let step: Step = state.withLockedValue { state in

@@ -200,6 +200,11 @@ public final class AgentStreams: Sendable {
         state.withLockedValue { $0.hubs[deviceID]?.subscribers.values.filter { !($0 is PreviewSubscriber) }.count ?? 0 }
     }
 
+    /// Whether one of `deviceID`'s watchers is `matching` (a phase lock asks whether a recording watches).
+    func isWatched(deviceID: String, by matching: (any FrameSink) -> Bool) -> Bool {
+        state.withLockedValue { $0.hubs[deviceID]?.subscribers.values.contains(where: matching) ?? false }
+    }
+
     /// The connection that opened a stream, if it exists.
     func owner(of streamID: String) -> UInt64? {
         state.withLockedValue { state in state.hubs.values.lazy.compactMap { $0.subscribers[streamID]?.connection }.first }

@@ -90,6 +90,8 @@ extension RigSession {
         let agentOf = Dictionary(rig.inputs.map { ($0.agentID, $0.agent) }, uniquingKeysWith: { first, _ in first })
 
         // Pre-flight: every host can record its cameras with the codec, and has the room.
+        // Each check is timed: StartRecording repeats it before the agent starts its cameras.
+        let checkDurations = NIOLockedValueBox<[Int64]>([])
         let checks = await withTaskGroup(of: (String, Result<WireRecordingCheck, any Error>).self) { group in
             for (agentID, tracks) in byAgent {
                 group.addTask {
@@ -97,7 +99,10 @@ extension RigSession {
                     check.tracks = tracks.map(\.track)
                     check.durationNs = duration.nanoseconds
                     do {
+                        let asked = HostClock.monotonicNow()
                         let reply = try await agentOf[agentID]!.client().request(.checkRecording(check))
+                        let took = HostClock.monotonicNow() - asked
+                        checkDurations.withLockedValue { $0.append(took) }
                         guard case .recordingCheck(let answer) = reply.frame.envelope.body else {
                             throw AgentClientError(.protocolViolation, agent: agentID, "answered CheckRecording with \(reply.frame.envelope.messageName)")
                         }
@@ -124,14 +129,21 @@ extension RigSession {
             throw CommitError(description: "the recording cannot be made; nothing was started:\n" + refusals.joined(separator: "\n"), failures: [], rollbackFailures: [])
         }
 
-        let plan = CapturePlan.recording(
-            at: HostClock.monotonicNow(), roundTrips: rig.roundTrips, agents: byAgent.count, lastFanOut: rig.lastFanOut, duration: duration,
-            frameDuration: frameDuration, grid: rig.grid)
-        let start = plan.fireAt
         let period = Double(frameDuration.numerator) * 1e9 / Double(frameDuration.denominator)
         let count = max(1, Int((Double(duration.nanoseconds) / period).rounded()))
+        // The cameras' phase locks as the recording starts, in the manifest before the agents are asked to
+        // record: a coordinator killed at any point later leaves them for `captures recover`. Read before
+        // the start is chosen, so the round trips do not eat into its lead.
+        let phasesAtStart = await rig.phases()
 
         let capture = try await sink.begin(.recording)
+        // Chosen once the capture exists, so that only the manifest's write and the request lie between
+        // the choice and the agents (the allowance covers them).
+        let start = HostRecordingStart(
+            now: HostClock.monotonicNow(), triggerLead: CapturePlan.lead(roundTrips: rig.roundTrips, agents: byAgent.count, lastFanOut: rig.lastFanOut),
+            checkDurations: checkDurations.withLockedValue { $0 }, tracksPerAgent: byAgent.values.map(\.count).max() ?? 1, framePeriod: period,
+            grid: rig.grid
+        ).startAt
         let recordingID = "\(capture.id)"
         var manifest = rig.manifestBuilder(for: capture, estimates: estimates).recording(
             frameDuration: frameDuration, sets: [], unmatched: [], streams: [])
@@ -144,6 +156,7 @@ extension RigSession {
                     camera: camera, agent: rig.inputs[camera].agentID, device: rig.inputs[camera].deviceID, stem: rig.fileStem(camera: camera),
                     codec: (codec ?? options.codec.wire).name, state: .unknown)
             })
+        manifest.record(phases: phasesAtStart)
         do {
             try await sink.started(manifest, in: capture)
         } catch {
