@@ -11,7 +11,7 @@
 // CamRig wire protocol, version 1.
 //
 // Every wire frame carries exactly one Envelope (see PROTOCOL.md for the byte layout). Messages marked
-// "carries a payload" are followed, inside the same wire frame, by raw bytes (image data) that are not
+// "carries a payload" are followed, inside the same wire frame, by raw bytes (image or file data) that are not
 // part of the protobuf encoding.
 //
 // Conventions:
