@@ -60,8 +60,7 @@ public final class AgentServer: Service, Sendable {
             do {
                 recordings = try AgentRecordings(
                     directory: directory, capacityBytes: configuration.recordingSpaceBytes, agentID: configuration.agentID,
-                    streams: streams, threadPool: spoolThread, logger: logger)
-                recordings?.closeCutShortRecordingsInBackground()
+                    streams: streams, threadPool: spoolThread, eventLoop: group.any(), logger: logger)
             } catch {
                 logger.error("on-host recording is off: its folder cannot be made", metadata: ["folder": "\(directory.path)", "error": "\(error)"])
             }
@@ -126,8 +125,22 @@ public final class AgentServer: Service, Sendable {
     public func run() async throws {
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
         if let devices = configuration.devices { services.append(.init(service: devices)) }
+        // After the devices and before the listener: shut down after the listener has closed the recordings.
+        if let recordings = router.recordings { services.append(.init(service: RecordingsService(recordings: recordings))) }
         services.append(.init(service: Listener(server: self)))
         try await ServiceGroup(configuration: .init(services: services, logger: logger)).run()
+    }
+
+    /// The recordings' owner, handling their events for as long as the agent runs.
+    private struct RecordingsService: Service {
+        let recordings: AgentRecordings
+        func run() async throws {
+            await withGracefulShutdownHandler {
+                await recordings.run()
+            } onGracefulShutdown: {
+                recordings.finish()
+            }
+        }
     }
 
     /// The listener and its connections, as a service of the agent's group.
@@ -149,6 +162,8 @@ public final class AgentServer: Service, Sendable {
         }
         router.capture?.start()
         spoolThread.start()
+        // Recordings a previous run left open are closed on the spool's thread, once it runs.
+        router.recordings?.closeCutShortRecordingsInBackground()
         if let address = channel.localAddress {
             // Clock probes over UDP on the same port number as the TLS listener.
             clockChannel.start(host: configuration.host, port: address.port ?? configuration.port)

@@ -1,3 +1,4 @@
+import CamRigCapture
 import CamRigDevices
 import CamRigMedia
 import CamRigWire
@@ -49,14 +50,19 @@ struct RecordingGridTests {
     }
 
     @Test("the frame table has a row per grid index; timecodes are milliseconds with every nanosecond")
-    func sidecarRows() {
-        #expect(
-            FrameSidecar.row(index: 7, frame: 5, segment: 0, rigTime: 12_345_678_901, uncertainty: 950, sensorTime: 12_345_000_000, marks: "start-of-exposure", duplicate: false)
-                == "7,5,0,12345678901,950,12345000000,start-of-exposure,\n")
-        #expect(FrameSidecar.gapRow(index: 8, rigTime: 12_379_012_234) == "8,,,12379012234,,,,gap\n")
-        #expect(FrameSidecar.timecode(rigTime: 12_345_678_901) == "12345.678901\n")
-        #expect(FrameSidecar.timecode(rigTime: 1_000_000_005) == "1000.000005\n")
-        #expect(FrameSidecar.header.split(separator: ",").count == 8)
+    func sidecarRows() throws {
+        let frame = RecordedFrameTable.Row(
+            gridIndex: 7, frame: 5, segment: 0, rigTimeNs: 12_345_678_901, uncertaintyNs: 950, sensorTimestampNs: 12_345_000_000,
+            marks: "start-of-exposure", duplicate: false)
+        #expect(frame.line == "7,5,0,12345678901,950,12345000000,start-of-exposure,\n")
+        let gap = RecordedFrameTable.Row(missing: 8, rigTimeNs: 12_379_012_234, flag: .gap)
+        #expect(gap.line == "8,,,12379012234,,,,gap\n")
+        #expect(RecordedTimecodes.line(rigTimeNs: 12_345_678_901) == "12345.678901\n")
+        #expect(RecordedTimecodes.line(rigTimeNs: 1_000_000_005) == "1000.000005\n")
+        #expect(RecordedFrameTable.header.split(separator: ",").count == 8)
+        // What the agent writes, the coordinator reads back as it was.
+        let table = try RecordedFrameTable(parsing: RecordedFrameTable(rows: [frame, gap]).text)
+        #expect(table.rows == [frame, gap])
     }
 
     @Test("the rig clock mapping applies the agent's offset and rate, and its bound grows away from the reference")

@@ -29,6 +29,26 @@ struct RecordedFilesTests {
         #expect(throws: RecordedFrameTable.TableError.self) { try RecordedFrameTable(parsing: RecordedFrameTable.header + "\n1,2\n") }
     }
 
+    @Test("every row writes and reads back as it was; a row of a flag the table has no word for, or a frame row without its frame, is refused")
+    func rowsRoundTrip() throws {
+        let table = try RecordedFrameTable(parsing: Self.table)
+        #expect(try RecordedFrameTable(parsing: table.text) == table, "written by the one codec, read by it again")
+        #expect(table.rows.map(\.flag) == [.frame, .gap, .frame, .duplicate, .frame])
+        #expect(RecordedFrameTable.Row(line: "4,,,1133,,,,dropped") == nil, "no such flag")
+        #expect(RecordedFrameTable.Row(line: "4,,,1133,,,,") == nil, "a frame row names its frame")
+        #expect(RecordedFrameTable.Row(line: "4,7,0,1133,900,5133,start-of-exposure,gap") == nil, "a gap has no frame")
+    }
+
+    @Test("a table an agent stopped mid-write: the torn last line is left out and counted, every whole row kept")
+    func recovers() {
+        let torn = Self.table + "4,4,1,113"
+        let table = RecordedFrameTable(recovering: torn)
+        #expect(table.rows.count == 5 && table.skipped == 1)
+        #expect(RecordedFrameTable(recovering: Self.table).skipped == 0)
+        #expect(RecordedFrameTable(recovering: "").rows.isEmpty)
+        #expect(RecordedTimecodes.text(for: table) == "# timecode format v2\n0.001000\n0.001066\n0.001070\n0.001100\n", "stored frames only")
+    }
+
     @Test("sets: one per grid instant, complete where every camera has a frame, each frame placed in its segment")
     func sets() throws {
         let a = try RecordedFrameTable(parsing: Self.table)

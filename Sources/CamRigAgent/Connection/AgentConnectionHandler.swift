@@ -33,6 +33,8 @@ final class AgentConnectionHandler: ChannelInboundHandler {
     private let router: AgentRequestRouter
     private var logger: Logger
     private var machine: ServerConnectionStateMachine?
+    /// What the client announced it accepts, once the handshake has told (§3.1).
+    private var clientMaxFrameLength = WireProtocol.minimumMaxFrameLength
     /// The rules for this client's requests, once it is known.
     private var core: AgentRequestCore?
     /// Finalizing, fetches and acknowledgements of this connection, in order.
@@ -261,6 +263,7 @@ final class AgentConnectionHandler: ChannelInboundHandler {
             if let encoder = try? context.pipeline.syncOperations.handler(type: WireFrameEncoder.self) {
                 encoder.peerMaxFrameLength = clientMaxFrameLength
             }
+            self.clientMaxFrameLength = clientMaxFrameLength
             logger.info("client ready", metadata: ["protocol": "\(version)"])
             context.writeAndFlush(wrapOutboundOut(welcome), promise: nil)
         case .deliver(let frame):
@@ -301,7 +304,9 @@ final class AgentConnectionHandler: ChannelInboundHandler {
             self.core = core
             let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             let eventLoop = context.eventLoop
-            let connection = AgentRequestRouter.Connection(id: connectionID, eventLoop: eventLoop, work: work) { reply, promise in
+            let connection = AgentRequestRouter.Connection(
+                id: connectionID, eventLoop: eventLoop, work: work, maxFrameLength: clientMaxFrameLength
+            ) { reply, promise in
                 // Replies decided at once keep their order; others come back from the device queue or a stream.
                 if eventLoop.inEventLoop {
                     let (handler, context) = loopBound.value

@@ -51,6 +51,9 @@ struct AgentRequestRouter: Sendable {
         /// The connection's requests that take a while (finalizing, fetching, acknowledging), carried out
         /// one after another in the order they came.
         var work: ConnectionWork
+        /// The largest frame the client accepts (its `Hello.max_frame_length`, raised to the minimum): what
+        /// the agent sends in pieces (recorded files) is cut to fit it.
+        var maxFrameLength: UInt32 = WireProtocol.minimumMaxFrameLength
         var write: @Sendable (WireFrame, EventLoopPromise<Void>?) -> Void
 
         /// Writes `frame` and returns once it is on the socket (or failed to get there).
@@ -122,13 +125,13 @@ struct AgentRequestRouter: Sendable {
             guard let recordings else { return }
             switch body {
             case .checkRecording(let check):
-                connection.work.enqueue { reply(recordings.check(check.tracks, duration: check.durationNs)) }
+                connection.work.enqueue { reply(await recordings.check(check.tracks, duration: check.durationNs)) }
             case .startRecording(let start):
                 Task { await recordings.start(start, requestID: requestID, connection: connection) }
             case .stopRecording(let stop):
-                reply(recordings.stop(stop.recordingID))
+                connection.work.enqueue { reply(await recordings.stop(stop.recordingID)) }
             case .listRecordings(let list):
-                connection.work.enqueue { reply(.recordingList(recordings.list(session: list.sessionID))) }
+                connection.work.enqueue { reply(.recordingList(await recordings.list(session: list.sessionID))) }
             case .fetchRecordingFile(let fetch):
                 // A file takes a while: its chunks are sent beside the connection's other work, never in its way.
                 Task { await recordings.fetch(fetch, requestID: requestID, connection: connection) }

@@ -1,3 +1,4 @@
+import CamRigCapture
 import CamRigObjectStore
 import CamRigWire
 import CamRigWireModel
@@ -8,8 +9,8 @@ extension AgentRecordings {
     /// resumed where an earlier upload was cut off (its state is kept beside the file, hidden), checked
     /// against the SHA-256 the recording noted for it, and paced to `max_bytes_per_second` when set (as a
     /// fetch is). The file stays until acknowledged.
-    func upload(_ request: WireUploadRecordingFile) async -> WireEnvelope.OneOf_Body {
-        guard let file = file(request.recordingID, request.name) else {
+    nonisolated func upload(_ request: WireUploadRecordingFile) async -> WireEnvelope.OneOf_Body {
+        guard let file = await file(request.recordingID, request.name) else {
             return .error(WireError(
                 .notFound, agent: agentID,
                 "agent \(agentID) holds no finished file '\(request.name)' of recording '\(request.recordingID)' (never recorded here, still recording, or acknowledged)"))

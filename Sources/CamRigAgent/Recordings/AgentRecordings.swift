@@ -3,12 +3,10 @@ import CamRigDevices
 import CamRigFiles
 import CamRigMedia
 import CamRigCapture
-import CamRigObjectStore
 import CamRigWire
 import CamRigWireModel
 import Foundation
 import Logging
-import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 
@@ -17,48 +15,70 @@ import NIOPosix
 /// the client acknowledges them; a recording the agent did not finish (killed, powered off) is closed by
 /// the next start and marked cut short.
 ///
-/// Which recordings run, and their tracks, is one `State` under one lock; tracks write on queues of their
-/// own, and files are read for fetches on the thread pool.
-public final class AgentRecordings: Sendable {
-    public let directory: URL
+/// One owner: this actor holds every running recording and its `RecordingMachine`, which decides; the
+/// actor carries out what it decides. Events reach it through one stream (`run()`): tracks closing (from
+/// their writers' queues), deadlines (timers on an event loop, at the times the machine asks for), state
+/// files on disk, progress ticks. Every disk operation (state files, the tree's first walk, reading
+/// state for listings and fetches, deletions) runs on the process's one disk thread pool, never on the
+/// cooperative pool or an event loop.
+public actor AgentRecordings {
+    public nonisolated let directory: URL
     /// The most the recordings may take on disk (nil: the disk's free space less `reserveBytes`).
-    let capacityBytes: UInt64?
+    nonisolated let capacityBytes: UInt64?
     /// Free space a recording leaves on the disk for everything else.
-    let reserveBytes: UInt64
-    let agentID: String
-    private let streams: AgentStreams
-    private let clock: HostClock
-    private let threadPool: NIOThreadPool
-    let logger: Logger
+    nonisolated let reserveBytes: UInt64
+    nonisolated let agentID: String
+    private nonisolated let streams: AgentStreams
+    private nonisolated let clock: HostClock
+    nonisolated let threadPool: NIOThreadPool
+    private nonisolated let eventLoop: any EventLoop
+    nonisolated let logger: Logger
 
-    struct Active {
+    /// What the actor is told, from wherever it happens.
+    enum Event: Sendable {
+        case trackClosed(recording: String, WireRecordedTrack)
+        case wake(recording: String, generation: UInt64)
+        case stateWritten(recording: String)
+        case progress(recording: String)
+        /// The bytes the recordings' folder holds, walked once when the agent starts (after the repair).
+        case scanned(bytes: UInt64)
+    }
+
+    private nonisolated let events: AsyncStream<Event>.Continuation
+    private let eventStream: AsyncStream<Event>
+
+    struct Watcher {
+        var requestID: UInt64
+        var connection: AgentRequestRouter.Connection
+    }
+
+    /// A running recording: what was asked, its tracks' writers, and the machine that decides its life.
+    struct Recording {
         var request: WireStartRecording
+        var folder: URL
         var recorders: [TrackRecorder]
-        var finished: [String: WireRecordedTrack] = [:]
-
-        /// Every track as the state file keeps it: closed ones as they closed, the others as recording.
-        var tracks: [WireRecordedTrack] {
-            recorders.map { recorder in
-                finished[recorder.plan.deviceID] ?? AgentRecordings.recordingTrack(recorder.plan)
-            }
-        }
-        var watchers: [(requestID: UInt64, connection: AgentRequestRouter.Connection)] = []
-        var tasks: [Task<Void, Never>] = []
+        var machine: RecordingMachine
+        var watchers: [Watcher]
+        var wake: Scheduled<Void>?
+        var wakeGeneration: UInt64 = 0
+        var progress: RepeatedTask?
     }
 
-    struct State {
-        var active: [String: Active] = [:]
-        /// Waiting for every recording to end (shutdown).
-        var idle: [CheckedContinuation<Void, Never>] = []
-    }
-
-    private let state = NIOLockedValueBox(State())
-    /// Where recordings' state files are written, one after another in the order they were decided.
-    private let stateFiles = DispatchQueue(label: "camrig.recordings.state")
+    private var recordings: [String: Recording] = [:]
+    /// Ids being started (their folders being made): a second start of one is refused.
+    private var starting: Set<String> = []
+    /// Bytes of the finished recordings' files on disk, kept as recordings end and files are
+    /// acknowledged (nil until the first walk); running tracks add their own count.
+    private var settledBytes: UInt64?
+    private var scanWaiters: [CheckedContinuation<Void, Never>] = []
+    /// Waiting for every recording to end (shutdown).
+    private var idleWaiters: [CheckedContinuation<Void, Never>] = []
+    /// Files acknowledged lately (`RECORDING/NAME`): acknowledging one again is Ok, as for photos.
+    private var acknowledged = RecentIDs(capacity: 4096)
 
     init(
         directory: URL, capacityBytes: UInt64?, reserveBytes: UInt64 = 256 << 20, agentID: String, streams: AgentStreams,
-        threadPool: NIOThreadPool, logger: Logger
+        threadPool: NIOThreadPool, eventLoop: any EventLoop, logger: Logger
     ) throws {
         self.directory = directory
         self.capacityBytes = capacityBytes
@@ -67,14 +87,36 @@ public final class AgentRecordings: Sendable {
         self.streams = streams
         self.clock = streams.devices.clock
         self.threadPool = threadPool
+        self.eventLoop = eventLoop
         self.logger = logger
+        (eventStream, events) = AsyncStream.makeStream(of: Event.self)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     }
 
-    /// Closes, on a thread of its own, the recordings a previous run left open; until each is closed it
-    /// lists as recording, so nobody fetches its files half-made.
-    func closeCutShortRecordingsInBackground() {
-        Thread.detachNewThread { [self] in closeCutShortRecordings() }
+    /// Handles the recordings' events until `finish()`; the agent runs it as a service of its group.
+    func run() async {
+        for await event in eventStream { handle(event) }
+    }
+
+    /// Ends `run()` once the events sent before are handled.
+    nonisolated func finish() { events.finish() }
+
+    /// Closes, on the disk thread, the recordings a previous run left open (until each is closed it lists
+    /// as recording, so nobody fetches its files half-made), then walks the folder once for its size.
+    nonisolated func closeCutShortRecordingsInBackground() {
+        threadPool.submit { [self] work in
+            if case .active = work { closeCutShortRecordings() }
+            events.yield(.scanned(bytes: Self.size(of: directory)))
+        }
+    }
+
+    private nonisolated static func size(of folder: URL) -> UInt64 {
+        guard let walker = FileManager.default.enumerator(at: folder, includingPropertiesForKeys: [.fileSizeKey]) else { return 0 }
+        var total: UInt64 = 0
+        for case let url as URL in walker {
+            total += UInt64((try? url.resourceValues(forKeys: [.fileSizeKey]).fileSize) ?? 0)
+        }
+        return total
     }
 
     // MARK: Checking
@@ -127,27 +169,32 @@ public final class AgentRecordings: Sendable {
         return UInt64((perFrame * fps).rounded(.up)) + 4096
     }
 
+    static func megabytes(_ bytes: UInt64) -> String {
+        bytes >= 10 << 30 ? "\(bytes >> 30) GiB" : "\(bytes >> 20) MiB"
+    }
+
+
+    /// Bytes the recordings take now: finished ones as counted, running tracks as written so far.
+    private func usedBytes() async -> UInt64 {
+        if settledBytes == nil {
+            await withCheckedContinuation { scanWaiters.append($0) }
+        }
+        let running = recordings.values.flatMap(\.recorders).reduce(UInt64(0)) { $0 + $1.progress.bytes }
+        return (settledBytes ?? 0) + running
+    }
+
     /// Free space the recordings may still use.
-    func availableBytes() -> UInt64 {
+    func availableBytes() async -> UInt64 {
         var stats = statvfs()
         let free: UInt64 = statvfs(directory.path, &stats) == 0 ? UInt64(stats.f_bavail) * UInt64(stats.f_frsize) : 0
         let disk = free > reserveBytes ? free - reserveBytes : 0
         guard let capacityBytes else { return disk }
-        let used = Self.size(of: directory)
+        let used = await usedBytes()
         return min(disk, capacityBytes > used ? capacityBytes - used : 0)
     }
 
-    private static func size(of folder: URL) -> UInt64 {
-        guard let walker = FileManager.default.enumerator(at: folder, includingPropertiesForKeys: [.fileSizeKey]) else { return 0 }
-        var total: UInt64 = 0
-        for case let url as URL in walker {
-            total += UInt64((try? url.resourceValues(forKeys: [.fileSizeKey]).fileSize) ?? 0)
-        }
-        return total
-    }
-
     /// Whether `tracks` fit for `duration`: the check, or an error for a device or codec that cannot record.
-    func check(_ tracks: [WireRecordingTrack], duration: Int64) -> WireEnvelope.OneOf_Body {
+    func check(_ tracks: [WireRecordingTrack], duration: Int64) async -> WireEnvelope.OneOf_Body {
         guard !tracks.isEmpty else { return .error(WireError(.invalidArgument, agent: agentID, "a recording needs at least one track")) }
         guard duration > 0 else { return .error(WireError(.invalidArgument, agent: agentID, "a recording needs a positive duration")) }
         var check = WireRecordingCheck()
@@ -171,16 +218,12 @@ public final class AgentRecordings: Sendable {
             }
         }
         check.neededBytes = UInt64((Double(perSecond) * Double(duration) / 1e9 * 1.1).rounded(.up)) + (1 << 20)
-        check.availableBytes = availableBytes()
+        check.availableBytes = await availableBytes()
         if check.neededBytes > check.availableBytes {
             check.refusal =
                 "agent \(agentID) has room for \(Self.megabytes(check.availableBytes)) of recordings in \(directory.path) and this recording needs about \(Self.megabytes(check.neededBytes)): free space there (acknowledge or offload earlier recordings), record for less time, or choose a smaller codec"
         }
         return .recordingCheck(check)
-    }
-
-    static func megabytes(_ bytes: UInt64) -> String {
-        bytes >= 10 << 30 ? "\(bytes >> 30) GiB" : "\(bytes >> 20) MiB"
     }
 
     // MARK: Recording
@@ -206,55 +249,79 @@ public final class AgentRecordings: Sendable {
         guard stems.allSatisfy(Self.isSafeName), Set(stems).count == stems.count else {
             return reply(.error(WireError(.invalidArgument, agent: agentID, "every track needs its own file_stem of letters, digits, '-', '_' or '.'")))
         }
+        let id = request.recordingID
+        guard recordings[id] == nil, !starting.contains(id) else {
+            return reply(.error(WireError(.invalidArgument, agent: agentID, "agent \(agentID) already has a recording '\(id)'")))
+        }
+        starting.insert(id)
+        defer { starting.remove(id) }
         let duration = Int64(request.gridPeriodNs * Double(request.frameCount))
-        let answer = self.check(request.tracks, duration: duration)
+        let answer = await self.check(request.tracks, duration: duration)
         guard case .recordingCheck(let check) = answer else { return reply(answer) }
         guard check.refusal.isEmpty else { return reply(.error(WireError(.spoolFull, agent: agentID, check.refusal))) }
-        let folder = directory.appendingPathComponent(request.recordingID)
-        let taken = state.withLockedValue { $0.active[request.recordingID] != nil } || FileManager.default.fileExists(atPath: folder.path)
-        guard !taken else {
-            return reply(.error(WireError(.invalidArgument, agent: agentID, "agent \(agentID) already has a recording '\(request.recordingID)'")))
-        }
         var resolved = request
         for index in resolved.tracks.indices { resolved.tracks[index].codec = check.tracks[index].codec }
-        do {
-            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: false)
-            try DurableFile.write(try resolved.serializedBytes() as [UInt8], to: folder.appendingPathComponent("request.pb"))
-            try Self.writeState(.recording, tracks: [], of: resolved, in: folder)
-        } catch {
-            return reply(.error(WireError(.spoolFull, agent: agentID, "agent \(agentID) cannot create its recording in \(folder.path): \(error)")))
-        }
         let grid = RecordingGrid(start: request.startAtNs, period: request.gridPeriodNs, count: Int64(request.frameCount))
-        let mapping = RigClockMapping(request.clock)
-        var recorders: [TrackRecorder] = []
-        do {
-            for (index, track) in resolved.tracks.enumerated() {
-                guard let device = streams.devices.discovery.device(uniqueID: track.deviceID) else { throw MediaFileError("device '\(track.deviceID)' is gone") }
-                let plan = TrackRecorder.Plan(
-                    deviceID: track.deviceID, stem: track.fileStem, codec: track.codec, format: device.activeFormat,
-                    jpegQuality: Int32(track.jpegQuality == 0 ? 90 : min(track.jpegQuality, 100)), grid: grid, clock: mapping,
-                    frameDuration: frameDuration, segmentBytes: Int64(request.segmentBytes == 0 ? 4 << 30 : request.segmentBytes),
-                    segmentFrames: Int64(request.segmentFrames), folder: folder,
-                    metadata: [
-                        ("CAMRIG_RECORDING", request.recordingID), ("CAMRIG_SESSION", request.sessionID), ("CAMRIG_AGENT", agentID),
-                        ("CAMRIG_DEVICE", track.deviceID), ("CAMRIG_CAMERA", device.identity.localizedName),
-                        ("CAMRIG_TIMESTAMPS", "exposure start on the rig's clock; exact nanoseconds in \(track.fileStem).frames.csv"),
-                        ("CAMRIG_TRACK", "\(index)"),
-                    ])
-                let id = request.recordingID
-                recorders.append(try TrackRecorder(plan: plan) { [weak self] track in self?.trackFinished(track, recording: id) })
+        var plans: [TrackRecorder.Plan] = []
+        let folder = directory.appendingPathComponent(id)
+        for (index, track) in resolved.tracks.enumerated() {
+            guard let device = streams.devices.discovery.device(uniqueID: track.deviceID) else {
+                return reply(.error(RecordingError.deviceGone(track.deviceID, agent: agentID).wire))
             }
-        } catch {
-            try? FileManager.default.removeItem(at: folder)
-            return reply(.error(WireError(.internal, agent: agentID, "agent \(agentID) cannot open the recording's files: \(error)")))
+            plans.append(TrackRecorder.Plan(
+                deviceID: track.deviceID, stem: track.fileStem, codec: track.codec, format: device.activeFormat,
+                jpegQuality: Int32(track.jpegQuality == 0 ? 90 : min(track.jpegQuality, 100)), grid: grid, clock: RigClockMapping(request.clock),
+                frameDuration: frameDuration, segmentBytes: Int64(request.segmentBytes == 0 ? 4 << 30 : request.segmentBytes),
+                segmentFrames: Int64(request.segmentFrames), folder: folder,
+                metadata: [
+                    ("CAMRIG_RECORDING", id), ("CAMRIG_SESSION", request.sessionID), ("CAMRIG_AGENT", agentID),
+                    ("CAMRIG_DEVICE", track.deviceID), ("CAMRIG_CAMERA", device.identity.localizedName),
+                    ("CAMRIG_TIMESTAMPS", "exposure start on the rig's clock; exact nanoseconds in \(track.fileStem).frames.csv"),
+                    ("CAMRIG_TRACK", "\(index)"),
+                ]))
         }
-        let active = Active(request: resolved, recorders: recorders, watchers: [(requestID, connection)])
-        try? Self.writeState(.recording, tracks: active.tracks, of: resolved, in: folder)
-        state.withLockedValue { $0.active[request.recordingID] = active }
+        // The folder, the request and the first state (every track recording) are on disk before any
+        // track's file is: a crash at any point leaves a recording the next start can close.
+        let events = self.events
+        let (trackPlans, resolvedRequest) = (plans, resolved)
+        let recorders: [TrackRecorder]
+        do {
+            recorders = try await threadPool.runIfActive { [agentID] in
+                guard !FileManager.default.fileExists(atPath: folder.path) else { throw RecordingError.exists(id, agent: agentID) }
+                do {
+                    try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: false)
+                    try DurableFile.write(try resolvedRequest.serializedBytes() as [UInt8], to: folder.appendingPathComponent("request.pb"))
+                    try Self.writeState(.recording, tracks: trackPlans.map(Self.recordingTrack), of: resolvedRequest, in: folder)
+                } catch {
+                    throw RecordingError.cannotCreate(folder.path, agent: agentID, underlying: "\(error)")
+                }
+                do {
+                    return try trackPlans.map { plan in try TrackRecorder(plan: plan) { events.yield(.trackClosed(recording: id, $0)) } }
+                } catch {
+                    try? FileManager.default.removeItem(at: folder)
+                    throw RecordingError.cannotOpenFiles(id, agent: agentID, underlying: "\(error)")
+                }
+            }
+        } catch let error as RecordingError {
+            return reply(.error(error.wire))
+        } catch {
+            return reply(.error(RecordingError.shuttingDown(agent: agentID).wire))
+        }
+        let end = grid.instant(grid.count) + Int64(grid.period)
+        var recording = Recording(
+            request: resolved, folder: folder, recorders: recorders,
+            machine: RecordingMachine(tracks: plans.map(Self.recordingTrack), end: end, period: grid.period),
+            watchers: [Watcher(requestID: requestID, connection: connection)])
+        let interval = TimeAmount.milliseconds(Int64(request.progressIntervalMs == 0 ? 1000 : request.progressIntervalMs))
+        recording.progress = eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in events.yield(.progress(recording: id)) }
+        let actions = recording.machine.started()
+        recordings[id] = recording
         var started = WireRecordingStarted()
-        started.recordingID = request.recordingID
+        started.recordingID = id
         started.tracks = check.tracks
         reply(.recordingStarted(started))
+        perform(actions, recording: id)
+        logger.info("recording", metadata: ["recording": "\(id)", "tracks": "\(recorders.count)", "frames": "\(request.frameCount)"])
         for recorder in recorders {
             // A camera that starts exposing on command starts on a grid instant of the recording (the
             // next one a few milliseconds from now), as cameras on the other hosts do: its frames then lie
@@ -270,133 +337,123 @@ public final class AgentRecordings: Sendable {
                 recorder.close(error: "the camera did not stream: \(error.message)")
             }
         }
-        logger.info("recording", metadata: ["recording": "\(request.recordingID)", "tracks": "\(recorders.count)", "frames": "\(request.frameCount)"])
-        let progress = progressTask(recording: request.recordingID, interval: request.progressIntervalMs == 0 ? 1000 : Int(request.progressIntervalMs))
-        // The tracks close at their last grid instant's frame. A camera that stops delivering is closed a
-        // second after the recording's end all the same; one still delivering (behind) gets up to ten.
-        let end = grid.instant(grid.count) + Int64(grid.period)
-        let deadline = Task { [clock] in
-            let wait = end + 1_000_000_000 - clock.now()
-            if wait > 0 { try? await Task.sleep(for: .nanoseconds(wait)) }
-            var open = recorders
-            while !Task.isCancelled {
-                let now = HostClock.monotonicNow()
-                let (late, behind) = open.reduce(into: ([TrackRecorder](), [TrackRecorder]())) { split, recorder in
-                    let progress = recorder.progress
-                    guard progress.finished == nil else { return }
-                    if now - progress.lastDelivery < 1_000_000_000 && clock.now() < end + 10_000_000_000 {
-                        split.1.append(recorder)
-                    } else {
-                        split.0.append(recorder)
-                    }
-                }
-                for recorder in late { recorder.close() }
-                open = behind
-                if open.isEmpty { return }
-                try? await Task.sleep(for: .milliseconds(250))
-            }
-        }
-        let running = state.withLockedValue { state -> Bool in
-            guard state.active[request.recordingID] != nil else { return false }
-            state.active[request.recordingID]!.tasks = [progress, deadline]
-            return true
-        }
-        // Every track closed already (no camera streamed): nothing is left to wait for.
-        if !running {
-            progress.cancel()
-            deadline.cancel()
-        }
-    }
-
-    private func progressTask(recording: String, interval: Int) -> Task<Void, Never> {
-        Task { [weak self] in
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .milliseconds(interval))
-                guard !Task.isCancelled, let self else { return }
-                guard let (recorders, watchers) = self.state.withLockedValue({ state in state.active[recording].map { ($0.recorders, $0.watchers) } }) else { return }
-                var progress = WireRecordingProgress()
-                progress.recordingID = recording
-                progress.timeNs = self.clock.now()
-                progress.tracks = recorders.map { recorder in
-                    let snapshot = recorder.progress
-                    var track = WireTrackProgress()
-                    track.deviceID = recorder.plan.deviceID
-                    track.frames = snapshot.frames
-                    track.gaps = snapshot.gaps
-                    track.bytes = snapshot.bytes
-                    track.error = snapshot.error ?? ""
-                    return track
-                }
-                for watcher in watchers { watcher.connection.write(WireFrame(requestID: watcher.requestID, .recordingProgress(progress)), nil) }
-            }
-        }
-    }
-
-    /// A track closed: its stream stops, and once every track of the recording has, the recording ends.
-    ///
-    /// The state file is written on one serial queue, in the order the critical section decides: two
-    /// tracks closing at once never write it out of order (an older "recording" state written last would
-    /// hide the files of the track that closed second from the offload), and no lock is held, nor event
-    /// loop kept waiting, while it is flushed. The end is announced once the final state is on disk.
-    private func trackFinished(_ track: WireRecordedTrack, recording: String) {
-        let folder = directory.appendingPathComponent(recording)
-        let (logger, stateFiles) = (self.logger, self.stateFiles)
-        let outcome = state.withLockedValue { state -> (active: Active, done: Bool)? in
-            guard var active = state.active[recording] else { return nil }
-            active.finished[track.deviceID] = track
-            let done = active.finished.count == active.recorders.count
-            if done { state.active[recording] = nil } else { state.active[recording] = active }
-            let (tracks, request, watchers) = (active.tracks, active.request, done ? active.watchers : [])
-            let recordingState: WireRecordingState =
-                !done ? .recording : tracks.allSatisfy { $0.state == .complete } ? .complete : .failed
-            stateFiles.async {
-                do {
-                    // Closed tracks are remembered as they close: a crash later leaves them as they are.
-                    try Self.writeState(recordingState, tracks: tracks, of: request, in: folder)
-                } catch {
-                    logger.error("cannot record a recording's state", metadata: ["recording": "\(recording)", "error": "\(error)"])
-                }
-                guard done else { return }
-                logger.info(
-                    "recording ended",
-                    metadata: ["recording": "\(recording)", "state": "\(recordingState)", "frames": "\(tracks.map(\.frames))", "gaps": "\(tracks.map(\.gaps))"])
-                var ended = WireRecordingEnded()
-                ended.recordingID = recording
-                ended.tracks = tracks
-                for watcher in watchers { watcher.connection.write(WireFrame(requestID: watcher.requestID, .recordingEnded(ended)), nil) }
-            }
-            return (active, done)
-        }
-        defer {
-            let waiting = state.withLockedValue { state -> [CheckedContinuation<Void, Never>] in
-                guard state.active.isEmpty else { return [] }
-                defer { state.idle = [] }
-                return state.idle
-            }
-            for continuation in waiting { continuation.resume() }
-        }
-        guard let (active, done) = outcome else { return }
-        if let recorder = active.recorders.first(where: { $0.plan.deviceID == track.deviceID }) {
-            streams.devices.queue.async { self.streams.stop(streamID: recorder.streamID, reason: .stopped) }
-        }
-        guard done else { return }
-        for task in active.tasks { task.cancel() }
     }
 
     /// Ends a recording at its next grid instant.
     func stop(_ recordingID: String) -> WireEnvelope.OneOf_Body {
-        guard let recorders = state.withLockedValue({ $0.active[recordingID]?.recorders }) else {
+        guard recordings[recordingID] != nil else {
             return .error(WireError(.notFound, agent: agentID, "agent \(agentID) records nothing called '\(recordingID)'"))
         }
-        let now = clock.now()
-        for recorder in recorders { recorder.stop(at: now) }
-        // A camera that has stopped delivering closes a second after the stop, not at the planned end.
-        let period = recorders.first?.plan.grid.period ?? 0
-        Task {
-            try? await Task.sleep(for: .nanoseconds(Int64(2 * period) + 1_000_000_000))
-            for recorder in recorders where recorder.progress.finished == nil { recorder.close() }
-        }
+        let actions = recordings[recordingID]!.machine.stop(now: clock.now())
+        perform(actions, recording: recordingID)
         return .ok(WireOk())
+    }
+
+    /// Ends every recording (agent shutdown): each track closes its files as they are; returns once every
+    /// recording's final state is on disk.
+    func stopAll() async {
+        for id in recordings.keys {
+            let actions = recordings[id]!.machine.shutdown()
+            perform(actions, recording: id)
+        }
+        guard !recordings.isEmpty else { return }
+        await withCheckedContinuation { idleWaiters.append($0) }
+    }
+
+    // MARK: The machine's events and actions
+
+    private func handle(_ event: Event) {
+        switch event {
+        case .trackClosed(let id, let track):
+            guard recordings[id] != nil else { return }
+            perform(recordings[id]!.machine.trackClosed(track), recording: id)
+        case .wake(let id, let generation):
+            guard let recording = recordings[id], recording.wakeGeneration == generation else { return }
+            let monotonic = HostClock.monotonicNow()
+            var idle: [String: Int64] = [:]
+            for recorder in recording.recorders {
+                let last = recorder.progress.lastDelivery
+                if last > 0 { idle[recorder.plan.deviceID] = monotonic - last }
+            }
+            perform(recordings[id]!.machine.deadline(now: clock.now(), idle: idle), recording: id)
+        case .stateWritten(let id):
+            guard recordings[id] != nil else { return }
+            perform(recordings[id]!.machine.stateWritten(), recording: id)
+        case .progress(let id):
+            guard let recording = recordings[id] else { return }
+            var progress = WireRecordingProgress()
+            progress.recordingID = id
+            progress.timeNs = clock.now()
+            progress.tracks = recording.recorders.map { recorder in
+                let snapshot = recorder.progress
+                var track = WireTrackProgress()
+                track.deviceID = recorder.plan.deviceID
+                track.frames = snapshot.frames
+                track.gaps = snapshot.gaps
+                track.bytes = snapshot.bytes
+                track.error = snapshot.error ?? ""
+                return track
+            }
+            for watcher in recording.watchers { watcher.connection.write(WireFrame(requestID: watcher.requestID, .recordingProgress(progress)), nil) }
+        case .scanned(let bytes):
+            settledBytes = bytes
+            let waiting = scanWaiters
+            scanWaiters = []
+            for waiter in waiting { waiter.resume() }
+        }
+    }
+
+    private func perform(_ actions: [RecordingMachine.Action], recording id: String) {
+        guard var recording = recordings[id] else { return }
+        defer { if recordings[id] != nil { recordings[id] = recording } }
+        for action in actions {
+            switch action {
+            case .writeState(let state, let tracks):
+                let (request, folder, logger, events) = (recording.request, recording.folder, logger, events)
+                threadPool.submit { work in
+                    do {
+                        // Closed tracks are remembered as they close: a crash later leaves them as they are.
+                        guard case .active = work else { throw RecordingError.shuttingDown(agent: "") }
+                        try Self.writeState(state, tracks: tracks, of: request, in: folder)
+                    } catch {
+                        logger.error("cannot record a recording's state", metadata: ["recording": "\(id)", "error": "\(error)"])
+                    }
+                    events.yield(.stateWritten(recording: id))
+                }
+            case .stopStream(let deviceID):
+                guard let recorder = recording.recorders.first(where: { $0.plan.deviceID == deviceID }) else { continue }
+                let (streams, streamID) = (self.streams, recorder.streamID)
+                // The device's streams are theirs to stop, on their own queue.
+                streams.devices.queue.async { streams.stop(streamID: streamID, reason: .stopped) }
+            case .closeTracks(let deviceIDs, let error):
+                for recorder in recording.recorders where deviceIDs.contains(recorder.plan.deviceID) { recorder.close(error: error) }
+            case .stopTracks(let agentTime):
+                for recorder in recording.recorders { recorder.stop(at: agentTime) }
+            case .wake(let at):
+                recording.wake?.cancel()
+                recording.wakeGeneration += 1
+                let (generation, events) = (recording.wakeGeneration, events)
+                let delay = TimeAmount.nanoseconds(max(0, at - clock.now()))
+                recording.wake = eventLoop.scheduleTask(in: delay) { events.yield(.wake(recording: id, generation: generation)) }
+            case .announceEnded(let state, let tracks):
+                recording.wake?.cancel()
+                recording.progress?.cancel()
+                recordings[id] = nil
+                settledBytes = settledBytes.map { $0 + tracks.flatMap(\.files).reduce(0) { $0 + $1.size } }
+                logger.info(
+                    "recording ended",
+                    metadata: ["recording": "\(id)", "state": "\(state)", "frames": "\(tracks.map(\.frames))", "gaps": "\(tracks.map(\.gaps))"])
+                var ended = WireRecordingEnded()
+                ended.recordingID = id
+                ended.tracks = tracks
+                for watcher in recording.watchers { watcher.connection.write(WireFrame(requestID: watcher.requestID, .recordingEnded(ended)), nil) }
+                if recordings.isEmpty {
+                    let waiting = idleWaiters
+                    idleWaiters = []
+                    for waiter in waiting { waiter.resume() }
+                }
+            }
+        }
     }
 
     // MARK: State on disk
@@ -423,99 +480,122 @@ public final class AgentRecordings: Sendable {
         try DurableFile.write(try summary.serializedBytes() as [UInt8], to: folder.appendingPathComponent("state.pb"))
     }
 
+    /// A finished recording's summary as its state file keeps it (read on the disk thread).
+    private nonisolated static func summary(in folder: URL) -> WireRecordingSummary? {
+        guard let data = try? Data(contentsOf: folder.appendingPathComponent("state.pb")) else { return nil }
+        return try? WireRecordingSummary(serializedBytes: data)
+    }
+
     /// The recordings on disk (of `session` when not empty), running ones with their progress so far.
-    func list(session: String) -> WireRecordingList {
-        let running = state.withLockedValue { $0.active.mapValues { ($0.request, $0.recorders) } }
-        var list = WireRecordingList()
-        let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []).sorted()
-        for name in names {
-            if let (request, recorders) = running[name] {
-                guard session.isEmpty || request.sessionID == session else { continue }
-                var summary = WireRecordingSummary()
-                summary.recordingID = name
-                summary.sessionID = request.sessionID
-                summary.state = .recording
-                summary.tracks = recorders.map { recorder in
-                    var track = Self.recordingTrack(recorder.plan)
-                    track.frames = recorder.progress.frames
-                    track.gaps = recorder.progress.gaps
-                    return track
-                }
-                list.recordings.append(summary)
-                continue
+    func list(session: String) async -> WireRecordingList {
+        var running: [String: WireRecordingSummary] = [:]
+        for (name, recording) in recordings where session.isEmpty || recording.request.sessionID == session {
+            var summary = WireRecordingSummary()
+            summary.recordingID = name
+            summary.sessionID = recording.request.sessionID
+            summary.state = .recording
+            summary.tracks = recording.recorders.map { recorder in
+                var track = Self.recordingTrack(recorder.plan)
+                track.frames = recorder.progress.frames
+                track.gaps = recorder.progress.gaps
+                return track
             }
-            let url = directory.appendingPathComponent(name).appendingPathComponent("state.pb")
-            guard let data = try? Data(contentsOf: url), let summary = try? WireRecordingSummary(serializedBytes: data),
-                session.isEmpty || summary.sessionID == session
-            else { continue }
-            list.recordings.append(summary)
+            running[name] = summary
         }
+        let skip = Set(recordings.keys).union(starting)
+        let directory = self.directory
+        let stored = (try? await threadPool.runIfActive { () -> [WireRecordingSummary] in
+            let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []).filter { !skip.contains($0) }
+            return names.compactMap { name in
+                guard let summary = Self.summary(in: directory.appendingPathComponent(name)), session.isEmpty || summary.sessionID == session else { return nil }
+                return summary
+            }
+        }) ?? []
+        var list = WireRecordingList()
+        list.recordings = (Array(running.values) + stored).sorted { $0.recordingID < $1.recordingID }
         return list
     }
 
+    private func isRunning(_ recordingID: String) -> Bool {
+        recordings[recordingID] != nil || starting.contains(recordingID)
+    }
+
     /// The file `name` of a finished recording, if the agent holds it.
-    func file(_ recordingID: String, _ name: String) -> WireRecordedFile? {
-        guard Self.isSafeName(recordingID), Self.isSafeName(name), state.withLockedValue({ $0.active[recordingID] == nil }) else { return nil }
-        let url = directory.appendingPathComponent(recordingID).appendingPathComponent("state.pb")
-        guard let data = try? Data(contentsOf: url), let summary = try? WireRecordingSummary(serializedBytes: data) else { return nil }
+    nonisolated func file(_ recordingID: String, _ name: String) async -> WireRecordedFile? {
+        guard Self.isSafeName(recordingID), Self.isSafeName(name), await !isRunning(recordingID) else { return nil }
+        let folder = directory.appendingPathComponent(recordingID)
+        guard let summary = try? await threadPool.runIfActive({ Self.summary(in: folder) }) else { return nil }
         return summary.tracks.lazy.flatMap(\.files).first { $0.name == name }
     }
 
     // MARK: Offload
 
-    /// Sends `name` from `offset` on as `FileChunk`s, reading the next chunk while one is sent.
-    func fetch(_ request: WireFetchRecordingFile, requestID: UInt64, connection: AgentRequestRouter.Connection) async {
-        guard let file = file(request.recordingID, request.name) else {
-            try? await connection.send(WireFrame(requestID: requestID, .error(WireError(
-                .notFound, agent: agentID, "agent \(agentID) holds no finished file '\(request.name)' of recording '\(request.recordingID)' (never recorded here, still recording, or acknowledged)"))))
-            return
+    /// Room left in a `FileChunk` frame beside its payload: the length and envelope-length fields and the
+    /// envelope (request id, a file name of at most 128 characters, offset, size, last).
+    static let fileChunkHeadroom = 1024
+
+    /// The chunk a fetch sends: as asked (1 MiB by default, at most 4 MiB), and small enough that its
+    /// frame fits the client's announced maximum (§3.1).
+    static func chunkBytes(asked: UInt32, clientMaxFrameLength: UInt32) -> Int {
+        let asked = Int(asked == 0 ? 1 << 20 : min(asked, 4 << 20))
+        let fits = Int(WireProtocol.effectiveMaxFrameLength(announced: clientMaxFrameLength)) - fileChunkHeadroom
+        return min(asked, fits)
+    }
+
+    /// Sends `name` from `offset` on as `FileChunk`s, reading the next chunk on the disk thread while one
+    /// is sent.
+    nonisolated func fetch(_ request: WireFetchRecordingFile, requestID: UInt64, connection: AgentRequestRouter.Connection) async {
+        let agentID = self.agentID
+        func fail(_ error: WireError) async { try? await connection.send(WireFrame(requestID: requestID, .error(error))) }
+        guard let file = await file(request.recordingID, request.name) else {
+            return await fail(WireError(
+                .notFound, agent: agentID,
+                "agent \(agentID) holds no finished file '\(request.name)' of recording '\(request.recordingID)' (never recorded here, still recording, or acknowledged)"))
         }
         guard request.offset <= file.size else {
-            try? await connection.send(WireFrame(requestID: requestID, .error(WireError(
-                .outOfRange, agent: agentID, "offset \(request.offset) is past the end of '\(request.name)' (\(file.size) bytes)"))))
-            return
+            return await fail(WireError(.outOfRange, agent: agentID, "offset \(request.offset) is past the end of '\(request.name)' (\(file.size) bytes)"))
         }
-        let chunkSize = Int(request.chunkBytes == 0 ? 1 << 20 : min(request.chunkBytes, 4 << 20))
+        let chunkSize = Self.chunkBytes(asked: request.chunkBytes, clientMaxFrameLength: connection.maxFrameLength)
         let url = directory.appendingPathComponent(request.recordingID).appendingPathComponent(request.name)
         let handle: NIOFileHandle
         do {
             handle = try await threadPool.runIfActive { try NIOFileHandle(_deprecatedPath: url.path) }
         } catch {
-            try? await connection.send(WireFrame(requestID: requestID, .error(WireError(.notFound, agent: agentID, "cannot open \(url.path): \(error)"))))
-            return
+            return await fail(WireError(.notFound, agent: agentID, "agent \(agentID) cannot open \(url.path): \(error)"))
         }
-        let pool = threadPool
-        func read(_ offset: UInt64) -> Task<ByteBuffer?, Never> {
-            Task {
-                try? await pool.runIfActive {
-                    try handle.withUnsafeFileDescriptor { fd in
-                        var buffer = ByteBufferAllocator().buffer(capacity: chunkSize)
-                        let count = Int(min(UInt64(chunkSize), file.size - offset))
-                        let read = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { pointer in
-                            var done = 0
-                            while done < count {
-                                let n = pread(fd, pointer.baseAddress! + done, count - done, off_t(offset) + off_t(done))
-                                if n <= 0 { break }
-                                done += n
-                            }
-                            return done
+        let (pool, eventLoop) = (threadPool, connection.eventLoop)
+        func read(_ offset: UInt64) -> EventLoopFuture<ByteBuffer> {
+            pool.runIfActive(eventLoop: eventLoop) {
+                try handle.withUnsafeFileDescriptor { fd in
+                    var buffer = ByteBufferAllocator().buffer(capacity: chunkSize)
+                    let count = Int(min(UInt64(chunkSize), file.size - offset))
+                    let read = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { pointer in
+                        var done = 0
+                        while done < count {
+                            let n = pread(fd, pointer.baseAddress! + done, count - done, off_t(offset) + off_t(done))
+                            if n <= 0 { break }
+                            done += n
                         }
-                        guard read == count else { throw MediaFileError("\(url.path) is shorter than its recorded size") }
-                        return buffer
+                        return done
                     }
+                    guard read == count else { throw RecordingError.fileShrank(url.path, agent: agentID) }
+                    return buffer
                 }
             }
         }
         var offset = request.offset
         // The chunk being read while the one before it is sent; awaited before the file is closed on every
         // way out, so the descriptor is never closed under a read.
-        var next: Task<ByteBuffer?, Never>? = read(offset)
+        var next: EventLoopFuture<ByteBuffer>? = read(offset)
         let started = ContinuousClock.now
         var sent: UInt64 = 0
         while let reading = next {
             next = nil
-            guard let chunk = await reading.value else {
-                try? await connection.send(WireFrame(requestID: requestID, .error(WireError(.internal, agent: agentID, "agent \(agentID) could not read '\(request.name)'"))))
+            let chunk: ByteBuffer
+            do {
+                chunk = try await reading.get()
+            } catch {
+                await fail(WireError(.internal, agent: agentID, "agent \(agentID) could not read '\(request.name)': \(error)"))
                 break
             }
             let chunkOffset = offset
@@ -529,6 +609,10 @@ public final class AgentRecordings: Sendable {
             message.last = last
             do {
                 try await connection.send(WireFrame(requestID: requestID, .fileChunk(message), payload: chunk))
+            } catch let error as WireProtocolError where error.code == .frameTooLarge {
+                // Every request gets a reply: a chunk that cannot be sent says why, and the file stays.
+                await fail(WireError(.invalidArgument, agent: agentID, "agent \(agentID) cannot send '\(request.name)' in chunks of \(chunkSize) bytes: \(error.message); ask for smaller chunk_bytes"))
+                break
             } catch {
                 // The connection is gone: the file stays for the next fetch.
                 break
@@ -540,71 +624,107 @@ public final class AgentRecordings: Sendable {
                 if due > elapsed { try? await Task.sleep(for: due - elapsed) }
             }
         }
-        if let next { _ = await next.value }
+        if let next { _ = try? await next.get() }
         do {
-            try handle.close()
+            try await threadPool.runIfActive { try handle.close() }
         } catch {
             logger.warning("cannot close a recorded file after sending it", metadata: ["file": "\(url.path)", "error": "\(error)"])
         }
     }
 
-    /// Deletes acknowledged files; the recording's folder goes with its last file.
+    /// Deletes acknowledged files; the recording's folder goes with its last file. A file or recording
+    /// acknowledged before (an acknowledgement repeated after its answer was lost) is Ok again.
     func acknowledge(_ request: WireAcknowledgeRecording) async -> WireEnvelope.OneOf_Body {
-        let folder = directory.appendingPathComponent(request.recordingID)
-        guard Self.isSafeName(request.recordingID), state.withLockedValue({ $0.active[request.recordingID] == nil }) else {
-            return .error(WireError(.notFound, agent: agentID, "agent \(agentID) holds no finished recording '\(request.recordingID)'"))
+        let id = request.recordingID
+        guard Self.isSafeName(id) else {
+            return .error(WireError(.invalidArgument, agent: agentID, "recording id '\(id)' is not one an agent makes"))
         }
+        guard !isRunning(id) else {
+            return .error(WireError(.notFound, agent: agentID, "agent \(agentID)'s recording '\(id)' is still recording: acknowledge it once it has ended"))
+        }
+        let folder = directory.appendingPathComponent(id)
         let agentID = self.agentID
+        let remembered = acknowledged
+        let outcome: Result<Acknowledged, Error>
         do {
-            // Read, changed and written on the spool's one thread: acknowledgements of one recording from
-            // several connections never undo each other.
-            return try await threadPool.runIfActive { () -> WireEnvelope.OneOf_Body in
-                guard let data = try? Data(contentsOf: folder.appendingPathComponent("state.pb")),
-                    var summary = try? WireRecordingSummary(serializedBytes: data), summary.state != .recording
-                else {
-                    return .error(WireError(.notFound, agent: agentID, "agent \(agentID) holds no finished recording '\(request.recordingID)'"))
+            outcome = .success(try await threadPool.runIfActive { () -> Acknowledged in
+                guard var summary = Self.summary(in: folder), summary.state != .recording else {
+                    return Acknowledged(unknown: request.names.isEmpty ? [""] : request.names)
                 }
-                let held = Set(summary.tracks.flatMap(\.files).map(\.name))
-                let names = request.names.isEmpty ? held : Set(request.names)
-                let unknown = names.subtracting(held)
-                guard unknown.isEmpty else {
-                    return .error(WireError(.notFound, agent: agentID, "recording '\(request.recordingID)' on agent \(agentID) has no file \(unknown.sorted().joined(separator: ", "))"))
-                }
-                for name in names {
-                    try? FileManager.default.removeItem(at: folder.appendingPathComponent(name))
-                    try? FileManager.default.removeItem(at: folder.appendingPathComponent(".\(name).upload"))
+                let held = summary.tracks.flatMap(\.files)
+                let names = request.names.isEmpty ? Set(held.map(\.name)) : Set(request.names)
+                var done = Acknowledged(deleted: held.filter { names.contains($0.name) }, unknown: names.subtracting(held.map(\.name)).sorted())
+                for file in done.deleted {
+                    try? FileManager.default.removeItem(at: folder.appendingPathComponent(file.name))
+                    try? FileManager.default.removeItem(at: folder.appendingPathComponent(".\(file.name).upload"))
                 }
                 for index in summary.tracks.indices { summary.tracks[index].files.removeAll { names.contains($0.name) } }
                 guard summary.tracks.allSatisfy(\.files.isEmpty) else {
                     try DurableFile.write(try summary.serializedBytes() as [UInt8], to: folder.appendingPathComponent("state.pb"))
-                    return .ok(WireOk())
+                    return done
                 }
                 // The last file: the agent's own files go, and the folder with them when nothing else is left.
                 let own = Set(["request.pb", "state.pb"] + summary.tracks.map { "\($0.fileStem).json" })
                 for name in own { try? FileManager.default.removeItem(at: folder.appendingPathComponent(name)) }
                 _ = rmdir(folder.path)
                 try DurableFile.flushDirectory(folder.deletingLastPathComponent())
-                return .ok(WireOk())
-            }
+                done.recordingGone = true
+                return done
+            })
         } catch {
-            return .error(WireError(.internal, agent: agentID, "agent \(agentID) could not delete acknowledged files: \(error)"))
+            outcome = .failure(error)
+        }
+        switch outcome {
+        case .failure(let error):
+            return .error(WireError(.internal, agent: agentID, "agent \(agentID) could not delete acknowledged files of '\(id)': \(error)"))
+        case .success(let done):
+            for file in done.deleted { acknowledged.insert("\(id)/\(file.name)") }
+            if done.recordingGone { acknowledged.insert("\(id)/") }
+            settledBytes = settledBytes.map { used in used - min(used, done.deleted.reduce(0) { $0 + $1.size }) }
+            // "": the whole recording was asked for.
+            let forgotten = done.unknown.filter { !remembered.contains("\(id)/\($0)") }
+            guard forgotten.isEmpty else {
+                let what = forgotten == [""] ? "recording '\(id)'" : "file \(forgotten.joined(separator: ", ")) of recording '\(id)'"
+                return .error(WireError(.notFound, agent: agentID, "agent \(agentID) holds no \(what) (never recorded here, or acknowledged before the agent restarted)"))
+            }
+            return .ok(WireOk())
         }
     }
 
-    /// Ends every recording (agent shutdown): each track closes its files as they are; returns once all have.
-    func stopAll() async {
-        let recorders = state.withLockedValue { $0.active.values.flatMap(\.recorders) }
-        for recorder in recorders { recorder.close(error: "the agent shut down during the recording") }
-        await withCheckedContinuation { continuation in
-            let idle = state.withLockedValue { state -> Bool in
-                if state.active.isEmpty { return true }
-                state.idle.append(continuation)
-                return false
-            }
-            if idle { continuation.resume() }
+    /// What an acknowledgement deleted, and the names it asked for that the agent does not hold.
+    struct Acknowledged: Sendable {
+        var deleted: [WireRecordedFile] = []
+        var unknown: [String] = []
+        /// The recording's last file went, and its folder with it.
+        var recordingGone = false
+    }
+}
+
+/// Why a recording could not start or a file could not be sent, named for what failed.
+enum RecordingError: Error, Sendable {
+    case deviceGone(String, agent: String)
+    case exists(String, agent: String)
+    case cannotCreate(String, agent: String, underlying: String)
+    case cannotOpenFiles(String, agent: String, underlying: String)
+    case fileShrank(String, agent: String)
+    case shuttingDown(agent: String)
+
+    /// The error as the protocol carries it.
+    var wire: WireError {
+        switch self {
+        case .deviceGone(let device, let agent):
+            WireError(.deviceNotFound, agent: agent, device: device, "device '\(device)' left agent \(agent) before its recording started: check its cable and `camrig devices`")
+        case .exists(let id, let agent):
+            WireError(.invalidArgument, agent: agent, "agent \(agent) already has a recording '\(id)'")
+        case .cannotCreate(let path, let agent, let underlying):
+            WireError(.spoolFull, agent: agent, "agent \(agent) cannot create its recording in \(path): \(underlying)")
+        case .cannotOpenFiles(let id, let agent, let underlying):
+            WireError(.internal, agent: agent, "agent \(agent) cannot open recording '\(id)''s files: \(underlying)")
+        case .fileShrank(let path, let agent):
+            WireError(.internal, agent: agent, "\(path) on agent \(agent) is shorter than its recorded size")
+        case .shuttingDown(let agent):
+            WireError(.shuttingDown, agent: agent, "agent \(agent) is shutting down: its disk thread has stopped")
         }
-        // The state files of the recordings just closed are on disk before the agent goes.
-        await withCheckedContinuation { continuation in stateFiles.async { continuation.resume() } }
     }
 }
 
@@ -621,4 +741,3 @@ extension RigClockMapping {
             uncertainty: wire.uncertaintyNs, uncertaintyGrowthPPM: wire.uncertaintyGrowthPpm)
     }
 }
-

@@ -98,34 +98,3 @@ struct RigClockMapping: Sendable, Equatable {
         Int64((uncertainty + abs(Double(t &- agentReference)) * uncertaintyGrowthPPM * 1e-6).rounded(.up)) + stamp
     }
 }
-
-/// The per-frame sidecar of a recorded track (`STEM.frames.csv`): one row per grid index and duplicate,
-/// in grid order, and its timecode twin (`STEM.timecodes.txt`, Matroska's "timecode format v2", one line
-/// per stored frame in milliseconds).
-enum FrameSidecar {
-    static let header = "grid_index,frame,file,exposure_start_rig_ns,uncertainty_ns,sensor_timestamp_ns,sensor_timestamp_marks,flags\n"
-    static let timecodeHeader = "# timecode format v2\n"
-
-    /// A row for a stored frame: `frame` is its number in the track (all segments, from 0), `segment` its file's.
-    static func row(index: Int64, frame: Int64, segment: Int, rigTime: Int64, uncertainty: Int64, sensorTime: Int64, marks: String, duplicate: Bool) -> String {
-        "\(index),\(frame),\(segment),\(rigTime),\(uncertainty),\(sensorTime),\(marks),\(duplicate ? "duplicate" : "")\n"
-    }
-
-    /// A row for a grid index with no frame.
-    static func gapRow(index: Int64, rigTime: Int64) -> String {
-        "\(index),,,\(rigTime),,,,gap\n"
-    }
-
-    /// A timecode line: milliseconds with nanosecond digits.
-    static func timecode(rigTime: Int64) -> String {
-        let milliseconds = rigTime / 1_000_000
-        let rest = rigTime % 1_000_000
-        return "\(milliseconds).\(String(rest).leftPadded(to: 6))\n"
-    }
-}
-
-extension String {
-    fileprivate func leftPadded(to width: Int) -> String {
-        count >= width ? self : String(repeating: "0", count: width - count) + self
-    }
-}

@@ -1,3 +1,4 @@
+import CamRigCapture
 import CamRigFiles
 import CamRigMedia
 import CamRigWire
@@ -8,7 +9,7 @@ extension AgentRecordings {
     /// recording): every video segment is rewritten as a closed file with what could be read of it, the
     /// frame table loses the rows of frames that did not reach the disk (flagged `lost`), and the track is
     /// marked cut short. Tracks that had closed before keep what they were.
-    func closeCutShortRecordings() {
+    nonisolated func closeCutShortRecordings() {
         let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []).sorted()
         for name in names {
             let folder = directory.appendingPathComponent(name)
@@ -86,50 +87,40 @@ extension AgentRecordings {
         // The frame table: rows for frames beyond what the videos kept become `lost`.
         let tableURL = folder.appendingPathComponent("\(stem).frames.csv")
         let timecodesURL = folder.appendingPathComponent("\(stem).timecodes.txt")
-        let text = (try? String(contentsOf: tableURL, encoding: .utf8)) ?? FrameSidecar.header
-        var lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
-        // A torn last line (the agent stopped mid-write) is not a row.
-        if !text.hasSuffix("\n") { lines.removeLast() } else if lines.last == "" { lines.removeLast() }
-        var table = FrameSidecar.header
-        var timecodes = FrameSidecar.timecodeHeader
-        var frames: UInt64 = 0
-        var gaps: UInt64 = 0
-        var duplicates: UInt64 = 0
-        var first: Int64 = -1
-        var last: Int64 = -1
-        var lastIndex: Int64 = -1
-        let rows = lines.dropFirst().map { $0.split(separator: ",", omittingEmptySubsequences: false).map(String.init) }
+        let read = RecordedFrameTable(recovering: (try? String(contentsOf: tableURL, encoding: .utf8)) ?? "")
         // Each segment's first frame number: frames are numbered across the track's segments.
         var base: [Int: Int] = [:]
-        for fields in rows where fields.count == 8 {
-            if let frame = Int(fields[1]), let file = Int(fields[2]) { base[file] = min(base[file] ?? frame, frame) }
+        for row in read.rows {
+            if let frame = row.frame, let segment = row.segment { base[segment] = min(base[segment] ?? frame, frame) }
         }
-        for (line, fields) in zip(lines.dropFirst(), rows) {
-            guard fields.count == 8, let index = Int64(fields[0]) else { continue }
-            lastIndex = max(lastIndex, index)
-            guard let frame = Int(fields[1]), let file = Int(fields[2]), file < kept.count, frame - (base[file] ?? 0) < kept[file] else {
-                if fields[7] != "duplicate" { gaps += 1 }
-                let flag = fields[7] == "gap" ? "gap" : "lost"
-                table += "\(index),,,\(fields[3]),,,,\(flag)\n"
-                continue
+        var rows: [RecordedFrameTable.Row] = []
+        for row in read.rows {
+            let kept = row.frame.flatMap { frame in row.segment.map { segment in kept.indices.contains(segment) && frame - (base[segment] ?? 0) < kept[segment] } }
+            switch (row.flag, kept) {
+            case (.gap, _), (.lost, _), (.frame, true), (.duplicate, true): rows.append(row)
+            // A frame the videos do not hold: its index is lost (a duplicate's index has its first frame).
+            case (.frame, _): rows.append(row.lost)
+            case (.duplicate, _): continue
             }
-            frames += 1
-            if fields[7] == "duplicate" { duplicates += 1 }
-            if first < 0 { first = index }
-            last = index
-            table += line + "\n"
-            if let rigTime = Int64(fields[3]) { timecodes += FrameSidecar.timecode(rigTime: rigTime) }
         }
         // Grid indexes the agent never reached.
-        if lastIndex + 1 < grid.count {
-            for index in (lastIndex + 1)..<grid.count {
-                table += "\(index),,,\(clock.rigTime(ofAgent: grid.instant(index))),,,,lost\n"
-                gaps += 1
+        let reached = Int64(read.rows.map(\.gridIndex).max() ?? -1) + 1
+        if reached < grid.count {
+            for index in reached..<grid.count {
+                rows.append(RecordedFrameTable.Row(missing: Int(index), rigTimeNs: clock.rigTime(ofAgent: grid.instant(index)), flag: .lost))
             }
         }
+        let table = RecordedFrameTable(rows: rows)
+        let stored = rows.filter { $0.frame != nil }
+        let frames = UInt64(stored.count)
+        let duplicates = UInt64(stored.filter { $0.flag == .duplicate }.count)
+        // Gaps are indexes no frame fell on; lost ones are the table's to tell, counted apart.
+        let gaps = UInt64(rows.filter { $0.flag == .gap }.count)
+        let first = Int64(stored.first?.gridIndex ?? -1)
+        let last = Int64(stored.last?.gridIndex ?? -1)
         do {
-            try DurableFile.write(Data(table.utf8), to: tableURL)
-            try DurableFile.write(Data(timecodes.utf8), to: timecodesURL)
+            try DurableFile.write(Data(table.text.utf8), to: tableURL)
+            try DurableFile.write(Data(RecordedTimecodes.text(for: table).utf8), to: timecodesURL)
         } catch {
             problems.append("the frame table: \(error)")
         }

@@ -1,3 +1,4 @@
+import CamRigCapture
 import CamRigClock
 import CamRigDevices
 import CamRigFiles
@@ -13,9 +14,13 @@ import NIOCore
 /// One camera's part of an on-host recording: takes the device's frames as a stream subscriber, places
 /// each on the recording's grid, and writes it to the track's Matroska file with a row in its sidecars.
 ///
-/// Frames are handed from the device's stream to the track's own queue, which owns the files: the
-/// stream never waits for the disk or an encoder. At most `maxQueued` frames wait (about a second at
-/// 30 fps); a frame beyond that is not written, and its grid index becomes a gap (counted, never a shift).
+/// A thin shell over two pure machines: `TrackIntake` decides, under the lock, which frames the stream
+/// hands over (at most `maxQueued` wait, about a second at 30 fps; a frame beyond that is not written,
+/// and its grid index becomes a gap, counted, never a shift), and `TrackMachine` decides, on the track's
+/// writer queue, where each goes and when the track closes. The queue is the one home of the track's
+/// files and machine: encoding and writing block, so they run there, never on the stream's thread, an
+/// event loop or the cooperative pool. Each track has its own so that one camera's encoder never holds
+/// up another's.
 final class TrackRecorder: FrameSink, @unchecked Sendable {
     struct Plan: Sendable {
         var deviceID: String
@@ -40,21 +45,20 @@ final class TrackRecorder: FrameSink, @unchecked Sendable {
         var gaps: UInt64 = 0
         var bytes: UInt64 = 0
         var error: String?
-        var queued = 0
+        var intake: TrackIntake
         var finished: WireRecordedTrack?
         /// When the stream last handed the track a frame of the recording (agent clock).
         var lastDelivery: Int64 = 0
     }
 
     let plan: Plan
+    /// A recording's stream belongs to no client connection.
     let connection: UInt64 = 0
-    private let snapshot = NIOLockedValueBox(Snapshot())
+    private let snapshot: NIOLockedValueBox<Snapshot>
     private let queue: DispatchQueue
-    /// Touched only on `queue`.
+    /// Touched only on `queue`: the writer's machine and files.
+    private var machine: TrackMachine
     private var files: TrackFiles?
-    private var grid: RecordingGrid
-    private var ended = false
-    private let maxQueued: Int
     private let onFinish: @Sendable (WireRecordedTrack) -> Void
 
     /// Frames that may wait in the driver's own buffers; more are copied.
@@ -62,8 +66,8 @@ final class TrackRecorder: FrameSink, @unchecked Sendable {
 
     init(plan: Plan, maxQueued: Int = 32, onFinish: @escaping @Sendable (WireRecordedTrack) -> Void) throws {
         self.plan = plan
-        self.grid = plan.grid
-        self.maxQueued = maxQueued
+        self.machine = TrackMachine(grid: plan.grid)
+        self.snapshot = NIOLockedValueBox(Snapshot(intake: TrackIntake(maxQueued: maxQueued, lentFrames: Self.lentFrames)))
         self.onFinish = onFinish
         queue = DispatchQueue(label: "camrig.recording.\(plan.stem)", qos: .userInitiated)
         files = try TrackFiles(plan: plan)
@@ -78,22 +82,19 @@ final class TrackRecorder: FrameSink, @unchecked Sendable {
         // Frames well before the first instant are not the recording's: not even queued.
         if frame.exposureStart < plan.grid.start &- Int64(plan.grid.period) { return }
         let now = HostClock.monotonicNow()
-        let depth = snapshot.withLockedValue { state -> Int? in
+        let admission = snapshot.withLockedValue { state -> TrackIntake.Admission in
             state.lastDelivery = now
-            guard state.finished == nil, state.queued < maxQueued else { return nil }
-            state.queued += 1
-            return state.queued
+            return state.intake.admit()
         }
-        guard let depth else { return }
         var kept = frame
-        if depth > Self.lentFrames {
-            // The driver lends a few buffers only: a frame that waits behind others is copied out, so the
-            // camera keeps its buffers while the disk or the encoder catches up.
-            kept.bytes = ByteBuffer(bytes: frame.bytes.readableBytesView)
+        switch admission {
+        case .refuse: return
+        case .keep: break
+        case .copy: kept.bytes = ByteBuffer(bytes: frame.bytes.readableBytesView)
         }
         let frame = kept
         queue.async {
-            self.snapshot.withLockedValue { $0.queued -= 1 }
+            self.snapshot.withLockedValue { $0.intake.taken() }
             self.write(frame)
         }
     }
@@ -103,71 +104,67 @@ final class TrackRecorder: FrameSink, @unchecked Sendable {
     func end(reason: WireStreamEndReason, message: String) {
         queue.async {
             let error = reason == .stopped ? nil : "the camera's stream ended (\(reason)): \(message)"
-            self.finish(error: error)
+            self.finish(error: error, trailing: self.machine.close())
         }
     }
 
     /// Records no grid index after the one nearest `agentTime` (a stop); the track closes at its next frame.
     func stop(at agentTime: Int64) {
-        queue.async {
-            guard !self.ended else { return }
-            self.grid.end(before: self.grid.index(nearest: agentTime) + 1)
-            if self.grid.isComplete { self.finish(error: nil) }
-        }
+        queue.async { self.finish(error: nil, trailing: self.machine.stop(at: agentTime)) }
     }
 
     /// Closes the track now (the recording was stopped or its time is up); idempotent.
     func close(error: String? = nil) {
-        queue.async { self.finish(error: error) }
+        queue.async { self.finish(error: error, trailing: self.machine.close()) }
     }
 
     private func write(_ frame: CapturedFrame) {
-        guard !ended, let files else { return }
-        switch grid.place(exposureStart: frame.exposureStart) {
-        case .before:
+        switch machine.frame(exposureStart: frame.exposureStart) {
+        case .ignore:
             return
-        case .after:
-            finish(error: nil)
-        case .frame(let index, let gaps, let duplicate):
+        case .close(let trailing):
+            finish(error: nil, trailing: trailing)
+        case .write(let index, let gaps, let duplicate, let thenClose):
+            guard let files else { return }
             do {
-                for gap in gaps { try files.gap(index: gap, rigTime: plan.clock.rigTime(ofAgent: grid.instant(gap))) }
+                for gap in gaps { try files.gap(index: gap, rigTime: plan.clock.rigTime(ofAgent: plan.grid.instant(gap))) }
                 let rigTime = plan.clock.rigTime(ofAgent: frame.exposureStart)
                 try files.frame(
                     frame, index: index, rigTime: rigTime,
                     uncertainty: plan.clock.uncertainty(atAgent: frame.exposureStart, stamp: frame.exposureStartUncertainty),
                     duplicate: duplicate)
+                let grid = machine.grid
                 snapshot.withLockedValue {
                     $0.frames = UInt64(grid.frames)
                     $0.gaps = UInt64(grid.gaps)
                     $0.bytes = UInt64(files.bytes)
                 }
-                if grid.isComplete { finish(error: nil) }
+                if let thenClose { finish(error: nil, trailing: thenClose) }
             } catch {
-                finish(error: "\(error)")
+                finish(error: "\(error)", trailing: machine.close())
             }
         }
     }
 
-    private func finish(error: String?) {
-        guard !ended else { return }
-        ended = true
+    /// The machine closed the track (`trailing` are the indexes it left as gaps); nil: it did not close now.
+    private func finish(error: String?, trailing: Range<Int64>?) {
+        guard let trailing, let files else { return }
+        self.files = nil
+        snapshot.withLockedValue { $0.intake.close() }
         var failure = error
-        let trailing = grid.finish()
+        let grid = machine.grid
         var track = WireRecordedTrack()
         track.deviceID = plan.deviceID
         track.fileStem = plan.stem
         track.codec = plan.codec
         track.format = WireFormat(plan.format)
-        if let files {
-            do {
-                for gap in trailing { try files.gap(index: gap, rigTime: plan.clock.rigTime(ofAgent: grid.instant(gap))) }
-                try files.close()
-            } catch {
-                failure = failure ?? "\(error)"
-            }
-            track.files = files.recordedFiles()
+        do {
+            for gap in trailing { try files.gap(index: gap, rigTime: plan.clock.rigTime(ofAgent: plan.grid.instant(gap))) }
+            try files.close()
+        } catch {
+            failure = failure ?? "\(error)"
         }
-        files = nil
+        track.files = files.recordedFiles()
         track.frames = UInt64(grid.frames)
         track.gaps = UInt64(grid.gaps)
         track.duplicates = UInt64(grid.duplicates)
@@ -215,8 +212,8 @@ final class TrackFiles {
 
     init(plan: TrackRecorder.Plan) throws {
         self.plan = plan
-        table = try Self.create(plan.folder.appendingPathComponent("\(plan.stem).frames.csv"), header: FrameSidecar.header)
-        timecodes = try Self.create(plan.folder.appendingPathComponent("\(plan.stem).timecodes.txt"), header: FrameSidecar.timecodeHeader)
+        table = try Self.create(plan.folder.appendingPathComponent("\(plan.stem).frames.csv"), header: RecordedFrameTable.header + "\n")
+        timecodes = try Self.create(plan.folder.appendingPathComponent("\(plan.stem).timecodes.txt"), header: RecordedTimecodes.header)
         writer = try openSegment()
     }
 
@@ -290,17 +287,18 @@ final class TrackFiles {
         } else {
             try frame.bytes.withUnsafeReadableBytes { try writer.write($0, at: blockTime) }
         }
-        pendingTable += FrameSidecar.row(
-            index: index, frame: framesWritten, segment: segment, rigTime: rigTime, uncertainty: uncertainty,
-            sensorTime: frame.timestamp, marks: frame.timestampMarks.rawValue, duplicate: duplicate)
-        pendingTimecodes += FrameSidecar.timecode(rigTime: rigTime)
+        pendingTable += RecordedFrameTable.Row(
+            gridIndex: Int(index), frame: Int(framesWritten), segment: segment, rigTimeNs: rigTime, uncertaintyNs: uncertainty,
+            sensorTimestampNs: frame.timestamp, marks: frame.timestampMarks.rawValue, duplicate: duplicate
+        ).line
+        pendingTimecodes += RecordedTimecodes.line(rigTimeNs: rigTime)
         framesWritten += 1
         framesInSegment += 1
         try flushSidecars(at: rigTime)
     }
 
     func gap(index: Int64, rigTime: Int64) throws {
-        pendingTable += FrameSidecar.gapRow(index: index, rigTime: rigTime)
+        pendingTable += RecordedFrameTable.Row(missing: Int(index), rigTimeNs: rigTime, flag: .gap).line
     }
 
     /// Hands the sidecars' new rows to the OS after every frame (a crash of the agent keeps them), and to

@@ -1,0 +1,94 @@
+import CamRigCoordinator
+import CamRigTestSupport
+import CamRigWire
+import Crypto
+import Foundation
+import NIOCore
+import Testing
+
+/// A recording's files fetched over the protocol by a client that asks for little: every reply fits what
+/// it announced, and every request is answered.
+@Suite("On-host recording: files over the wire", .serialized, .timeLimit(.minutes(2)))
+struct RecordingFetchTests {
+    @Test("a client announcing the smallest frame limit fetches a recorded file whole, in chunks that fit it; an acknowledgement repeated is Ok")
+    func fetchAtTheSmallestFrameLimit() async throws {
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        defer {
+            agent.stop()
+            pki.remove()
+        }
+        let limit = WireProtocol.minimumMaxFrameLength
+        let client = try await agent.connect(pki, maxFrameLength: limit)
+        let devices = try await client.request(.listDevices(WireListDevices()))
+        guard case .deviceList(let list) = devices.frame.envelope.body, let device = list.devices.first else {
+            Issue.record("the agent lists no camera: \(devices.frame.envelope.messageName)")
+            return
+        }
+        let probe = try await client.request(.clockProbe(WireClockProbe()))
+        guard case .clockProbeReply(let now) = probe.frame.envelope.body else {
+            Issue.record("no clock probe reply: \(probe.frame.envelope.messageName)")
+            return
+        }
+        // Half a second of uncompressed frames: several megabytes in one file.
+        var request = WireStartRecording()
+        request.recordingID = "fetch-at-the-minimum"
+        request.sessionID = "fetch-test"
+        var track = WireRecordingTrack()
+        track.deviceID = device.uniqueID
+        track.codec = .raw
+        track.fileStem = "camera"
+        request.tracks = [track]
+        request.startAtNs = now.agentTransmitNs + 300_000_000
+        request.gridPeriodNs = 1e9 / 30
+        request.frameCount = 15
+        request.frameDuration.numerator = 1
+        request.frameDuration.denominator = 30
+        var ended: WireRecordingEnded?
+        for try await frame in client.stream(.startRecording(request)) {
+            if case .recordingEnded(let end) = frame.envelope.body {
+                ended = end
+                break
+            }
+        }
+        let file = try #require(ended?.tracks.first?.files.first { $0.name.hasSuffix(".mkv") }, "the recording ended with its video")
+        #expect(file.size > 2 * UInt64(limit), "the file needs several chunks: \(file.size) bytes")
+
+        var fetch = WireFetchRecordingFile()
+        fetch.recordingID = request.recordingID
+        fetch.name = file.name
+        var received = ByteBuffer()
+        var hasher = SHA256()
+        var chunks = 0
+        for try await frame in client.stream(.fetchRecordingFile(fetch)) {
+            guard case .fileChunk(let chunk) = frame.envelope.body else {
+                Issue.record("fetch answered \(frame.envelope.messageName)")
+                break
+            }
+            let payload = frame.payload ?? ByteBuffer()
+            #expect(chunk.offset == UInt64(received.readableBytes), "chunks follow each other")
+            #expect(payload.readableBytes + 1024 <= Int(limit), "a chunk of \(payload.readableBytes) bytes fits the announced \(limit)")
+            payload.withUnsafeReadableBytes { hasher.update(bufferPointer: $0) }
+            var copy = payload
+            received.writeBuffer(&copy)
+            chunks += 1
+            if chunk.last { break }
+        }
+        #expect(UInt64(received.readableBytes) == file.size && chunks >= 3)
+        #expect(Data(hasher.finalize()) == file.sha256, "the bytes are the file the agent recorded")
+
+        var acknowledge = WireAcknowledgeRecording()
+        acknowledge.recordingID = request.recordingID
+        for attempt in 1...2 {
+            let reply = try await client.request(.acknowledgeRecording(acknowledge))
+            guard case .ok = reply.frame.envelope.body else {
+                Issue.record("acknowledgement \(attempt) answered \(reply.frame.envelope.messageName)")
+                continue
+            }
+        }
+        let gone = try await client.request(.listRecordings(WireListRecordings()))
+        if case .recordingList(let recordings) = gone.frame.envelope.body {
+            #expect(recordings.recordings.isEmpty, "acknowledged: nothing left on the host")
+        }
+        await client.close()
+    }
+}
