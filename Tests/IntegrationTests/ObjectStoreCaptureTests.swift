@@ -216,7 +216,7 @@ struct ObjectStoreCaptureTests {
         defer { Task { await client.shutdown() } }
         // Paced so that each host's first video is in the store well before its agent answers for it.
         async let recordCommand = rig.camrig(
-            ["record", "--duration", "1", "--fps", "15", "--size", "640x480", "--codec", "mjpeg", "--offload-rate", "0.2", "--json"], timeout: 90)
+            ["record", "--duration", "1", "--fps", "15", "--size", "640x480", "--codec", "mjpeg", "--offload-rate", "1", "--json"], timeout: 90)
         var stored: [String] = []
         for _ in 0..<1500 {
             stored = ((try? await client.list(prefix: "studio/")) ?? []).map(\.key).filter { $0.hasSuffix(".mkv") }
