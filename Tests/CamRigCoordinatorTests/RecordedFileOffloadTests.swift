@@ -260,4 +260,20 @@ struct HostRecordingManifestTests {
         let written = String(decoding: try JSONEncoder().encode(track), as: UTF8.self)
         #expect(written.contains(#""state":"paused_by_later_version""#))
     }
+
+    @Test("a track cut short: its lost instants are counted apart from its gaps")
+    func lostApartFromGaps() throws {
+        let table = try RecordedFrameTable(
+            parsing: [
+                RecordedFrameTable.header,
+                "0,0,0,1000,20,990,start-of-exposure,",
+                "1,,,2000,,,,gap",
+                "2,1,0,3000,20,2990,start-of-exposure,",
+                "2,2,0,3010,20,3000,start-of-exposure,duplicate",
+                "3,,,4000,,,,lost",
+                "4,,,5000,,,,lost",
+            ].joined(separator: "\n") + "\n")
+        #expect(table.gapCount == 1)
+        #expect(table.lostCount == 2)
+    }
 }

@@ -428,8 +428,8 @@ public struct RecordingOffload<Sink: CaptureSink>: Sendable {
                 let bytes = try await sink.readFile(name, in: capture)
                 let parsed = try RecordedFrameTable(parsing: String(decoding: bytes, as: UTF8.self))
                 // The agent counts a track cut short's lost instants among its gaps; the table tells them apart.
-                recording.tracks[index].gaps = parsed.rows.filter { $0.flags == "gap" }.count
-                recording.tracks[index].lost = parsed.rows.filter { $0.flags == "lost" }.count
+                recording.tracks[index].gaps = parsed.gapCount
+                recording.tracks[index].lost = parsed.lostCount
                 tables.append((track.camera, track.videos.map(\.name), parsed))
             } catch {
                 problems.append("\(name): \(error)")
