@@ -104,7 +104,8 @@ struct HostRecordingTests {
             let table = try RecordedFrameTable(parsing: String(contentsOf: folder.appendingPathComponent("\(track.stem).frames.csv"), encoding: .utf8))
             let stored = table.rows.filter { $0.frame != nil }
             #expect(stored.count == track.frames, "\(track.stem): the frame table lists \(stored.count) frames, the manifest \(track.frames)")
-            #expect(table.rows.filter { $0.flags == "gap" || $0.flags == "lost" }.count == track.gaps)
+            #expect(table.rows.filter { $0.flag == .gap }.count == track.gaps, "\(track.stem): gaps are indexes no frame fell on")
+            #expect(table.rows.filter { $0.flag == .lost }.count == track.lost ?? 0, "\(track.stem): lost instants are counted apart")
             #expect(Set(table.rows.map(\.gridIndex)) == Set(0..<recording.gridCount), "\(track.stem): one row for every grid index")
             var times: [Int64] = []
             var frames = 0

@@ -77,7 +77,10 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
         let running = NIOLockedValueBox(true)
         /// Buffers whose lent frames were let go, to be queued again by the streaming thread.
         let returned = NIOLockedValueBox<[UInt32]>([])
-        let lent = NIOLockedValueBox(0)
+        /// Frames lent out in the stream's buffers.
+        let loans = LoanBook()
+        /// Set once the streaming thread has let go of libcamera's camera (`state.stream` cleared).
+        let ended = ConditionLock(value: false)
         var bufferCount = 0
         var memoryBacked = false
     }
@@ -259,9 +262,10 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
     /// device may be configured or started again as soon as `stopStreaming` returns; `.busy` when a stream
     /// still runs.
     func waitForStreamEnd() throws(DeviceError) {
-        let deadline = HostClock.monotonicNow() + 2_000_000_000
-        while let stream = state.withLockedValue({ $0.stream }), !stream.running.withLockedValue({ $0 }), HostClock.monotonicNow() < deadline {
-            usleep(1000)
+        if let stream = state.withLockedValue({ $0.stream }), !stream.running.withLockedValue({ $0 }),
+            stream.ended.lock(whenValue: true, timeoutSeconds: 2)
+        {
+            stream.ended.unlock()
         }
         guard state.withLockedValue({ $0.stream }) == nil else {
             throw DeviceError(.busy, device: identity.uniqueID, "is streaming (or still stopping its last stream); try again")
@@ -317,9 +321,7 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
     /// Under `lock`: frees a previous stream's buffers once its lent frames are back (waiting up to a second).
     func freePreviousBuffers() throws(DeviceError) {
         guard let previous = state.withLockedValue({ $0.previous }) else { return }
-        let deadline = HostClock.monotonicNow() + 1_000_000_000
-        while previous.lent.withLockedValue({ $0 }) > 0, HostClock.monotonicNow() < deadline { usleep(2000) }
-        let held = previous.lent.withLockedValue { $0 }
+        let held = previous.loans.waitForReturns(timeout: 1)
         guard held == 0 else {
             throw DeviceError(.busy, device: identity.uniqueID, "\(held) frame(s) of its previous stream are still held in libcamera's buffers; try again", errno: EBUSY)
         }
@@ -490,10 +492,9 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
                 "buffers": "\(stream.bufferCount) \(stream.memoryBacked ? "memory-backed (the pipeline exported none)" : "from the pipeline")",
             ])
         // Frames on their way to clients hold lent buffers for a moment.
-        let deadline = HostClock.monotonicNow() + 1_000_000_000
-        while stream.lent.withLockedValue({ $0 }) > 0, HostClock.monotonicNow() < deadline { usleep(2000) }
+        _ = stream.loans.waitForReturns(timeout: 1)
         lock.withLock {
-            let held = stream.lent.withLockedValue { $0 }
+            let held = stream.loans.count
             state.withLockedValue { state in
                 state.stream = nil
                 state.previous = stream
@@ -503,6 +504,9 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
                 state.withLockedValue { $0.previous = nil }
             }
         }
+        // A configuration waiting in `waitForStreamEnd` may go on.
+        stream.ended.lock()
+        stream.ended.unlock(withValue: true)
         sink(.ended(ending))
     }
 
@@ -517,13 +521,11 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
     func frameBytes(_ frame: camrig_lc_frame, stream: StreamState, otherBuffers: Int) -> (ByteBuffer, Bool) {
         let index = frame.index
         if lendFrames, let data = frame.data, frame.length > 0, otherBuffers >= Self.keptQueued {
-            stream.lent.withLockedValue { $0 += 1 }
             bufferStatistics.withLockedValue { $0.lent += 1 }
             let memory = UnsafeMutableRawBufferPointer(start: UnsafeMutableRawPointer(mutating: data), count: frame.length)
             // The loan holds the camera (its mappings live as long) and wakes the streaming thread to queue the
             // buffer again at once.
-            let bytes = BufferLoans.lend(memory, used: frame.length) { [self] in
-                stream.lent.withLockedValue { $0 -= 1 }
+            let bytes = stream.loans.lend(memory, used: frame.length) { [self] in
                 stream.returned.withLockedValue { $0.append(index) }
                 camrig_lc_wake(handle)
             }

@@ -62,3 +62,43 @@ enum BufferLoans {
         return moved
     }
 }
+
+/// One stream's lent buffers, the model every backend lends through (V4L2's mappings, libcamera's
+/// requests): how many are out, and a wait, without polling, for them to come back before the stream's
+/// buffers are freed or the device is configured again.
+final class LoanBook: Sendable {
+    /// Loans out; changed only under its lock, which also sets `allBack` so the two never disagree.
+    private let out = NIOLockedValueBox(0)
+    /// True while no loan is out: what `waitForReturns` waits on.
+    private let allBack = ConditionLock(value: true)
+
+    /// Lends `memory` as `BufferLoans.lend` does; `giveBack` runs when the last reference goes, then the
+    /// loan is off the book.
+    func lend(_ memory: UnsafeMutableRawBufferPointer, used: Int, giveBack: @escaping @Sendable () -> Void) -> ByteBuffer {
+        change(by: 1)
+        return BufferLoans.lend(memory, used: used) { [self] in
+            giveBack()
+            change(by: -1)
+        }
+    }
+
+    private func change(by delta: Int) {
+        out.withLockedValue { count in
+            count += delta
+            guard count == 0 || (count == 1 && delta == 1) else { return }
+            allBack.lock()
+            allBack.unlock(withValue: count == 0)
+        }
+    }
+
+    /// Loans not yet given back.
+    var count: Int { out.withLockedValue { $0 } }
+
+    /// Blocks (a device's own thread, never an event loop or the cooperative pool) until every loan is
+    /// back or `timeout` seconds have passed; returns how many are still out.
+    func waitForReturns(timeout: Double) -> Int {
+        guard allBack.lock(whenValue: true, timeoutSeconds: timeout) else { return count }
+        allBack.unlock()
+        return count
+    }
+}

@@ -506,6 +506,8 @@ final class MappedBuffers: @unchecked Sendable {
         var released = false
     }
     private let state = NIOLockedValueBox(Holders())
+    /// The buffers lent out, and the wait for them to come back.
+    private let loans = LoanBook()
     /// Shared with the camera, which reports it.
     private let statistics: NIOLockedValueBox<FrameBufferStatistics>
 
@@ -608,7 +610,7 @@ final class MappedBuffers: @unchecked Sendable {
         }
         let bytes: ByteBuffer
         if lend {
-            bytes = BufferLoans.lend(UnsafeMutableRawBufferPointer(start: mapping.address, count: mapping.length), used: used) {
+            bytes = loans.lend(UnsafeMutableRawBufferPointer(start: mapping.address, count: mapping.length), used: used) {
                 self.cameBack(index)
             }
         } else {
@@ -649,8 +651,7 @@ final class MappedBuffers: @unchecked Sendable {
 
     /// Waits up to `timeout` seconds for lent buffers to come back (after STREAMOFF, before `release`).
     func waitForLoans(timeout: Double) {
-        let deadline = HostClock.monotonicNow() + Int64(timeout * 1e9)
-        while lentCount > 0, HostClock.monotonicNow() < deadline { usleep(1_000) }
+        _ = loans.waitForReturns(timeout: timeout)
     }
 
     /// Unmaps the buffers and frees them in the driver. Buffers still lent stay mapped until they come
