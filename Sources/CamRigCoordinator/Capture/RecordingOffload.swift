@@ -119,6 +119,8 @@ public struct RecordingOffload<Sink: CaptureSink>: Sendable {
             logger.error("cannot write the manifest", metadata: ["capture": "\(manifest.id)", "error": "\(error)"])
             outcome.manifestError = failure
             outcome.waiting.append(failure)
+            // What the store says until the next offload writes it.
+            manifest.state = .offloading
         }
         outcome.state = (manifest.state ?? .complete).rawValue
         return (manifest, outcome)
