@@ -4,7 +4,8 @@
 public protocol RecordedFileLookup: Sendable {
     /// Whether file `name` of `capture` is there with `size` bytes and SHA-256 `sha256` (hex). Throws
     /// when the place cannot be asked (a store that does not answer).
-    func lookUp(_ name: String, size: UInt64, sha256: String, in capture: CaptureHandle) async throws -> RecordedFileFound
+    func lookUp(_ name: String, size: UInt64, sha256: String, in capture: CaptureHandle) async throws
+        -> RecordedFileFound
 }
 
 /// What a capture holds under a recorded file's name.

@@ -10,11 +10,11 @@ import CamRigCapture
 /// durable, and every crash point is tested without an agent or a store.
 ///
 /// ```
-/// onHost ─transfer→ transferring ─transferred→ stored ─record→ recording ─recordWritten→ acknowledging ─acknowledged→ offloaded
-///                        │ NOT_FOUND                             │ recordFailed: waiting (the host keeps it)
-///                        ▼                                       ▼
-///                     checking ─matches→ stored (nothing to acknowledge) ─ … ─→ offloaded
-///                        └─absent/differs→ lost
+/// onHost ─transfer→ transferring ─transferred→ recording ─recordWritten→ acknowledging ─acknowledged→ offloaded
+///                     │ NOT_FOUND                 │ recordFailed: waiting (the host keeps it)
+///                     ▼
+///                  lookingUp ─matches→ recording (nothing to acknowledge) ─recordWritten→ offloaded
+///                     └─missing→ lost
 /// ```
 ///
 /// A coordinator stopped anywhere starts again from what the manifest says (`Recorded`): a file not yet
@@ -107,7 +107,9 @@ public struct RecordedFileOffload: Sendable, Equatable {
 
     /// The offload begins with this file.
     public mutating func start() -> Action {
-        guard case .initial(let recorded) = state else { preconditionFailure("a file's offload starts once (now \(state))") }
+        guard case .initial(let recorded) = state else {
+            preconditionFailure("a file's offload starts once (now \(state))")
+        }
         switch recorded {
         case .onHost:
             state = .transferring
