@@ -10,9 +10,9 @@ import Testing
 /// it announced, and every request is answered.
 @Suite("On-host recording: files over the wire", .serialized, .timeLimit(.minutes(2)))
 struct RecordingFetchTests {
-    @Test("a client announcing the smallest frame limit fetches a recorded file whole, in chunks that fit it; an acknowledgement repeated is Ok")
+    @Test("a client announcing the smallest frame limit fetches a recorded file whole, in chunks that fit it; an acknowledgement repeated is Ok; the room for recordings follows what the host holds")
     func fetchAtTheSmallestFrameLimit() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1", "--recording-space-mb", "500"])
         defer {
             agent.stop()
             pki.remove()
@@ -29,6 +29,19 @@ struct RecordingFetchTests {
             Issue.record("no clock probe reply: \(probe.frame.envelope.messageName)")
             return
         }
+        /// The room the agent reports for recordings (of its 500 MiB).
+        func room() async throws -> UInt64 {
+            var check = WireCheckRecording()
+            var track = WireRecordingTrack()
+            track.deviceID = device.uniqueID
+            check.tracks = [track]
+            check.durationNs = 1_000_000_000
+            let reply = try await client.request(.checkRecording(check))
+            guard case .recordingCheck(let answer) = reply.frame.envelope.body else { throw AgentClientError(.protocolViolation, agent: "agent-1", "no check") }
+            return answer.availableBytes
+        }
+        let roomBefore = try await room()
+        #expect(roomBefore == 500 << 20, "an empty recordings folder leaves all the space")
         // Half a second of uncompressed frames: several megabytes in one file.
         var request = WireStartRecording()
         request.recordingID = "fetch-at-the-minimum"
@@ -52,6 +65,8 @@ struct RecordingFetchTests {
         }
         let file = try #require(ended?.tracks.first?.files.first { $0.name.hasSuffix(".mkv") }, "the recording ended with its video")
         #expect(file.size > 2 * UInt64(limit), "the file needs several chunks: \(file.size) bytes")
+        let held = ended?.tracks.flatMap(\.files).reduce(0) { $0 + $1.size } ?? 0
+        #expect(try await room() == roomBefore - held, "the room shrinks by what the recording holds")
 
         var fetch = WireFetchRecordingFile()
         fetch.recordingID = request.recordingID
@@ -85,6 +100,7 @@ struct RecordingFetchTests {
                 continue
             }
         }
+        #expect(try await room() == roomBefore, "acknowledged files give their room back")
         let gone = try await client.request(.listRecordings(WireListRecordings()))
         if case .recordingList(let recordings) = gone.frame.envelope.body {
             #expect(recordings.recordings.isEmpty, "acknowledged: nothing left on the host")

@@ -40,8 +40,10 @@ public actor AgentRecordings {
         case wake(recording: String, generation: UInt64)
         case stateWritten(recording: String)
         case progress(recording: String)
-        /// The bytes the recordings' folder holds, walked once when the agent starts (after the repair).
+        /// The bytes the recordings' folder holds, walked once when the agent starts.
         case scanned(bytes: UInt64)
+        /// Recordings cut short were closed, their files rewritten: the folder changed by this much.
+        case repaired(bytesAdded: Int64)
     }
 
     private nonisolated let events: AsyncStream<Event>.Continuation
@@ -102,15 +104,18 @@ public actor AgentRecordings {
     nonisolated func finish() { events.finish() }
 
     /// Closes, on the disk thread, the recordings a previous run left open (until each is closed it lists
-    /// as recording, so nobody fetches its files half-made), then walks the folder once for its size.
+    /// as recording, so nobody fetches its files half-made); the folder's size is walked before and after.
     nonisolated func closeCutShortRecordingsInBackground() {
         threadPool.submit { [self] work in
-            if case .active = work { closeCutShortRecordings() }
+            // Counted before the repair (which may rewrite large files for a while) so that checks need
+            // not wait for it, and again after it.
             events.yield(.scanned(bytes: Self.size(of: directory)))
+            guard case .active = work else { return }
+            events.yield(.repaired(bytesAdded: closeCutShortRecordings()))
         }
     }
 
-    private nonisolated static func size(of folder: URL) -> UInt64 {
+    nonisolated static func size(of folder: URL) -> UInt64 {
         guard let walker = FileManager.default.enumerator(at: folder, includingPropertiesForKeys: [.fileSizeKey]) else { return 0 }
         var total: UInt64 = 0
         for case let url as URL in walker {
@@ -395,6 +400,8 @@ public actor AgentRecordings {
                 return track
             }
             for watcher in recording.watchers { watcher.connection.write(WireFrame(requestID: watcher.requestID, .recordingProgress(progress)), nil) }
+        case .repaired(let added):
+            settledBytes = settledBytes.map { UInt64(max(0, Int64($0) + added)) }
         case .scanned(let bytes):
             settledBytes = bytes
             let waiting = scanWaiters

@@ -8,8 +8,11 @@ extension AgentRecordings {
     /// Closes the recordings a previous run of the agent left open (it was killed or lost power while
     /// recording): every video segment is rewritten as a closed file with what could be read of it, the
     /// frame table loses the rows of frames that did not reach the disk (flagged `lost`), and the track is
-    /// marked cut short. Tracks that had closed before keep what they were.
-    nonisolated func closeCutShortRecordings() {
+    /// marked cut short. Tracks that had closed before keep what they were. Returns how many bytes the
+    /// rewriting added to the recordings' folder (negative when it freed some).
+    @discardableResult
+    nonisolated func closeCutShortRecordings() -> Int64 {
+        var change: Int64 = 0
         let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []).sorted()
         for name in names {
             let folder = directory.appendingPathComponent(name)
@@ -19,6 +22,8 @@ extension AgentRecordings {
                 let request = try? WireStartRecording(serializedBytes: requestData)
             else { continue }
             let grid = RecordingGrid(start: request.startAtNs, period: max(request.gridPeriodNs, 1), count: Int64(max(request.frameCount, 1)))
+            let before = Int64(Self.size(of: folder))
+            defer { change += Int64(Self.size(of: folder)) - before }
             var tracks: [WireRecordedTrack] = []
             for track in request.tracks {
                 let known = summary.tracks.first { $0.deviceID == track.deviceID }
@@ -38,6 +43,7 @@ extension AgentRecordings {
                 "closed a recording cut short by the agent's stop",
                 metadata: ["recording": "\(name)", "frames": "\(tracks.map(\.frames))", "errors": "\(tracks.map(\.error).filter { !$0.isEmpty })"])
         }
+        return change
     }
 
     /// Closes one track left open.
