@@ -3,6 +3,7 @@ import CamRigFiles
 import Crypto
 import Foundation
 import NIOCore
+import NIOPosix
 
 /// Puts one file (or buffer) into the store as one object, checked end to end, and resumably.
 ///
@@ -44,6 +45,9 @@ public struct ObjectUpload: Sendable {
     public var maxBytesPerSecond: UInt64 = 0
     /// The clock the rate is kept on, and how the upload waits (a parameter: tests run it on virtual time).
     public var pacing: UploadPacing = .system
+    /// Where a file's parts are read (blocking reads never run on the cooperative pool): the process's
+    /// disk thread pool.
+    public var threadPool: NIOThreadPool = .singleton
 
     public static let minimumPartSize = 5 << 20
     public static let defaultPartSize = 8 << 20
@@ -78,7 +82,7 @@ public struct ObjectUpload: Sendable {
     /// recorded file's), nothing is read twice, and the upload is completed only if the bytes sent hash
     /// to it; otherwise the whole is hashed first, for the metadata the upload starts with.
     public func run(with client: S3Client, progress: (@Sendable (UInt64) -> Void)? = nil) async throws -> StoredObject {
-        let reader = try SourceReader(source, what: key)
+        let reader = try await SourceReader.open(source, what: key, on: threadPool)
         defer { reader.close() }
         let size = reader.size
         let started = pacing.now()
@@ -89,7 +93,7 @@ public struct ObjectUpload: Sendable {
             if delay > .zero { try await pacing.sleep(delay) }
         }
         if size <= UInt64(partSize) {
-            let body = try reader.read(at: 0, count: Int(size))
+            let body = try await reader.read(at: 0, count: Int(size))
             try await wait(until: pace.send(size))
             let stored = try await client.put(key, body: body, contentType: contentType)
             if let sha256, stored.sha256 != sha256 {
@@ -101,7 +105,8 @@ public struct ObjectUpload: Sendable {
             await abortLeftovers(client, keeping: nil)
             return stored
         }
-        let expected = try sha256 ?? reader.sha256()
+        let expected: String
+        if let sha256 { expected = sha256 } else { expected = try await reader.sha256() }
         let noted = loadState()
         var state = noted.flatMap { $0.key == key && $0.size == size && $0.sha256 == expected && $0.partSize == partSize ? $0 : nil }
         var held: [Int: (etag: String, size: UInt64)] = [:]
@@ -138,7 +143,7 @@ public struct ObjectUpload: Sendable {
             // Parts are read in order (the whole's hash needs them so), and sent `concurrency` at a time.
             for number in 1...count {
                 let length = Int(partSize(number, of: size))
-                let body = try reader.read(at: UInt64(number - 1) * UInt64(partSize), count: length)
+                let body = try await reader.read(at: UInt64(number - 1) * UInt64(partSize), count: length)
                 let (md5, partSHA) = body.withUnsafeReadableBytes { bytes in
                     whole.update(bufferPointer: bytes)
                     return (Array(Insecure.MD5.hash(data: bytes)), SHA256.hash(data: bytes))
@@ -249,51 +254,77 @@ public struct ObjectUpload: Sendable {
     }
 }
 
-/// The bytes of an upload's source, read by range.
-private final class SourceReader: @unchecked Sendable {
+/// An upload's bytes: a buffer, or a file read in pieces with `pread` on a thread pool (never on the
+/// cooperative pool or an event loop), so that parts read at once never disturb each other.
+private final class SourceReader: Sendable {
     private let buffer: ByteBuffer?
-    private let handle: FileHandle?
-    private let lock = NSLock()
+    private let file: NIOFileHandle?
+    private let threadPool: NIOThreadPool
     let size: UInt64
     let what: String
 
-    init(_ source: ObjectUpload.Source, what: String) throws {
+    private init(buffer: ByteBuffer?, file: NIOFileHandle?, size: UInt64, what: String, threadPool: NIOThreadPool) {
+        self.buffer = buffer
+        self.file = file
+        self.size = size
         self.what = what
+        self.threadPool = threadPool
+    }
+
+    static func open(_ source: ObjectUpload.Source, what: String, on threadPool: NIOThreadPool) async throws -> SourceReader {
         switch source {
         case .bytes(let bytes):
-            buffer = bytes
-            handle = nil
-            size = UInt64(bytes.readableBytes)
+            return SourceReader(buffer: bytes, file: nil, size: UInt64(bytes.readableBytes), what: what, threadPool: threadPool)
         case .file(let path):
-            guard let handle = FileHandle(forReadingAtPath: path) else {
-                throw ObjectStoreError(.notFound, "cannot read \(path) to upload it as \(what)")
+            let (file, size) = try await threadPool.runIfActive { () throws -> (NIOFileHandle, UInt64) in
+                let file: NIOFileHandle
+                do {
+                    file = try NIOFileHandle(_deprecatedPath: path)
+                } catch {
+                    throw ObjectStoreError(.notFound, "cannot read \(path) to upload it as \(what): \(error)")
+                }
+                let size = try file.withUnsafeFileDescriptor { fd in
+                    var stats = stat()
+                    guard fstat(fd, &stats) == 0 else { throw ObjectStoreError(.notFound, "cannot size \(path): \(String(cString: strerror(errno)))") }
+                    return UInt64(stats.st_size)
+                }
+                return (file, size)
             }
-            self.handle = handle
-            buffer = nil
-            size = try handle.seekToEnd()
+            return SourceReader(buffer: nil, file: file, size: size, what: what, threadPool: threadPool)
         }
     }
 
-    func close() { try? handle?.close() }
+    func close() { try? file?.close() }
 
-    func read(at offset: UInt64, count: Int) throws -> ByteBuffer {
+    func read(at offset: UInt64, count: Int) async throws -> ByteBuffer {
         if let buffer { return buffer.getSlice(at: buffer.readerIndex + Int(offset), length: count) ?? ByteBuffer() }
-        lock.lock()
-        defer { lock.unlock() }
-        try handle!.seek(toOffset: offset)
-        let data = try handle!.read(upToCount: count) ?? Data()
-        guard data.count == count else {
-            throw ObjectStoreError(.mismatch, "the file uploaded as \(what) changed while it was read (\(data.count) of \(count) bytes at \(offset))")
+        let (file, what) = (file!, what)
+        return try await threadPool.runIfActive {
+            try file.withUnsafeFileDescriptor { fd in
+                var bytes = ByteBufferAllocator().buffer(capacity: count)
+                let read = bytes.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { target in
+                    var done = 0
+                    while done < count {
+                        let n = pread(fd, target.baseAddress! + done, count - done, off_t(offset) + off_t(done))
+                        if n <= 0 { break }
+                        done += n
+                    }
+                    return done
+                }
+                guard read == count else {
+                    throw ObjectStoreError(.mismatch, "the file uploaded as \(what) changed while it was read (\(read) of \(count) bytes at \(offset))")
+                }
+                return bytes
+            }
         }
-        return ByteBuffer(data: data)
     }
 
     /// The SHA-256 of the whole (hex), read in pieces.
-    func sha256() throws -> String {
+    func sha256() async throws -> String {
         var sha = SHA256()
         var offset: UInt64 = 0
         while offset < size {
-            let piece = try read(at: offset, count: Int(min(UInt64(8 << 20), size - offset)))
+            let piece = try await read(at: offset, count: Int(min(UInt64(8 << 20), size - offset)))
             piece.withUnsafeReadableBytes { sha.update(bufferPointer: $0) }
             offset += UInt64(piece.readableBytes)
         }

@@ -29,13 +29,24 @@ extension AgentRecordings {
             stateFile: folder.appendingPathComponent(".\(request.name).upload"), contentType: request.name.hasSuffix(".mkv") ? "video/x-matroska" : nil,
             sha256: recorded.isEmpty ? nil : recorded)
         upload.maxBytesPerSecond = request.maxBytesPerSecond
+        // Parts are read on the agent's disk thread, as its other files are.
+        upload.threadPool = threadPool
         let client: S3Client
         do {
             client = try S3Client(location)
         } catch {
             return .error(WireError(.invalidArgument, agent: agentID, "\(error)"))
         }
-        defer { Task { await client.shutdown() } }
+        // The client's connections are closed before the answer goes, on every way out.
+        let answer = await Self.answer(upload: upload, with: client, request: request, file: file, recorded: recorded, agentID: agentID, location: location)
+        await client.shutdown()
+        return answer
+    }
+
+    private nonisolated static func answer(
+        upload: ObjectUpload, with client: S3Client, request: WireUploadRecordingFile, file: WireRecordedFile, recorded: String, agentID: String,
+        location: ObjectStoreLocation
+    ) async -> WireEnvelope.OneOf_Body {
         do {
             let stored = try await upload.run(with: client)
             guard stored.sha256 == recorded, stored.size == file.size else {
