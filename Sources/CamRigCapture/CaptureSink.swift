@@ -80,8 +80,9 @@ public protocol CaptureSink: Sendable {
     /// capture's own prefix; nil when results come through the coordinator (`write`, `receive`).
     func directUpload(for capture: CaptureHandle) -> ObjectStoreLocation?
     /// An object an agent put in the store of `directUpload`: checked against what the store holds, and
-    /// named as the capture lists it (relative to the capture). Once this returns, the agent may delete
-    /// its copy.
+    /// named as the capture lists it (relative to the capture). The agent is told to delete its copy only
+    /// once the capture records the object durably (a recorded file: once the manifest lists it stored,
+    /// `RecordedFileOffload`).
     func adopt(_ object: StoredObject, in capture: CaptureHandle) async throws -> String
 }
 

@@ -429,7 +429,7 @@ public struct RecordingOffload<Sink: CaptureSink>: Sendable {
             do {
                 let bytes = try await sink.readFile(name, in: capture)
                 let parsed = try RecordedFrameTable(parsing: String(decoding: bytes, as: UTF8.self))
-                // The agent counts a track cut short's lost instants among its gaps; the table tells them apart.
+                // The frame table tells gaps (no frame fell there) and lost instants (a track cut short) apart.
                 recording.tracks[index].gaps = parsed.gapCount
                 recording.tracks[index].lost = parsed.lostCount
                 tables.append((track.camera, track.videos.map(\.name), parsed))
