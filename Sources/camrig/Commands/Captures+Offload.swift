@@ -66,7 +66,9 @@ extension Captures {
                     try printJSON(outcome, snakeCase: true)
                 } else {
                     for name in outcome.offloaded { print("offloaded \(name)") }
-                    for name in outcome.waiting { print("still on its host: \(name)") }
+                    for name in outcome.waiting where name != outcome.manifestError { print("still on its host: \(name)") }
+                    for name in outcome.lost { print("lost: \(name)") }
+                    if let failure = outcome.manifestError { print("manifest not written: \(failure)") }
                     print(
                         String(
                             format: "%@: %@; %.1f MB in %.1f s (%.1f MB/s)", manifest.id, outcome.state, Double(outcome.bytes) / 1e6, outcome.seconds,
