@@ -107,4 +107,52 @@ struct RecordingFetchTests {
         }
         await client.close()
     }
+    @Test("StopRecording ends a recording at the instant nearest it: the tracks close complete, short of their planned length")
+    func stopEndsARecording() async throws {
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        defer {
+            agent.stop()
+            pki.remove()
+        }
+        let client = try await agent.connect(pki)
+        let devices = try await client.request(.listDevices(WireListDevices()))
+        let probe = try await client.request(.clockProbe(WireClockProbe()))
+        guard case .deviceList(let list) = devices.frame.envelope.body, let device = list.devices.first,
+            case .clockProbeReply(let now) = probe.frame.envelope.body
+        else {
+            Issue.record("no camera or no clock reading")
+            return
+        }
+        var request = WireStartRecording()
+        request.recordingID = "stopped-early"
+        var track = WireRecordingTrack()
+        track.deviceID = device.uniqueID
+        track.fileStem = "camera"
+        request.tracks = [track]
+        request.startAtNs = now.agentTransmitNs + 300_000_000
+        request.gridPeriodNs = 1e9 / 30
+        // A minute planned: the stop, not the plan, ends it.
+        request.frameCount = 1800
+        request.frameDuration.numerator = 1
+        request.frameDuration.denominator = 30
+        var stop = WireStopRecording()
+        stop.recordingID = request.recordingID
+        var ended: WireRecordingEnded?
+        for try await frame in client.stream(.startRecording(request)) {
+            switch frame.envelope.body {
+            case .recordingStarted:
+                try await Task.sleep(for: .seconds(1))
+                _ = try await client.request(.stopRecording(stop))
+            case .recordingEnded(let end):
+                ended = end
+            default:
+                break
+            }
+            if ended != nil { break }
+        }
+        let recorded = try #require(ended?.tracks.first)
+        #expect(recorded.state == .complete, "\(recorded.error)")
+        #expect(recorded.frames > 10 && recorded.frames < 120, "about a second of frames, not a minute: \(recorded.frames)")
+        await client.close()
+    }
 }

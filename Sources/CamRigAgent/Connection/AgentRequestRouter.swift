@@ -129,7 +129,9 @@ struct AgentRequestRouter: Sendable {
             case .startRecording(let start):
                 Task { await recordings.start(start, requestID: requestID, connection: connection) }
             case .stopRecording(let stop):
-                connection.work.enqueue { reply(await recordings.stop(stop.recordingID)) }
+                // The moment it arrived is the stop's, however long the actor takes to get to it.
+                let at = recordings.now()
+                Task { reply(await recordings.stop(stop.recordingID, at: at)) }
             case .listRecordings(let list):
                 connection.work.enqueue { reply(.recordingList(await recordings.list(session: list.sessionID))) }
             case .fetchRecordingFile(let fetch):

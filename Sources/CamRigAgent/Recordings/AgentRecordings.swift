@@ -69,6 +69,10 @@ public actor AgentRecordings {
     private var recordings: [String: Recording] = [:]
     /// Ids being started (their folders being made): a second start of one is refused.
     private var starting: Set<String> = []
+    /// Stops that came while their recording was still starting: applied as it is registered.
+    private var pendingStops: [String: Int64] = [:]
+    /// The agent is shutting down: no recording starts, and those starting end at once.
+    private var shuttingDown = false
     /// Bytes of the finished recordings' files on disk, kept as recordings end and files are
     /// acknowledged (nil until the first walk); running tracks add their own count.
     private var settledBytes: UInt64?
@@ -103,14 +107,16 @@ public actor AgentRecordings {
     /// Ends `run()` once the events sent before are handled.
     nonisolated func finish() { events.finish() }
 
-    /// Closes, on the disk thread, the recordings a previous run left open (until each is closed it lists
-    /// as recording, so nobody fetches its files half-made); the folder's size is walked before and after.
+    /// Closes the recordings a previous run left open (until each is closed it lists as recording, and its
+    /// files are not offered, so nobody fetches them half-made); the folder's size is walked first.
     nonisolated func closeCutShortRecordingsInBackground() {
-        threadPool.submit { [self] work in
-            // Counted before the repair (which may rewrite large files for a while) so that checks need
-            // not wait for it, and again after it.
+        threadPool.submit { [self] _ in
+            // Counted before the repair so that checks need not wait for it; its change is added after.
             events.yield(.scanned(bytes: Self.size(of: directory)))
-            guard case .active = work else { return }
+        }
+        // Rewriting a cut-short segment can take minutes on a slow card: on a thread of its own, once, so the
+        // disk thread stays free for photos, recordings and fetches meanwhile.
+        Thread.detachNewThread { [self] in
             events.yield(.repaired(bytesAdded: closeCutShortRecordings()))
         }
     }
@@ -255,11 +261,17 @@ public actor AgentRecordings {
             return reply(.error(WireError(.invalidArgument, agent: agentID, "every track needs its own file_stem of letters, digits, '-', '_' or '.'")))
         }
         let id = request.recordingID
+        guard !shuttingDown else { return reply(.error(RecordingError.shuttingDown(agent: agentID).wire)) }
         guard recordings[id] == nil, !starting.contains(id) else {
             return reply(.error(WireError(.invalidArgument, agent: agentID, "agent \(agentID) already has a recording '\(id)'")))
         }
         starting.insert(id)
-        defer { starting.remove(id) }
+        defer {
+            // Registered, or refused: either way no longer starting.
+            starting.remove(id)
+            pendingStops[id] = nil
+            resumeIdleWaitersIfIdle()
+        }
         let duration = Int64(request.gridPeriodNs * Double(request.frameCount))
         let answer = await self.check(request.tracks, duration: duration)
         guard case .recordingCheck(let check) = answer else { return reply(answer) }
@@ -319,8 +331,12 @@ public actor AgentRecordings {
             watchers: [Watcher(requestID: requestID, connection: connection)])
         let interval = TimeAmount.milliseconds(Int64(request.progressIntervalMs == 0 ? 1000 : request.progressIntervalMs))
         recording.progress = eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in events.yield(.progress(recording: id)) }
-        let actions = recording.machine.started()
+        var actions = recording.machine.started()
+        // A stop that came while it started, or a shutdown that began meanwhile, applies at once.
+        if let at = pendingStops[id] { actions += recording.machine.stop(now: at) }
+        if shuttingDown { actions += recording.machine.shutdown() }
         recordings[id] = recording
+        starting.remove(id)
         var started = WireRecordingStarted()
         started.recordingID = id
         started.tracks = check.tracks
@@ -338,18 +354,35 @@ public actor AgentRecordings {
                 let k = Int64((Double(soon - grid.start) / grid.period).rounded(.up))
                 device.alignNextStream(toMonotonic: clock.monotonic(atReading: grid.instant(k)))
             }
+            // A track closed meanwhile (a stop, the shutdown, its time up) gets no stream.
+            guard isOpen(recorder, of: id) else { continue }
             if case .failed(let error) = await streams.startAfterPreviousStream(deviceID: recorder.plan.deviceID, subscriber: recorder) {
                 recorder.close(error: "the camera did not stream: \(error.message)")
+            } else if !isOpen(recorder, of: id) {
+                // It closed while its stream started: the stream stops, as it would have at the close.
+                let (streams, streamID) = (self.streams, recorder.streamID)
+                streams.devices.queue.async { streams.stop(streamID: streamID, reason: .stopped) }
             }
         }
     }
 
-    /// Ends a recording at its next grid instant.
-    func stop(_ recordingID: String) -> WireEnvelope.OneOf_Body {
+    private func isOpen(_ recorder: TrackRecorder, of id: String) -> Bool {
+        recordings[id]?.machine.openTracks.contains(recorder.plan.deviceID) == true
+    }
+
+    /// The agent's clock now: a stop is taken at the moment it arrives, not when the actor gets to it.
+    nonisolated func now() -> Int64 { clock.now() }
+
+    /// Ends a recording after the grid instant nearest `at` (agent clock: when the stop arrived).
+    func stop(_ recordingID: String, at: Int64) -> WireEnvelope.OneOf_Body {
+        if starting.contains(recordingID) {
+            pendingStops[recordingID] = at
+            return .ok(WireOk())
+        }
         guard recordings[recordingID] != nil else {
             return .error(WireError(.notFound, agent: agentID, "agent \(agentID) records nothing called '\(recordingID)'"))
         }
-        let actions = recordings[recordingID]!.machine.stop(now: clock.now())
+        let actions = recordings[recordingID]!.machine.stop(now: at)
         perform(actions, recording: recordingID)
         return .ok(WireOk())
     }
@@ -357,12 +390,21 @@ public actor AgentRecordings {
     /// Ends every recording (agent shutdown): each track closes its files as they are; returns once every
     /// recording's final state is on disk.
     func stopAll() async {
+        shuttingDown = true
         for id in recordings.keys {
             let actions = recordings[id]!.machine.shutdown()
             perform(actions, recording: id)
         }
-        guard !recordings.isEmpty else { return }
+        // Recordings still starting end as they are registered (or are refused); their ends are waited for too.
+        guard !recordings.isEmpty || !starting.isEmpty else { return }
         await withCheckedContinuation { idleWaiters.append($0) }
+    }
+
+    private func resumeIdleWaitersIfIdle() {
+        guard recordings.isEmpty, starting.isEmpty, !idleWaiters.isEmpty else { return }
+        let waiting = idleWaiters
+        idleWaiters = []
+        for waiter in waiting { waiter.resume() }
     }
 
     // MARK: The machine's events and actions
@@ -454,11 +496,7 @@ public actor AgentRecordings {
                 ended.recordingID = id
                 ended.tracks = tracks
                 for watcher in recording.watchers { watcher.connection.write(WireFrame(requestID: watcher.requestID, .recordingEnded(ended)), nil) }
-                if recordings.isEmpty {
-                    let waiting = idleWaiters
-                    idleWaiters = []
-                    for waiter in waiting { waiter.resume() }
-                }
+                resumeIdleWaitersIfIdle()
             }
         }
     }
@@ -531,7 +569,9 @@ public actor AgentRecordings {
     nonisolated func file(_ recordingID: String, _ name: String) async -> WireRecordedFile? {
         guard Self.isSafeName(recordingID), Self.isSafeName(name), await !isRunning(recordingID) else { return nil }
         let folder = directory.appendingPathComponent(recordingID)
-        guard let summary = try? await threadPool.runIfActive({ Self.summary(in: folder) }) else { return nil }
+        // A recording still marked recording on disk is one a previous run left open and the repair has
+        // not closed yet: its files are not offered.
+        guard let summary = try? await threadPool.runIfActive({ Self.summary(in: folder) }), summary.state != .recording else { return nil }
         return summary.tracks.lazy.flatMap(\.files).first { $0.name == name }
     }
 

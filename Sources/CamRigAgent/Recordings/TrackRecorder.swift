@@ -141,7 +141,8 @@ final class TrackRecorder: FrameSink, @unchecked Sendable {
                 }
                 if let thenClose { finish(error: nil, trailing: thenClose) }
             } catch {
-                finish(error: "\(error)", trailing: machine.close())
+                // The machine may have closed already (this was the last instant's frame): its gaps are these.
+                finish(error: "\(error)", trailing: thenClose ?? machine.close())
             }
         }
     }
