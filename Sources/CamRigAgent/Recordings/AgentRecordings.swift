@@ -707,15 +707,24 @@ public actor AgentRecordings {
                 }
                 for index in summary.tracks.indices { summary.tracks[index].files.removeAll { names.contains($0.name) } }
                 guard summary.tracks.allSatisfy(\.files.isEmpty) else {
-                    try DurableFile.write(try summary.serializedBytes() as [UInt8], to: folder.appendingPathComponent("state.pb"))
+                    // The files are gone whatever happens next: what was deleted is reported either way.
+                    do {
+                        try DurableFile.write(try summary.serializedBytes() as [UInt8], to: folder.appendingPathComponent("state.pb"))
+                    } catch {
+                        done.failure = "\(error)"
+                    }
                     return done
                 }
                 // The last file: the agent's own files go, and the folder with them when nothing else is left.
                 let own = Set(["request.pb", "state.pb"] + summary.tracks.map { "\($0.fileStem).json" })
                 for name in own { try? FileManager.default.removeItem(at: folder.appendingPathComponent(name)) }
                 _ = rmdir(folder.path)
-                try DurableFile.flushDirectory(folder.deletingLastPathComponent())
                 done.recordingGone = true
+                do {
+                    try DurableFile.flushDirectory(folder.deletingLastPathComponent())
+                } catch {
+                    done.failure = "\(error)"
+                }
                 return done
             })
         } catch {
@@ -728,6 +737,9 @@ public actor AgentRecordings {
             for file in done.deleted { acknowledged.insert("\(id)/\(file.name)") }
             if done.recordingGone { acknowledged.insert("\(id)/") }
             settledBytes = settledBytes.map { used in used - min(used, done.deleted.reduce(0) { $0 + $1.size }) }
+            if let failure = done.failure {
+                return .error(WireError(.internal, agent: agentID, "agent \(agentID) deleted the acknowledged files of '\(id)' but could not record it on disk: \(failure)"))
+            }
             // "": the whole recording was asked for.
             let forgotten = done.unknown.filter { !remembered.contains("\(id)/\($0)") }
             guard forgotten.isEmpty else {
@@ -744,6 +756,8 @@ public actor AgentRecordings {
         var unknown: [String] = []
         /// The recording's last file went, and its folder with it.
         var recordingGone = false
+        /// The deletions could not be made durable (the files are gone all the same).
+        var failure: String?
     }
 }
 
