@@ -113,6 +113,26 @@ struct RecordingMachineTests {
         #expect(machine.stateWritten() == [.announceEnded(.failed, tracks: [left, right])])
     }
 
+    @Test("a final state that cannot be written is tried again a second later, and the end announced once it is on disk or after the last try")
+    func finalStateRetried() {
+        var machine = machine(["left"])
+        _ = machine.started()
+        let left = track("left", .complete)
+        _ = machine.trackClosed(left)
+        let now = 20 * Self.second
+        #expect(machine.stateWritten(false, now: now) == [.wake(at: now + RecordingMachine.retryDelay)], "not announced while the state is not on disk")
+        #expect(machine.deadline(now: now + RecordingMachine.retryDelay, idle: [:]) == [.writeState(.complete, tracks: [left])])
+        #expect(machine.stateWritten(true, now: now) == [.announceEnded(.complete, tracks: [left])])
+        var failing = self.machine(["left"])
+        _ = failing.started()
+        _ = failing.trackClosed(left)
+        for attempt in 1..<RecordingMachine.writeAttempts {
+            #expect(failing.stateWritten(false, now: now) == [.wake(at: now + RecordingMachine.retryDelay)], "attempt \(attempt)")
+            #expect(failing.deadline(now: now + RecordingMachine.retryDelay, idle: [:]) == [.writeState(.complete, tracks: [left])])
+        }
+        #expect(failing.stateWritten(false, now: now) == [.announceEnded(.complete, tracks: [left])], "announced after the last try")
+    }
+
     @Test("a fetch's chunks fit the client's announced frame limit, as asked otherwise")
     func chunksFitTheClient() {
         let minimum = WireProtocol.minimumMaxFrameLength

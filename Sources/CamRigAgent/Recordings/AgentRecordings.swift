@@ -38,7 +38,7 @@ public actor AgentRecordings {
     enum Event: Sendable {
         case trackClosed(recording: String, WireRecordedTrack)
         case wake(recording: String, generation: UInt64)
-        case stateWritten(recording: String)
+        case stateWritten(recording: String, written: Bool)
         case progress(recording: String)
         /// The bytes the recordings' folder holds, walked once when the agent starts.
         case scanned(bytes: UInt64)
@@ -423,9 +423,9 @@ public actor AgentRecordings {
                 if last > 0 { idle[recorder.plan.deviceID] = monotonic - last }
             }
             perform(recordings[id]!.machine.deadline(now: clock.now(), idle: idle), recording: id)
-        case .stateWritten(let id):
+        case .stateWritten(let id, let written):
             guard recordings[id] != nil else { return }
-            perform(recordings[id]!.machine.stateWritten(), recording: id)
+            perform(recordings[id]!.machine.stateWritten(written, now: clock.now()), recording: id)
         case .progress(let id):
             guard let recording = recordings[id] else { return }
             var progress = WireRecordingProgress()
@@ -460,14 +460,16 @@ public actor AgentRecordings {
             case .writeState(let state, let tracks):
                 let (request, folder, logger, events) = (recording.request, recording.folder, logger, events)
                 threadPool.submit { work in
+                    var written = true
                     do {
                         // Closed tracks are remembered as they close: a crash later leaves them as they are.
                         guard case .active = work else { throw RecordingError.shuttingDown(agent: "") }
                         try Self.writeState(state, tracks: tracks, of: request, in: folder)
                     } catch {
+                        written = false
                         logger.error("cannot record a recording's state", metadata: ["recording": "\(id)", "error": "\(error)"])
                     }
-                    events.yield(.stateWritten(recording: id))
+                    events.yield(.stateWritten(recording: id, written: written))
                 }
             case .stopStream(let deviceID):
                 guard let recorder = recording.recorders.first(where: { $0.plan.deviceID == deviceID }) else { continue }

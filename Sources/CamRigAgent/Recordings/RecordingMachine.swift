@@ -56,6 +56,13 @@ struct RecordingMachine: Sendable {
     private var writeAgain = false
     /// Open tracks already asked to close: not asked again while their writers finish.
     private var closing: Set<String> = []
+    /// Failed writes of the final state so far, and whether one waits for its retry.
+    private var failedWrites = 0
+    private var retryPending = false
+    /// How often the final state is tried before the end is announced without it.
+    static let writeAttempts = 5
+    /// The wait before a failed final state is written again.
+    static let retryDelay: Int64 = 1_000_000_000
 
     /// A recording of `tracks` (all open) whose last grid instant plus one period is `end`.
     init(tracks: [WireRecordedTrack], end: Int64, period: Double) {
@@ -90,15 +97,25 @@ struct RecordingMachine: Sendable {
         return actions
     }
 
-    /// The state file asked for last is on disk (or could not be written: the recording goes on, and a
-    /// crash leaves the state before it, which the next start repairs).
-    mutating func stateWritten() -> [Action] {
+    /// The state file asked for last is on disk (`written`), or could not be written. A recording's state
+    /// that could not be written while it records is left: the next write carries it, and a crash leaves
+    /// the state before it, which the next start repairs. The final state is tried again a second later,
+    /// `writeAttempts` times in all, before the end is announced all the same (its files are then offered
+    /// only once the next start has closed the recording).
+    mutating func stateWritten(_ written: Bool = true, now: Int64 = 0) -> [Action] {
         writing = false
         if writeAgain {
             writeAgain = false
             return write()
         }
         guard case .finishing(let final) = state else { return [] }
+        if !written {
+            failedWrites += 1
+            if failedWrites < Self.writeAttempts {
+                retryPending = true
+                return [.wake(at: now + Self.retryDelay)]
+            }
+        }
         state = .ended
         return [.announceEnded(final, tracks: tracks)]
     }
@@ -111,7 +128,11 @@ struct RecordingMachine: Sendable {
             guard now >= end + Self.grace else { return [.wake(at: end + Self.grace)] }
             state = .closing
         case .closing: break
-        case .finishing, .ended: return []
+        case .finishing:
+            guard retryPending else { return [] }
+            retryPending = false
+            return write()
+        case .ended: return []
         }
         let closeBy = end + Self.lateLimit
         var late: [String] = []
