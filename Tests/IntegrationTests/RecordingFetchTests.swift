@@ -155,4 +155,50 @@ struct RecordingFetchTests {
         #expect(recorded.frames > 10 && recorded.frames < 120, "about a second of frames, not a minute: \(recorded.frames)")
         await client.close()
     }
+    @Test("a StartRecording with absurd times is refused as an invalid argument, and the agent serves on")
+    func absurdTimesAreRefused() async throws {
+        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        defer {
+            agent.stop()
+            pki.remove()
+        }
+        let client = try await agent.connect(pki)
+        let devices = try await client.request(.listDevices(WireListDevices()))
+        guard case .deviceList(let list) = devices.frame.envelope.body, let device = list.devices.first else {
+            Issue.record("no camera")
+            return
+        }
+        var track = WireRecordingTrack()
+        track.deviceID = device.uniqueID
+        track.fileStem = "camera"
+        for (name, period, count, start) in [("forever", 1e18, UInt64(1) << 40, Int64(0)), ("past-the-clock", 1e9 / 30, UInt64(30), Int64.min)] {
+            var request = WireStartRecording()
+            request.recordingID = name
+            request.tracks = [track]
+            request.gridPeriodNs = period
+            request.frameCount = count
+            request.startAtNs = start
+            request.frameDuration.numerator = 1
+            request.frameDuration.denominator = 30
+            do {
+                for try await _ in client.stream(.startRecording(request)) {}
+                Issue.record("\(name): started")
+            } catch let error as AgentClientError {
+                #expect(error.code == .invalidArgument, "\(name): \(error)")
+            }
+            var check = WireCheckRecording()
+            check.tracks = [track]
+            check.durationNs = .max
+            do {
+                _ = try await client.request(.checkRecording(check))
+                Issue.record("a check of \(check.durationNs) ns answered")
+            } catch let error as AgentClientError {
+                #expect(error.code == .invalidArgument, "\(error)")
+            }
+        }
+        // Still serving, and still the same process.
+        _ = try await client.ping()
+        #expect(agent.isRunning)
+        await client.close()
+    }
 }

@@ -207,7 +207,9 @@ public actor AgentRecordings {
     /// Whether `tracks` fit for `duration`: the check, or an error for a device or codec that cannot record.
     func check(_ tracks: [WireRecordingTrack], duration: Int64) async -> WireEnvelope.OneOf_Body {
         guard !tracks.isEmpty else { return .error(WireError(.invalidArgument, agent: agentID, "a recording needs at least one track")) }
-        guard duration > 0 else { return .error(WireError(.invalidArgument, agent: agentID, "a recording needs a positive duration")) }
+        guard duration > 0, duration <= Self.longestRecording else {
+            return .error(WireError(.invalidArgument, agent: agentID, "a recording needs a positive duration of at most a year"))
+        }
         var check = WireRecordingCheck()
         var perSecond: UInt64 = 0
         for track in tracks {
@@ -239,6 +241,9 @@ public actor AgentRecordings {
 
     // MARK: Recording
 
+    /// The longest recording an agent takes (a year): longer ones are refused, never computed with.
+    static let longestRecording: Int64 = 365 * 86_400 * 1_000_000_000
+
     static func isSafeName(_ name: String) -> Bool {
         !name.isEmpty && name.count <= 128 && !name.hasPrefix(".")
             && name.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "-_.".unicodeScalars.contains($0) }
@@ -252,9 +257,10 @@ public actor AgentRecordings {
             return reply(.error(WireError(.invalidArgument, agent: agentID, "recording id '\(request.recordingID)' must be letters, digits, '-', '_' or '.', not starting with '.'")))
         }
         guard request.frameCount > 0, request.gridPeriodNs.isFinite, request.gridPeriodNs > 0,
+            request.gridPeriodNs * Double(request.frameCount) <= Double(Self.longestRecording), request.startAtNs.magnitude < 1 << 62,
             let frameDuration = FrameDuration(numerator: request.frameDuration.numerator, denominator: request.frameDuration.denominator)
         else {
-            return reply(.error(WireError(.invalidArgument, agent: agentID, "a recording needs frame_count ≥ 1, a positive grid_period_ns and a frame_duration")))
+            return reply(.error(WireError(.invalidArgument, agent: agentID, "a recording needs frame_count ≥ 1, a positive grid_period_ns, a frame_duration, and to last at most a year")))
         }
         let stems = request.tracks.map(\.fileStem)
         guard stems.allSatisfy(Self.isSafeName), Set(stems).count == stems.count else {
