@@ -5,7 +5,7 @@ import Testing
 
 /// The life of an on-host recording as its machine decides it: when tracks close, which state file is
 /// written when (and never two at once), and when the end is announced.
-@Suite("On-host recording: the recording's machine")
+@Suite("On-host recording: the recording's machine", .timeLimit(.minutes(1)))
 struct RecordingMachineTests {
     static let second: Int64 = 1_000_000_000
     /// A recording of two tracks whose last instant plus one period is at 10 s.

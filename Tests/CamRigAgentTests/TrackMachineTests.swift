@@ -4,7 +4,7 @@ import Testing
 
 /// One track's life as its machine decides it: where frames go, when it closes, what is left as gaps, and
 /// which frames the stream may hand over.
-@Suite("On-host recording: a track's machine")
+@Suite("On-host recording: a track's machine", .timeLimit(.minutes(1)))
 struct TrackMachineTests {
     /// A 30 fps grid from t = 1 s, five instants.
     static let grid = RecordingGrid(start: 1_000_000_000, period: 33_333_333.3, count: 5)
