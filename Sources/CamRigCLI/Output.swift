@@ -1,4 +1,4 @@
-@_exported import CamRigText
+import CamRigText
 import Foundation
 
 /// Prints a value as pretty, key-sorted JSON on standard output.

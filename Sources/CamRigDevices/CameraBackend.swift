@@ -1,3 +1,4 @@
+import CamRigDeviceModel
 /// What a streaming backend reports.
 public enum FrameEvent: Sendable {
     case frame(CapturedFrame)

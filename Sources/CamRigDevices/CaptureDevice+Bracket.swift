@@ -1,3 +1,4 @@
+import CamRigDeviceModel
 import Foundation
 
 /// Exposure brackets: images taken one after another, each at its own exposure, without changing the

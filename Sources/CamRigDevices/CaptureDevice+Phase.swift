@@ -1,3 +1,4 @@
+import CamRigDeviceModel
 extension CaptureDevice {
     /// Whether the camera starts exposing on command (its exposures go on a grid by being triggered at
     /// a grid instant), rather than free-running.

@@ -1,3 +1,4 @@
+import CamRigDeviceModel
 import NIOConcurrencyHelpers
 
 /// A camera (AVFoundation's `AVCaptureDevice`): its formats, its active format and frame durations, its

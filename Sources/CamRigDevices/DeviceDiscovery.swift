@@ -1,4 +1,5 @@
 import CamRigClock
+import CamRigDeviceModel
 import NIOConcurrencyHelpers
 
 /// A source of devices: what is plugged in right now.

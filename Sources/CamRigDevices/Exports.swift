@@ -1,5 +1,5 @@
-// The device model's value types are part of this module's interface (formats, frames, settings): code
-// that drives devices sees them through this import alone.
-@_exported import CamRigDeviceModel
+// The device model's describing protocol, for the devices this module drives.
+
+import CamRigDeviceModel
 
 extension CaptureDevice: DescribedDevice {}

@@ -1,6 +1,7 @@
 import CamRigCapture
 import CamRigClock
 import CamRigCoordinator
+import CamRigDeviceModel
 import CamRigDevices
 import CamRigSecurity
 import CamRigStorage

@@ -1,3 +1,4 @@
+import CamRigDeviceModel
 import Crypto
 import CamRigCapture
 import CamRigDevices

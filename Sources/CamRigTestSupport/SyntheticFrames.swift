@@ -1,3 +1,4 @@
+import CamRigDeviceModel
 import CamRigDevices
 
 /// Reading synthetic frames back: which frame, from which device, exposed when.

@@ -1,6 +1,7 @@
 import ArgumentParser
 import CamRigCLI
 import CamRigCoordinator
+import CamRigDeviceModel
 import CamRigDevices
 import CamRigLocalRig
 import Foundation

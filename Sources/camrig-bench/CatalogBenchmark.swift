@@ -3,6 +3,7 @@ import CamRigCLI
 import CamRigCapture
 import CamRigClock
 import CamRigStorage
+import CamRigText
 import Foundation
 
 /// `camrig-bench catalog`: the capture catalog on SQLite and on PostgreSQL in the same run, filled alike.

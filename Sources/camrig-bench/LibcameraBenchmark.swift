@@ -2,6 +2,7 @@ import ArgumentParser
 import CamRigCLI
 import CamRigCoordinator
 import CamRigLocalRig
+import CamRigText
 import CamRigViews
 import CamRigWire
 import Foundation

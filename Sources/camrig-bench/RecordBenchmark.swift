@@ -3,10 +3,12 @@ import CamRigCLI
 import CamRigCapture
 import CamRigClock
 import CamRigCoordinator
+import CamRigDeviceModel
 import CamRigDevices
 import CamRigLocalRig
 import CamRigMedia
 import CamRigStorage
+import CamRigText
 import CamRigWire
 import Foundation
 import Logging

@@ -2,9 +2,11 @@ import ArgumentParser
 import CamRigCLI
 import CamRigClock
 import CamRigCoordinator
+import CamRigDeviceModel
 import CamRigDevices
 import CamRigLocalRig
 import CamRigStorage
+import CamRigText
 import Foundation
 import Logging
 

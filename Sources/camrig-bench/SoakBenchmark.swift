@@ -3,9 +3,11 @@ import CamRigCLI
 import CamRigCapture
 import CamRigClock
 import CamRigCoordinator
+import CamRigDeviceModel
 import CamRigDevices
 import CamRigLocalRig
 import CamRigStorage
+import CamRigText
 import CamRigWire
 import Foundation
 import Logging

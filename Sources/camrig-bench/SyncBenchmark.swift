@@ -1,3 +1,5 @@
+import CamRigDeviceModel
+import CamRigText
 import CamRigViews
 import ArgumentParser
 import CamRigCLI

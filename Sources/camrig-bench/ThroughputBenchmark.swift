@@ -2,8 +2,10 @@ import CamRigClock
 import ArgumentParser
 import CamRigCLI
 import CamRigCoordinator
+import CamRigDeviceModel
 import CamRigDevices
 import CamRigLocalRig
+import CamRigText
 import CamRigWire
 import CamRigWireModel
 import Foundation

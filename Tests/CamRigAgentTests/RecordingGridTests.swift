@@ -1,4 +1,5 @@
 import CamRigCapture
+import CamRigDeviceModel
 import CamRigDevices
 import CamRigMedia
 import CamRigWire

@@ -1,4 +1,5 @@
 import CamRigCoordinator
+import CamRigDeviceModel
 import CamRigDevices
 import Testing
 

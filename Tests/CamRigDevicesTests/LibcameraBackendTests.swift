@@ -1,5 +1,6 @@
 import CLibcamera
 import CamRigClock
+import CamRigDeviceModel
 import NIOCore
 import Testing
 

@@ -1,5 +1,6 @@
 import CTurboJPEG
 import CamRigClock
+import CamRigDeviceModel
 import CamRigDevices
 import CamRigTestSupport
 import Foundation

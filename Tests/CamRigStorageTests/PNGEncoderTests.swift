@@ -1,4 +1,5 @@
 import CZlib
+import CamRigDeviceModel
 import CamRigDevices
 import CamRigImage
 import CamRigStorage

@@ -1,5 +1,6 @@
 import CamRigClock
 import CamRigCoordinator
+import CamRigDeviceModel
 import CamRigDevices
 import CamRigSecurity
 import CamRigTestSupport

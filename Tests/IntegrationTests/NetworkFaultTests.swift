@@ -1,3 +1,4 @@
+import CamRigDeviceModel
 import CamRigLocalRig
 import CamRigCapture
 import CamRigClock

@@ -1,5 +1,6 @@
 import CamRigClockSocket
 import CamRigCoordinator
+import CamRigDeviceModel
 import CamRigDevices
 import CamRigSecurity
 import CamRigStorage

@@ -1,3 +1,4 @@
+import CamRigDeviceModel
 import CamRigDevices
 import NIOConcurrencyHelpers
 

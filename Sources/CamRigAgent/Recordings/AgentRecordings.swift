@@ -1,4 +1,5 @@
 import CamRigClock
+import CamRigDeviceModel
 import CamRigDevices
 import CamRigFiles
 import CamRigMedia

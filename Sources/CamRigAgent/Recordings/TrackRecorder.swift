@@ -1,5 +1,6 @@
 import CamRigCapture
 import CamRigClock
+import CamRigDeviceModel
 import CamRigDevices
 import CamRigFiles
 import CamRigMedia

@@ -1,5 +1,6 @@
 import CLibcamera
 import CamRigClock
+import CamRigDeviceModel
 import Foundation
 import Logging
 import NIOConcurrencyHelpers

@@ -1,4 +1,5 @@
 import CLibcamera
+import CamRigDeviceModel
 
 /// A control as libcamera lists it for one camera: numbers as doubles, a rectangle as x, y, width, height.
 struct LibcameraControl: Sendable, Hashable {

@@ -1,4 +1,5 @@
 import CLibcamera
+import CamRigDeviceModel
 import Foundation
 import Logging
 import NIOConcurrencyHelpers

@@ -1,5 +1,6 @@
 import CImageKernels
 import CTurboJPEG
+import CamRigDeviceModel
 import NIOCore
 
 /// Why a photo could not be encoded.

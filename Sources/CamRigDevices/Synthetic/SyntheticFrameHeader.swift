@@ -1,3 +1,4 @@
+import CamRigDeviceModel
 import NIOCore
 
 /// What every synthetic frame says about itself, so a receiver can check it got the right frame from

@@ -1,3 +1,4 @@
+import CamRigDeviceModel
 import NIOCore
 
 /// Draws synthetic frames. Every raw frame starts with its `SyntheticFrameHeader`; rows 8–15 show the

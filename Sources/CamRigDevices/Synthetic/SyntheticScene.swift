@@ -1,4 +1,5 @@
 import CImageKernels
+import CamRigDeviceModel
 import Foundation
 import NIOCore
 

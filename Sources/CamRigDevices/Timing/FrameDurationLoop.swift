@@ -1,3 +1,4 @@
+import CamRigDeviceModel
 /// Holds a free-running sensor on a frame grid by changing single frames' durations (rpicam's
 /// software sync and libsoftwaresync do the same): a pure control loop, fed each frame's exposure
 /// start, answering with the lines to set.

@@ -1,3 +1,4 @@
+import CamRigDeviceModel
 /// How a camera's exposures can be brought onto a time grid (the rig's frames `T₀ + k × period`).
 public enum PhaseSteering: Sendable, Hashable {
     /// The camera starts exposing on command (`FrameAlignableBackend`): a trigger at T puts its

@@ -1,3 +1,4 @@
+import CamRigDeviceModel
 /// Aligns a free-running camera without a frame-duration control by restarting its stream at chosen
 /// instants: a pure state machine. Each restart measures the camera's start-up delay (first exposure
 /// start minus when STREAMON really happened); the next restart is timed with the mean delay so that the first

@@ -1,5 +1,6 @@
 import CamRigClock
 import CLibV4L2
+import CamRigDeviceModel
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore

@@ -1,4 +1,5 @@
 import CLibV4L2
+import CamRigDeviceModel
 
 /// Reading what a V4L2 device offers: capabilities, formats × sizes × intervals, controls.
 extension V4L2Handle {

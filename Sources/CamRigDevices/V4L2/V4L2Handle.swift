@@ -1,5 +1,6 @@
 import CLibV4L2
 #if canImport(Glibc)
+import CamRigDeviceModel
 import Glibc
 #endif
 

@@ -1,3 +1,4 @@
+import CamRigDeviceModel
 import CamRigServiceClient
 import CamRigViews
 import ArgumentParser

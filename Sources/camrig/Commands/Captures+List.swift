@@ -1,6 +1,7 @@
 import ArgumentParser
 import CamRigCLI
 import CamRigStorage
+import CamRigText
 
 extension Captures {
     /// `camrig captures list`: the captures in the catalog, of every rig sharing it or of one.

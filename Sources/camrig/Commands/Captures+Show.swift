@@ -1,3 +1,4 @@
+import CamRigText
 import CamRigViews
 import ArgumentParser
 import CamRigCLI

@@ -1,3 +1,4 @@
+import CamRigDeviceModel
 import CamRigViews
 import ArgumentParser
 import CamRigCLI

@@ -1,4 +1,5 @@
 import CamRigServiceClient
+import CamRigText
 import CamRigViews
 import ArgumentParser
 import CamRigCLI

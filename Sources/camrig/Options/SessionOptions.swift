@@ -1,4 +1,5 @@
 import ArgumentParser
+import CamRigDeviceModel
 import CamRigWire
 import CamRigCLI
 import CamRigCoordinator
