@@ -172,7 +172,7 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
-        .target(name: "CamRigImage", dependencies: ["CZlib", "CamRigDevices"]),
+        .target(name: "CamRigImage", dependencies: ["CZlib", "CamRigDeviceModel"]),
         .target(
             name: "CamRigWireModel",
             dependencies: ["CamRigWire", "CamRigDeviceModel", "CamRigSecurity", "CamRigCapture"]
@@ -195,6 +195,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
         .target(

@@ -1,4 +1,4 @@
-import CamRigDevices
+import CamRigDeviceModel
 
 /// Turns a captured camera frame into the file that goes on disk.
 ///

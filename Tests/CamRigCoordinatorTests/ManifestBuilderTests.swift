@@ -1,5 +1,6 @@
 import CamRigCapture
 import CamRigCoordinator
+import CamRigDeviceModel
 import CamRigDevices
 import Testing
 
