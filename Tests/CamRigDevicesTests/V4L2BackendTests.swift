@@ -283,6 +283,24 @@ struct V4L2BackendTests {
         #expect(count == 5)
     }
 
+    @Test("a stream left and the camera configured in another format at once: the change waits for the stream to wind down, then streams")
+    func reconfiguredRightAfterAStream() async throws {
+        let (camera, device, path) = try Self.streaming640x480(49, lendFrames: false)
+        defer { Emulator.remove(path) }
+        for try await _ in try device.frames(bufferLimit: 1) { break }
+        // No waiting for the stream's thread: the backend's stream machine holds the change until it ended.
+        let lock = try #require(device.currentLock, "streaming640x480 keeps the configuration lock")
+        try device.configure(DeviceConfigurationChange(formatID: "RGB3-800x600"), lock: lock)
+        #expect(!camera.isStreaming)
+        var count = 0
+        for try await frame in try device.frames() {
+            #expect(frame.format.id == "RGB3-800x600")
+            count += 1
+            if count == 3 { break }
+        }
+        #expect(count == 3)
+    }
+
     @Test("with lending off every frame is copied out of the driver's buffer")
     func copiedFrames() async throws {
         let (camera, device, path) = try Self.streaming640x480(48, lendFrames: false)

@@ -60,9 +60,10 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
         var frameDuration: FrameDuration = FrameDuration(framesPerSecond: 30)!
         /// Raw control values as last set (libcamera has no call that reads a control back).
         var rawValues: [UInt32: Int64] = [:]
-        var stream: StreamState?
+        /// The running stream's requests.
+        var current: Requests?
         /// A stream that ended with frames still lent: its buffers stay until they come back.
-        var previous: StreamState?
+        var previous: Requests?
         /// Where the next paced stream's exposures go (`alignNextStream`).
         var alignment: Int64?
         /// The settings in force, reported with each frame where libcamera's metadata has no value.
@@ -74,17 +75,22 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
     }
 
     /// One stream's requests and who holds them.
-    final class StreamState: @unchecked Sendable {
-        let running = NIOLockedValueBox(true)
+    final class Requests: Sendable {
         /// Buffers whose lent frames were let go, to be queued again by the streaming thread.
         let returned = NIOLockedValueBox<[UInt32]>([])
         /// Frames lent out in the stream's buffers.
         let loans = LoanBook()
-        /// Set once the streaming thread has let go of libcamera's camera (`state.stream` cleared).
-        let ended = ConditionLock(value: false)
-        var bufferCount = 0
-        var memoryBacked = false
+        let bufferCount: Int
+        let memoryBacked: Bool
+
+        init(bufferCount: Int, memoryBacked: Bool) {
+            self.bufferCount = bufferCount
+            self.memoryBacked = memoryBacked
+        }
     }
+
+    /// Its streaming life, as libcamera's camera states: configured once a format is set, running, stopping.
+    let stream: CameraStream
 
     /// Buffers kept with the pipeline (or ready for it) while others are lent; below that, frames are copied.
     static let keptQueued = 2
@@ -161,6 +167,7 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
         // Largest first within each pixel format, as V4L2 devices list them.
         formatList = list.sorted { ($0.pixelFormat.rawValue, $1.dimensions) < ($1.pixelFormat.rawValue, $0.dimensions) }
         streamFormats = roles
+        stream = CameraStream(device: "libcamera:\(id)")
         if formatList.isEmpty {
             // deinit closes the handle.
             throw DeviceError(.unsupported, device: "libcamera:\(id)", "libcamera generates no stream configuration for it")
@@ -213,7 +220,7 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
     public var frameBuffers: FrameBufferStatistics { bufferStatistics.withLockedValue { $0 } }
 
     /// Whether a stream runs.
-    public var isStreaming: Bool { state.withLockedValue { $0.stream != nil } }
+    public var isStreaming: Bool { stream.isStreaming }
 
     // MARK: CameraBackend
 
@@ -259,24 +266,12 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
         return camrig_lc_value(id: limits.id, count: 2, values: (Double(microseconds), Double(microseconds), 0, 0))
     }
 
-    /// Waits (up to two seconds) for a stream that is ending to have stopped libcamera's camera, since the
-    /// device may be configured or started again as soon as `stopStreaming` returns; `.busy` when a stream
-    /// still runs.
-    func waitForStreamEnd() throws(DeviceError) {
-        if let stream = state.withLockedValue({ $0.stream }), !stream.running.withLockedValue({ $0 }),
-            stream.ended.lock(whenValue: true, timeoutSeconds: 2)
-        {
-            stream.ended.unlock()
-        }
-        guard state.withLockedValue({ $0.stream }) == nil else {
-            throw DeviceError(.busy, device: identity.uniqueID, "is streaming (or still stopping its last stream); try again")
-        }
-    }
-
     public func activate(format: DeviceFormat, frameDuration: FrameDuration) throws(DeviceError) -> FrameDuration {
-        try waitForStreamEnd()
-        return try locked { () throws(DeviceError) -> FrameDuration in
-            guard let stream = streamFormats[format.id] else {
+        // The device may be configured again as soon as `stopStreaming` returns: a stream still stopping is
+        // waited for (libcamera refuses `configure` in Stopping).
+        try stream.waitUntilIdle()
+        let duration = try locked { () throws(DeviceError) -> FrameDuration in
+            guard let chosen = streamFormats[format.id] else {
                 throw DeviceError(.unsupported, device: identity.uniqueID, "has no format \(format.id)")
             }
             try freePreviousBuffers()
@@ -284,7 +279,7 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
             var frameSize: UInt32 = 0
             try libcameraCall(.unsupported, device: identity.uniqueID) { error, size in
                 camrig_lc_configure(
-                    handle, stream.role, stream.fourcc, stream.modifier, format.dimensions.width, format.dimensions.height,
+                    handle, chosen.role, chosen.fourcc, chosen.modifier, format.dimensions.width, format.dimensions.height,
                     UInt32(Self.bufferCount), &stride, &frameSize, error, size)
             }
             var low: Int64 = 0
@@ -311,6 +306,8 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
             }
             return frameDuration
         }
+        stream.configured()
+        return duration
     }
 
     public func apply(settings: CameraSettings) throws(DeviceError) {
@@ -331,27 +328,29 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
     }
 
     public func startStreaming(bufferCount: Int, sink: @escaping @Sendable (FrameEvent) -> Void) throws(DeviceError) {
-        try waitForStreamEnd()
-        let stream = StreamState()
-        let format: DeviceFormat = try locked { () throws(DeviceError) -> DeviceFormat in
-            guard state.withLockedValue({ $0.stream }) == nil else {
-                throw DeviceError(.busy, device: identity.uniqueID, "is already streaming")
+        let run = try stream.start()
+        let started: (Requests, DeviceFormat)
+        do throws(DeviceError) {
+            started = try locked { () throws(DeviceError) -> (Requests, DeviceFormat) in
+                guard let format = state.withLockedValue({ $0.format }) else {
+                    throw DeviceError(.invalidArgument, device: identity.uniqueID, "has no active format")
+                }
+                try freePreviousBuffers()
+                var memoryBacked: Int32 = 0
+                let count = try libcameraCall(.system, device: identity.uniqueID) { error, size in
+                    camrig_lc_start(handle, &memoryBacked, error, size)
+                }
+                let requests = Requests(bufferCount: Int(count), memoryBacked: memoryBacked != 0)
+                state.withLockedValue { $0.current = requests }
+                return (requests, format)
             }
-            guard let format = state.withLockedValue({ $0.format }) else {
-                throw DeviceError(.invalidArgument, device: identity.uniqueID, "has no active format")
-            }
-            try freePreviousBuffers()
-            var memoryBacked: Int32 = 0
-            let count = try libcameraCall(.system, device: identity.uniqueID) { error, size in
-                camrig_lc_start(handle, &memoryBacked, error, size)
-            }
-            stream.bufferCount = Int(count)
-            stream.memoryBacked = memoryBacked != 0
-            state.withLockedValue { $0.stream = stream }
-            return format
+        } catch {
+            stream.startFailed(run)
+            throw error
         }
+        let (requests, format) = started
         let thread = Thread { [self] in
-            self.run(stream: stream, format: format, sink: sink)
+            self.run(run, requests: requests, format: format, sink: sink)
         }
         thread.name = "camrig-libcamera"
         thread.qualityOfService = .userInteractive
@@ -359,22 +358,25 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
     }
 
     public func stopStreaming() {
-        guard let stream = state.withLockedValue({ $0.stream }) else { return }
-        stream.running.withLockedValue { $0 = false }
+        guard stream.stop() else { return }
         // Only the streaming thread stops libcamera's camera: a stop from here could come late, after the
         // next stream had started, and end that one instead.
         camrig_lc_wake(handle)
     }
+
+    /// How close to a paced instant the streaming thread sleeps on the monotonic clock instead of the
+    /// stream's condition (timed on the wall clock).
+    static let finalSleep: Int64 = 2_000_000
 
     /// Whether this backend paces the requests itself (libcamera's pipeline completes them at once).
     var pacesRequests: Bool { false }
 
     /// The streaming thread: requests queued (all at once, or one per frame instant when paced), frames
     /// delivered, buffers queued again as they come back.
-    func run(stream: StreamState, format: DeviceFormat, sink: @Sendable (FrameEvent) -> Void) {
+    func run(_ run: UInt64, requests: Requests, format: DeviceFormat, sink: @Sendable (FrameEvent) -> Void) {
         var ending: DeviceError?
         var stamps = StampClock()
-        var free: [UInt32] = Array(0..<UInt32(stream.bufferCount))
+        var free: [UInt32] = Array(0..<UInt32(requests.bufferCount))
         var queuedAt: [UInt32: Int64] = [:]
         var sequence: UInt64 = 0
         let streamStart = clock.now()
@@ -394,9 +396,9 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
             queuedAt[index] = HostClock.monotonicNow()
             try libcameraCall(.system, device: identity.uniqueID) { error, size in camrig_lc_queue(handle, index, error, size) }
         }
-        loop: while stream.running.withLockedValue({ $0 }) {
+        loop: while stream.isRunning(run) {
             do throws(DeviceError) {
-                free += stream.returned.withLockedValue { returned in
+                free += requests.returned.withLockedValue { returned in
                     defer { returned.removeAll() }
                     return returned
                 }
@@ -407,15 +409,13 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
                         let now = HostClock.monotonicNow()
                         // Fallen behind by more than a frame: the instants missed are skipped, as a sensor drops frames.
                         if now > due + period { due += (now - due) / period * period }
-                        // In slices, so that a stop is noticed within 20 ms however far off the instant is.
-                        var slept = now
-                        while slept + 20_000_000 < due, stream.running.withLockedValue({ $0 }) {
-                            HostClock.sleep(untilMonotonic: slept + 20_000_000)
-                            slept = HostClock.monotonicNow()
+                        // On the stream's condition (a stop wakes it at once) until shortly before the instant,
+                        // then to the instant itself on the monotonic clock.
+                        if due - now > Self.finalSleep, !stream.wait(whileRunning: run, nanoseconds: due - now - Self.finalSleep) {
+                            break loop
                         }
-                        guard stream.running.withLockedValue({ $0 }) else { break loop }
                         HostClock.sleep(untilMonotonic: due)
-                        guard stream.running.withLockedValue({ $0 }) else { break loop }
+                        guard stream.isRunning(run) else { break loop }
                         free.removeFirst()
                         try queue(index)
                         due += state.withLockedValue { $0.frameDuration.nanoseconds }
@@ -427,7 +427,7 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
                     }
                 }
             } catch {
-                if stream.running.withLockedValue({ $0 }) { ending = error }
+                if stream.isRunning(run) { ending = error }
                 break
             }
             var completed = camrig_lc_frame()
@@ -463,7 +463,7 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
             if !paced, completed.requested_frame_duration > 0, completed.frame_duration > 0 {
                 compliance.withLockedValue { $0.observe(requested: completed.requested_frame_duration, reported: completed.frame_duration) }
             }
-            let (bytes, lent) = frameBytes(completed, stream: stream, otherBuffers: queuedAt.count + free.count)
+            let (bytes, lent) = frameBytes(completed, requests: requests, otherBuffers: queuedAt.count + free.count)
             if !lent { free.append(index) }
             let settings = state.withLockedValue { $0.settings }
             var metadata = CaptureMetadata(settings: settings)
@@ -483,31 +483,30 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
             sink(.frame(frame))
         }
         // However the loop ended, the stream is now stopping (a new configuration waits for it).
-        stream.running.withLockedValue { $0 = false }
+        stream.stop()
         camrig_lc_stop(handle)
         let statistics = bufferStatistics.withLockedValue { $0 }
         Self.logger.info(
             "stream ended",
             metadata: [
                 "device": "\(identity.uniqueID)", "frames": "\(sequence)", "lent": "\(statistics.lent)", "copied": "\(statistics.copied)",
-                "buffers": "\(stream.bufferCount) \(stream.memoryBacked ? "memory-backed (the pipeline exported none)" : "from the pipeline")",
+                "buffers": "\(requests.bufferCount) \(requests.memoryBacked ? "memory-backed (the pipeline exported none)" : "from the pipeline")",
             ])
         // Frames on their way to clients hold lent buffers for a moment.
-        _ = stream.loans.waitForReturns(timeout: 1)
+        _ = requests.loans.waitForReturns(timeout: 1)
         lock.withLock {
-            let held = stream.loans.count
+            let held = requests.loans.count
             state.withLockedValue { state in
-                state.stream = nil
-                state.previous = stream
+                state.current = nil
+                state.previous = requests
             }
             if held == 0 {
                 camrig_lc_release(handle)
                 state.withLockedValue { $0.previous = nil }
             }
         }
-        // A configuration waiting in `waitForStreamEnd` may go on.
-        stream.ended.lock()
-        stream.ended.unlock(withValue: true)
+        // A configuration or stream waiting for this one may go on.
+        stream.ended(run)
         sink(.ended(ending))
     }
 
@@ -519,15 +518,15 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
 
     /// A completed request's bytes: lent in libcamera's buffer while at least `keptQueued` other buffers
     /// stay with the pipeline or ready for it (and the planes lie one after another), otherwise copied out.
-    func frameBytes(_ frame: camrig_lc_frame, stream: StreamState, otherBuffers: Int) -> (ByteBuffer, Bool) {
+    func frameBytes(_ frame: camrig_lc_frame, requests: Requests, otherBuffers: Int) -> (ByteBuffer, Bool) {
         let index = frame.index
         if lendFrames, let data = frame.data, frame.length > 0, otherBuffers >= Self.keptQueued {
             bufferStatistics.withLockedValue { $0.lent += 1 }
             let memory = UnsafeMutableRawBufferPointer(start: UnsafeMutableRawPointer(mutating: data), count: frame.length)
             // The loan holds the camera (its mappings live as long) and wakes the streaming thread to queue the
             // buffer again at once.
-            let bytes = stream.loans.lend(memory, used: frame.length) { [self] in
-                stream.returned.withLockedValue { $0.append(index) }
+            let bytes = requests.loans.lend(memory, used: frame.length) { [self] in
+                requests.returned.withLockedValue { $0.append(index) }
                 camrig_lc_wake(handle)
             }
             return (bytes, true)
@@ -548,7 +547,7 @@ public class LibcameraCamera: FreeRunningBackend, @unchecked Sendable {
     /// frame d µs long, which the phase lock lengthens or shortens frame by frame as it does VBLANK.
     public func frameDurationControl() throws(DeviceError) -> FrameDurationControl? {
         guard let (low, high) = state.withLockedValue({ $0.frameDurationLimits }) else { return nil }
-        let (duration, buffers) = state.withLockedValue { ($0.frameDuration.nanoseconds, $0.stream?.bufferCount ?? Self.bufferCount) }
+        let (duration, buffers) = state.withLockedValue { ($0.frameDuration.nanoseconds, $0.current?.bufferCount ?? Self.bufferCount) }
         // Limits set now ride on the next request queued: the requests in flight ahead of it run first.
         return FrameDurationControl(
             lineDuration: 1000, lines: duration / 1000, minimumLines: low, maximumLines: high,

@@ -69,17 +69,13 @@ public final class SyntheticCamera: FrameAlignableBackend {
         var frameDuration: FrameDuration
         var settings = CameraSettings()
         var controls: [UInt32: Int64]
-        var streaming: StreamControl?
         /// Where the next stream's exposure grid is anchored (`CLOCK_MONOTONIC`).
         var alignment: Int64?
-        var connected = true
-    }
-
-    final class StreamControl: Sendable {
-        let running = NIOLockedValueBox(true)
     }
 
     private let state: NIOLockedValueBox<State>
+    /// Its streaming life (configured, running, stopping, unplugged).
+    let stream: CameraStream
 
     public init(_ configuration: SyntheticCameraConfiguration) {
         self.configuration = configuration
@@ -104,6 +100,7 @@ public final class SyntheticCamera: FrameAlignableBackend {
         formatList = configuration.highSpeed ? Self.highSpeedFormats : Self.standardFormats
         controlList = Self.controls(defaultPattern: configuration.highSpeed ? SyntheticPatternKind.movingGradient : SyntheticPatternKind.scene)
         deviceHash = SyntheticFrameHeader.hash(identity.uniqueID)
+        stream = CameraStream(device: identity.uniqueID)
         state = NIOLockedValueBox(
             State(
                 format: formatList[0],
@@ -207,12 +204,14 @@ public final class SyntheticCamera: FrameAlignableBackend {
         }
     }
 
+    /// Takes effect at once, a running stream's next frame included (a synthetic sensor changes rate live).
     public func activate(format: DeviceFormat, frameDuration: FrameDuration) throws(DeviceError) -> FrameDuration {
         try checkConnected()
         state.withLockedValue { state in
             state.format = format
             state.frameDuration = frameDuration
         }
+        stream.configured()
         return frameDuration
     }
 
@@ -222,16 +221,11 @@ public final class SyntheticCamera: FrameAlignableBackend {
     }
 
     public func startStreaming(bufferCount: Int, sink: @escaping @Sendable (FrameEvent) -> Void) throws(DeviceError) {
-        try checkConnected()
-        let control = StreamControl()
-        let busy: Bool = state.withLockedValue { state in
-            guard state.streaming == nil else { return true }
-            state.streaming = control
-            return false
-        }
-        if busy { throw DeviceError(.busy, device: identity.uniqueID, "is already streaming") }
+        // Its first format counts as set: a synthetic camera needs no configuration to stream.
+        stream.configured()
+        let run = try stream.start()
         let thread = Thread { [self] in
-            self.run(control: control, sink: sink)
+            self.run(run, sink: sink)
         }
         thread.name = "camrig-synthetic-\(configuration.serial)"
         thread.qualityOfService = .userInteractive
@@ -242,30 +236,34 @@ public final class SyntheticCamera: FrameAlignableBackend {
         state.withLockedValue { $0.alignment = anchor }
     }
 
+    /// The stream's thread notices at its next frame instant.
     public func stopStreaming() {
-        let control = state.withLockedValue { state -> StreamControl? in
-            defer { state.streaming = nil }
-            return state.streaming
-        }
-        control?.running.withLockedValue { $0 = false }
+        stream.stop()
     }
+
+    /// Whether a stream runs or is still stopping.
+    public var isStreaming: Bool { stream.isStreaming }
 
     // MARK: Hot-plug
 
     /// Simulates unplugging: a running stream ends with `.disconnected`, later calls fail.
     public func unplug() {
-        state.withLockedValue { $0.connected = false }
+        stream.disconnect()
     }
 
     private func checkConnected() throws(DeviceError) {
-        guard state.withLockedValue({ $0.connected }) else {
+        guard !stream.isDisconnected else {
             throw DeviceError(.disconnected, device: identity.uniqueID, "was unplugged")
         }
     }
 
     // MARK: Streaming
 
-    private func run(control: StreamControl, sink: @Sendable (FrameEvent) -> Void) {
+    /// How close to a frame's instant the streaming thread sleeps on the monotonic clock instead of the
+    /// stream's condition (timed on the wall clock).
+    static let finalSleep: Int64 = 2_000_000
+
+    private func run(_ run: UInt64, sink: @Sendable (FrameEvent) -> Void) {
         var random = SeededRandom(seed: configuration.seed)
         let scene = SyntheticSceneRenderer(scene: SyntheticScene(seed: configuration.seed))
         let clock = configuration.clock
@@ -282,17 +280,19 @@ public final class SyntheticCamera: FrameAlignableBackend {
             due = anchor + k * period
         }
         while true {
-            let (format, duration, settings, controls, connected) = state.withLockedValue {
-                ($0.format, $0.frameDuration, $0.settings, $0.controls, $0.connected)
+            let (format, duration, settings, controls) = state.withLockedValue {
+                ($0.format, $0.frameDuration, $0.settings, $0.controls)
             }
             due += duration.nanoseconds
-            HostClock.sleep(untilMonotonic: due)
-            guard control.running.withLockedValue({ $0 }) else {
-                sink(.ended(nil))
-                return
-            }
-            guard connected else {
-                sink(.ended(DeviceError(.disconnected, device: identity.uniqueID, "was unplugged while streaming")))
+            // On the stream's condition until shortly before the frame's end (a stop wakes it at once), then
+            // to the instant on the monotonic clock.
+            let now = HostClock.monotonicNow()
+            if due - now > Self.finalSleep { _ = stream.wait(whileRunning: run, nanoseconds: due - now - Self.finalSleep) }
+            if stream.isRunning(run) { HostClock.sleep(untilMonotonic: due) }
+            guard stream.isRunning(run) else {
+                let unplugged = stream.isDisconnected
+                stream.ended(run)
+                sink(.ended(unplugged ? DeviceError(.disconnected, device: identity.uniqueID, "was unplugged while streaming") : nil))
                 return
             }
             defer { sequence += 1 }

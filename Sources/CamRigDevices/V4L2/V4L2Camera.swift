@@ -22,7 +22,10 @@ public final class V4L2Camera: FreeRunningBackend {
     private let handle: V4L2Handle
     /// Serializes ioctls that change state; streaming runs on its own thread.
     private let lock = NIOLock()
-    private let stream = NIOLockedValueBox<StreamState?>(nil)
+    /// Its streaming life: configured (a V4L2 node always has a format), running, stopping.
+    private let stream: CameraStream
+    /// The running stream's restart and timing, while one runs.
+    private let current = NIOLockedValueBox<StreamState?>(nil)
     /// Whether frames are handed on in the driver's buffers (see `MappedBuffers`) rather than copied.
     public let lendFrames: Bool
     private let bufferStatistics = NIOLockedValueBox(FrameBufferStatistics())
@@ -33,7 +36,6 @@ public final class V4L2Camera: FreeRunningBackend {
     public var frameBuffers: FrameBufferStatistics { bufferStatistics.withLockedValue { $0 } }
 
     final class StreamState: Sendable {
-        let running = NIOLockedValueBox(true)
         /// A restart asked for: stop, then stream again at this `CLOCK_MONOTONIC` instant.
         let restartAt = NIOLockedValueBox<Int64?>(nil)
         /// How to turn this stream's stamps into exposure starts (refreshed when controls change).
@@ -95,6 +97,8 @@ public final class V4L2Camera: FreeRunningBackend {
         formatList = try deviceHandle.formats()
         controlList = try deviceHandle.controls()
         typedControlSupport = Self.support(from: controlList)
+        stream = CameraStream(device: identity.uniqueID)
+        stream.configured()
     }
 
     /// USB serial number from sysfs, when the device has one.
@@ -147,14 +151,16 @@ public final class V4L2Camera: FreeRunningBackend {
         let types = Dictionary(uniqueKeysWithValues: controlList.map { ($0.id, $0.type) })
         try locked { () throws(DeviceError) in
             try handle.writeControls(values, types: types)
-            if let state = stream.withLockedValue({ $0 }), let timing = try? exposureTiming() {
+            if let state = current.withLockedValue({ $0 }), let timing = try? exposureTiming() {
                 state.timing.withLockedValue { $0 = timing }
             }
         }
     }
 
     public func activate(format: DeviceFormat, frameDuration: FrameDuration) throws(DeviceError) -> FrameDuration {
-        try locked { () throws(DeviceError) -> FrameDuration in
+        // A stream that is stopping still holds the driver's queue (S_FMT would fail with EBUSY): waited for.
+        try stream.waitUntilIdle()
+        return try locked { () throws(DeviceError) -> FrameDuration in
             try freePreviousBuffers()
             var request = v4l2_format()
             request.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
@@ -249,11 +255,29 @@ public final class V4L2Camera: FreeRunningBackend {
     }
 
     public func startStreaming(bufferCount: Int, sink: @escaping @Sendable (FrameEvent) -> Void) throws(DeviceError) {
-        let state = StreamState(timing: try locked { () throws(DeviceError) -> ExposureTiming in try exposureTiming() })
-        let buffers: MappedBuffers = try locked { () throws(DeviceError) -> MappedBuffers in
-            guard stream.withLockedValue({ $0 }) == nil else {
-                throw DeviceError(.busy, device: identity.uniqueID, "is already streaming")
-            }
+        let run = try stream.start()
+        let state: StreamState
+        let buffers: MappedBuffers
+        do throws(DeviceError) {
+            state = StreamState(timing: try locked { () throws(DeviceError) -> ExposureTiming in try exposureTiming() })
+            buffers = try startDriver(state, bufferCount: bufferCount)
+        } catch {
+            stream.startFailed(run)
+            throw error
+        }
+        let active = formatList.first {
+            $0.pixelFormat.rawValue == buffers.pixelFormat && $0.dimensions == Dimensions(width: buffers.width, height: buffers.height)
+        }
+        let thread = Thread { [self] in
+            self.run(run, state: state, buffers: buffers, format: active, sink: sink)
+        }
+        thread.name = "camrig-v4l2-\((path as NSString).lastPathComponent)"
+        thread.start()
+    }
+
+    /// Maps the buffers, queues them and turns the stream on.
+    private func startDriver(_ state: StreamState, bufferCount: Int) throws(DeviceError) -> MappedBuffers {
+        try locked { () throws(DeviceError) -> MappedBuffers in
             var format = v4l2_format()
             format.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
             try handle.ioctl(CAMRIG_VIDIOC_G_FMT, &format, "VIDIOC_G_FMT")
@@ -269,43 +293,34 @@ public final class V4L2Camera: FreeRunningBackend {
                 buffers.release()
                 throw error
             }
-            stream.withLockedValue { $0 = state }
+            current.withLockedValue { $0 = state }
             return buffers
         }
-        let active = formatList.first {
-            $0.pixelFormat.rawValue == buffers.pixelFormat && $0.dimensions == Dimensions(width: buffers.width, height: buffers.height)
-        }
-        let thread = Thread { [self] in
-            self.run(state: state, buffers: buffers, format: active, sink: sink)
-        }
-        thread.name = "camrig-v4l2-\((path as NSString).lastPathComponent)"
-        thread.start()
     }
 
     /// Whether a stream runs: false once its thread has stopped the driver and given back its buffers
     /// (those still lent stay mapped for their holders).
-    public var isStreaming: Bool { stream.withLockedValue { $0 != nil } }
+    public var isStreaming: Bool { stream.isStreaming }
 
     public func stopStreaming() {
-        guard let state = stream.withLockedValue({ $0 }) else { return }
-        state.running.withLockedValue { $0 = false }
+        guard stream.stop() else { return }
         // Wakes a DQBUF blocked in the streaming thread.
         var type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
         try? handle.ioctl(CAMRIG_VIDIOC_STREAMOFF, &type, "VIDIOC_STREAMOFF")
     }
 
-    private func run(state: StreamState, buffers: MappedBuffers, format: DeviceFormat?, sink: @Sendable (FrameEvent) -> Void) {
+    private func run(_ run: UInt64, state: StreamState, buffers: MappedBuffers, format: DeviceFormat?, sink: @Sendable (FrameEvent) -> Void) {
         var ending: DeviceError?
         let fallbackFormat = format ?? formatList[0]
         // Sequence numbers continue across restarts (the driver counts from 0 after each STREAMON).
         var sequenceBase: UInt64 = 0
         var nextSequence: UInt64 = 0
-        while state.running.withLockedValue({ $0 }) {
+        while stream.isRunning(run) {
             let frame: MappedBuffers.Dequeued
             do throws(DeviceError) {
                 frame = try buffers.dequeue()
             } catch {
-                guard state.running.withLockedValue({ $0 }) else { break }
+                guard stream.isRunning(run) else { break }
                 if let instant = state.restartAt.withLockedValue({ $0.take() }) {
                     do throws(DeviceError) {
                         try restart(buffers, atMonotonic: instant)
@@ -343,7 +358,7 @@ public final class V4L2Camera: FreeRunningBackend {
             } catch {
                 // A restart's STREAMOFF may come between the dequeue and the queue.
                 if state.restartAt.withLockedValue({ $0 }) != nil { continue }
-                if state.running.withLockedValue({ $0 }) { ending = error }
+                if stream.isRunning(run) { ending = error }
                 break
             }
         }
@@ -358,8 +373,9 @@ public final class V4L2Camera: FreeRunningBackend {
         lock.withLock {
             buffers.release()
             if buffers.lentCount > 0 { previousBuffers.withLockedValue { $0 = buffers } }
-            stream.withLockedValue { $0 = nil }
+            current.withLockedValue { $0 = nil }
         }
+        stream.ended(run)
         sink(.ended(ending))
     }
 
@@ -409,7 +425,7 @@ public final class V4L2Camera: FreeRunningBackend {
     }
 
     public func restartStream(atMonotonic monotonic: Int64) throws(DeviceError) {
-        guard let state = stream.withLockedValue({ $0 }) else {
+        guard let state = current.withLockedValue({ $0 }) else {
             throw DeviceError(.invalidArgument, device: identity.uniqueID, "is not streaming, so there is no stream to restart")
         }
         state.restartAt.withLockedValue { $0 = monotonic }
