@@ -303,13 +303,7 @@ private final class SourceReader: Sendable {
             try file.withUnsafeFileDescriptor { fd in
                 var bytes = ByteBufferAllocator().buffer(capacity: count)
                 let read = bytes.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { target in
-                    var done = 0
-                    while done < count {
-                        let n = pread(fd, target.baseAddress! + done, count - done, off_t(offset) + off_t(done))
-                        if n <= 0 { break }
-                        done += n
-                    }
-                    return done
+                    PositionalRead.read(fd, into: UnsafeMutableRawBufferPointer(rebasing: target.prefix(count)), at: offset)
                 }
                 guard read == count else {
                     throw ObjectStoreError(.mismatch, "the file uploaded as \(what) changed while it was read (\(read) of \(count) bytes at \(offset))")

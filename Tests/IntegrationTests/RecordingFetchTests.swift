@@ -19,16 +19,7 @@ struct RecordingFetchTests {
         }
         let limit = WireProtocol.minimumMaxFrameLength
         let client = try await agent.connect(pki, maxFrameLength: limit)
-        let devices = try await client.request(.listDevices(WireListDevices()))
-        guard case .deviceList(let list) = devices.frame.envelope.body, let device = list.devices.first else {
-            Issue.record("the agent lists no camera: \(devices.frame.envelope.messageName)")
-            return
-        }
-        let probe = try await client.request(.clockProbe(WireClockProbe()))
-        guard case .clockProbeReply(let now) = probe.frame.envelope.body else {
-            Issue.record("no clock probe reply: \(probe.frame.envelope.messageName)")
-            return
-        }
+        let (device, now) = try await Self.cameraAndClock(client)
         /// The room the agent reports for recordings (of its 500 MiB).
         func room() async throws -> UInt64 {
             var check = WireCheckRecording()
@@ -43,19 +34,9 @@ struct RecordingFetchTests {
         let roomBefore = try await room()
         #expect(roomBefore == 500 << 20, "an empty recordings folder leaves all the space")
         // Half a second of uncompressed frames: several megabytes in one file.
-        var request = WireStartRecording()
-        request.recordingID = "fetch-at-the-minimum"
+        var request = Self.recording("fetch-at-the-minimum", of: device, startingAt: now.agentTransmitNs + 300_000_000, frames: 15)
         request.sessionID = "fetch-test"
-        var track = WireRecordingTrack()
-        track.deviceID = device.uniqueID
-        track.codec = .raw
-        track.fileStem = "camera"
-        request.tracks = [track]
-        request.startAtNs = now.agentTransmitNs + 300_000_000
-        request.gridPeriodNs = 1e9 / 30
-        request.frameCount = 15
-        request.frameDuration.numerator = 1
-        request.frameDuration.denominator = 30
+        request.tracks[0].codec = .raw
         var ended: WireRecordingEnded?
         for try await frame in client.stream(.startRecording(request)) {
             if case .recordingEnded(let end) = frame.envelope.body {
@@ -115,26 +96,9 @@ struct RecordingFetchTests {
             pki.remove()
         }
         let client = try await agent.connect(pki)
-        let devices = try await client.request(.listDevices(WireListDevices()))
-        let probe = try await client.request(.clockProbe(WireClockProbe()))
-        guard case .deviceList(let list) = devices.frame.envelope.body, let device = list.devices.first,
-            case .clockProbeReply(let now) = probe.frame.envelope.body
-        else {
-            Issue.record("no camera or no clock reading")
-            return
-        }
-        var request = WireStartRecording()
-        request.recordingID = "stopped-early"
-        var track = WireRecordingTrack()
-        track.deviceID = device.uniqueID
-        track.fileStem = "camera"
-        request.tracks = [track]
-        request.startAtNs = now.agentTransmitNs + 300_000_000
-        request.gridPeriodNs = 1e9 / 30
+        let (device, now) = try await Self.cameraAndClock(client)
         // A minute planned: the stop, not the plan, ends it.
-        request.frameCount = 1800
-        request.frameDuration.numerator = 1
-        request.frameDuration.denominator = 30
+        let request = Self.recording("stopped-early", of: device, startingAt: now.agentTransmitNs + 300_000_000, frames: 1800)
         var stop = WireStopRecording()
         stop.recordingID = request.recordingID
         var ended: WireRecordingEnded?
@@ -163,23 +127,11 @@ struct RecordingFetchTests {
             pki.remove()
         }
         let client = try await agent.connect(pki)
-        let devices = try await client.request(.listDevices(WireListDevices()))
-        guard case .deviceList(let list) = devices.frame.envelope.body, let device = list.devices.first else {
-            Issue.record("no camera")
-            return
-        }
-        var track = WireRecordingTrack()
-        track.deviceID = device.uniqueID
-        track.fileStem = "camera"
+        let (device, _) = try await Self.cameraAndClock(client)
+        let track = Self.recording("", of: device, startingAt: 0, frames: 0).tracks[0]
         for (name, period, count, start) in [("forever", 1e18, UInt64(1) << 40, Int64(0)), ("past-the-clock", 1e9 / 30, UInt64(30), Int64.min)] {
-            var request = WireStartRecording()
-            request.recordingID = name
-            request.tracks = [track]
+            var request = Self.recording(name, of: device, startingAt: start, frames: count)
             request.gridPeriodNs = period
-            request.frameCount = count
-            request.startAtNs = start
-            request.frameDuration.numerator = 1
-            request.frameDuration.denominator = 30
             do {
                 for try await _ in client.stream(.startRecording(request)) {}
                 Issue.record("\(name): started")
@@ -200,5 +152,35 @@ struct RecordingFetchTests {
         _ = try await client.ping()
         #expect(agent.isRunning)
         await client.close()
+    }
+
+    /// The agent's first camera and its clock now.
+    static func cameraAndClock(_ client: AgentClient) async throws -> (WireDeviceDescription, WireClockProbeReply) {
+        let devices = try await client.request(.listDevices(WireListDevices()))
+        let probe = try await client.request(.clockProbe(WireClockProbe()))
+        guard case .deviceList(let list) = devices.frame.envelope.body, let device = list.devices.first else {
+            throw AgentClientError(.protocolViolation, agent: "agent-1", "the agent lists no camera: \(devices.frame.envelope.messageName)")
+        }
+        guard case .clockProbeReply(let now) = probe.frame.envelope.body else {
+            throw AgentClientError(.protocolViolation, agent: "agent-1", "no clock probe reply: \(probe.frame.envelope.messageName)")
+        }
+        return (device, now)
+    }
+
+    /// A recording of `frames` frames at 30 fps from `device` into the file stem "camera", its grid starting
+    /// at `start` (agent clock).
+    static func recording(_ id: String, of device: WireDeviceDescription, startingAt start: Int64, frames: UInt64) -> WireStartRecording {
+        var request = WireStartRecording()
+        request.recordingID = id
+        var track = WireRecordingTrack()
+        track.deviceID = device.uniqueID
+        track.fileStem = "camera"
+        request.tracks = [track]
+        request.startAtNs = start
+        request.gridPeriodNs = 1e9 / 30
+        request.frameCount = frames
+        request.frameDuration.numerator = 1
+        request.frameDuration.denominator = 30
+        return request
     }
 }

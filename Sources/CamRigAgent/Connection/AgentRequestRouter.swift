@@ -126,6 +126,9 @@ struct AgentRequestRouter: Sendable {
             switch body {
             case .checkRecording(let check):
                 connection.work.enqueue { reply(await recordings.check(check.tracks, duration: check.durationNs)) }
+            // Neither goes on the connection's work queue: a start answers only when its recording ends, and a
+            // stop must reach its recording while that start, or work queued behind it, still waits. The
+            // recordings actor orders them; each task lives as long as its answer.
             case .startRecording(let start):
                 Task { await recordings.start(start, requestID: requestID, connection: connection) }
             case .stopRecording(let stop):

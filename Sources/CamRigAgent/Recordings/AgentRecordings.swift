@@ -626,13 +626,7 @@ public actor AgentRecordings {
                     var buffer = ByteBufferAllocator().buffer(capacity: chunkSize)
                     let count = Int(min(UInt64(chunkSize), file.size - offset))
                     let read = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { pointer in
-                        var done = 0
-                        while done < count {
-                            let n = pread(fd, pointer.baseAddress! + done, count - done, off_t(offset) + off_t(done))
-                            if n <= 0 { break }
-                            done += n
-                        }
-                        return done
+                        PositionalRead.read(fd, into: UnsafeMutableRawBufferPointer(rebasing: pointer.prefix(count)), at: offset)
                     }
                     guard read == count else { throw RecordingError.fileShrank(url.path, agent: agentID) }
                     return buffer

@@ -1,8 +1,7 @@
 import CamRigCapture
 import CamRigMedia
-import Dispatch
-import NIOConcurrencyHelpers
 import NIOCore
+import NIOPosix
 
 /// A file of a capture in an object store, read as `MediaReader` reads a file on disk: in ranged reads
 /// of `ObjectCaptureStore.readPiece`, the last two pieces kept (a Matroska reader looks at the file's
@@ -49,22 +48,12 @@ public final class ObjectFileSource: MediaSource {
         return (offset, bytes)
     }
 
-    /// Runs `work` on Swift concurrency's threads and waits on this one for its result.
+    /// Runs `work` on Swift concurrency's threads and waits on this one for its result, through a promise
+    /// (whose `wait` refuses to run on an event loop, where it would stall the loop).
     private static func waitFor<Value: Sendable>(_ work: @escaping @Sendable () async throws -> Value) throws -> Value {
-        let result = NIOLockedValueBox<Result<Value, any Error>?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Task {
-            let outcome: Result<Value, any Error>
-            do {
-                outcome = .success(try await work())
-            } catch {
-                outcome = .failure(error)
-            }
-            result.withLockedValue { $0 = outcome }
-            done.signal()
-        }
-        done.wait()
-        return try result.withLockedValue { $0! }.get()
+        let promise = MultiThreadedEventLoopGroup.singleton.any().makePromise(of: Value.self)
+        promise.completeWithTask(work)
+        return try promise.futureResult.wait()
     }
 }
 
