@@ -13,10 +13,16 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 
-/// `camrig-bench soak`: hosts in network namespaces run through repeated photos and recordings while
-/// faults are injected (agent kill -9 and restart, link cuts, 5% loss on some links, clock steps), then
-/// every result is accounted for: delivered once, or reported lost with a reason. Memory of the
-/// coordinator and the agents is sampled over the run.
+/// `camrig-bench soak`: hosts in network namespaces run through repeated photos, streamed recordings and
+/// on-host recordings while faults are injected (agent kill -9 and restart, link cuts, 5% loss on some
+/// links, clock steps; for on-host recordings also the coordinator killed with SIGKILL while recording or
+/// offloading, and the S3 store stopped while offloading), then every result is accounted for: delivered
+/// once, or reported lost with a reason; nothing left on the hosts, no multipart upload left open. Memory
+/// of the coordinator and the agents is sampled over the run.
+///
+/// On-host recordings are made as a user makes them: `camrig record` in a process of its own, offloading
+/// to a folder or to the store (OpenStack Swift's s3api, `scripts/object-store`) in turn, and finished
+/// after a failure with `camrig captures recover`.
 struct SoakBenchmark: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "soak",
@@ -44,6 +50,15 @@ struct SoakBenchmark: AsyncParsableCommand {
 
     @Option(name: .long, help: "Seconds per recording.")
     var recordSeconds = 3.0
+
+    @Option(name: .long, help: "Every Nth capture is an on-host recording made by `camrig record` (0: none); it takes the turn of a photo or streamed recording.")
+    var hostRecordEvery = 5
+
+    @Option(name: .long, help: "Seconds per on-host recording.")
+    var hostRecordSeconds = 3.0
+
+    @Flag(name: .long, help: "Keep the hosts' folder (captures, the store's objects, the agents' spools and logs) for inspection.")
+    var keep = false
 
     @Option(name: .long, help: "Seed of the fault schedule and the links.")
     var seed: UInt64 = 1
@@ -92,6 +107,8 @@ struct SoakBenchmark: AsyncParsableCommand {
         var recordingFramesLost = 0
         var roundsSkipped: Int
         var skipReasons: [String: Int]
+        /// Streamed recordings with frames unaccounted for, and each camera's delivered/expected.
+        var recordingsWithUnaccountedFrames: [String] = []
     }
 
     struct Result: BenchResult {
@@ -103,6 +120,7 @@ struct SoakBenchmark: AsyncParsableCommand {
         var loss: Double
         var faults: [Fault]
         var accounting: Accounting
+        var hostRecordings: HostRecordingAccounting
         var memory: [MemorySample]
 
         var text: String {
@@ -121,6 +139,8 @@ struct SoakBenchmark: AsyncParsableCommand {
             lines.append("recording frames: \(a.recordingFramesDelivered) delivered, \(a.recordingFramesReportedDropped) reported dropped, \(a.recordingFramesLost) lost with their stream (reason in the manifest); \(a.incompleteRecordings) of \(a.recordings) recordings incomplete")
             if !a.spoolsUnchecked.isEmpty { lines.append("SPOOLS NOT CHECKED (agents unreachable at the end): \(a.spoolsUnchecked.joined(separator: ", "))") }
             for (reason, count) in a.lostReasons.sorted(by: { $0.value > $1.value }) { lines.append("  lost \(count)× \(reason)") }
+            for line in a.recordingsWithUnaccountedFrames { lines.append("  frames unaccounted in \(line)") }
+            lines += hostRecordings.text
             if a.roundsSkipped > 0 {
                 lines.append("rounds skipped (no session could be committed): \(a.roundsSkipped)")
                 for (reason, count) in a.skipReasons.sorted(by: { $0.value > $1.value }) { lines.append("  \(count)× \(reason)") }
@@ -135,8 +155,10 @@ struct SoakBenchmark: AsyncParsableCommand {
     }
 
     func validate() throws {
-        guard minutes > 0, (2...16).contains(agents), (0...agents).contains(lossHosts), faultEvery > 1, recordEvery >= 1 else {
-            throw ValidationError("--minutes > 0, --agents 2…16, --loss-hosts ≤ --agents, --fault-every > 1, --record-every ≥ 1")
+        guard minutes > 0, (2...16).contains(agents), (0...agents).contains(lossHosts), faultEvery > 1, recordEvery >= 1,
+            hostRecordEvery >= 0, hostRecordSeconds > 0
+        else {
+            throw ValidationError("--minutes > 0, --agents 2…16, --loss-hosts ≤ --agents, --fault-every > 1, --record-every ≥ 1, --host-record-every ≥ 0, --host-record-seconds > 0")
         }
     }
 
@@ -150,7 +172,14 @@ struct SoakBenchmark: AsyncParsableCommand {
                 conditions: .lan(delay: .microseconds(250), jitter: .microseconds(50), loss: index < lossHosts ? loss : 0))
         }
         options.say("starting \(agents) hosts in namespaces")
-        let rig = try await NetworkedRig.start(agents: specs, agentExecutable: try LocalAgentProcess.executable(), seed: seed)
+        var kept: URL?
+        if keep {
+            let folder = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-soak-rig-\(getpid())")
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            options.say("keeping the hosts' folder: \(folder.path)")
+            kept = folder
+        }
+        let rig = try await NetworkedRig.start(agents: specs, agentExecutable: try LocalAgentProcess.executable(), seed: seed, work: kept)
         defer { rig.shutdown() }
         var timing = RemoteAgent.Timing()
         timing.probeInterval = .milliseconds(200)
@@ -161,6 +190,24 @@ struct SoakBenchmark: AsyncParsableCommand {
         guard notReady.isEmpty else { throw CommandFailure("agents not ready: \(notReady.map(\.name).joined(separator: ", "))\n\(rig.logs())") }
         let store = try CaptureStore(root: rig.work.appendingPathComponent("captures"))
         let collector = MissingResultCollector(pool: pool, sink: store, logger: logger)
+        guard let camrig = Programs.find("camrig", override: "CAMRIG") else {
+            throw CommandFailure("cannot find camrig next to this program or on PATH; build it (`swift build --product camrig`) or set CAMRIG")
+        }
+        options.say("starting the S3 store (scripts/object-store)")
+        let objectStore = try await SoakObjectStore.start(in: rig.work.appendingPathComponent("store"), for: rig)
+        defer { objectStore.shutdown() }
+        let logs = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-soak-\(getpid())")
+        try FileManager.default.createDirectory(at: logs, withIntermediateDirectories: true)
+        options.say("camrig commands' output in \(logs.path)")
+        let driver = HostRecordingDriver(
+            camrig: camrig.path,
+            rigArguments: rig.endpoints.flatMap { ["--agent", "\($0.host):\($0.port)"] } + ["--tls-dir", rig.tls.path, "--identity", "coordinator"],
+            folder: rig.work.appendingPathComponent("host-recordings"), state: rig.work.appendingPathComponent("state"), store: objectStore, logs: logs,
+            hostFolders: rig.members.map { rig.work.appendingPathComponent("spool-\($0.name)/recordings") }, seconds: hostRecordSeconds, fps: 15,
+            say: options.say)
+        var hostRuns: [HostRecordingRun] = []
+        var hostFaults: [Fault] = []
+        var hostRandom = SeededRandom(seed: seed &* 104_729)
 
         let start = ContinuousClock.now
         let deadline = start + .seconds(minutes * 60)
@@ -187,6 +234,20 @@ struct SoakBenchmark: AsyncParsableCommand {
         var collectedLater = 0
         while ContinuousClock.now < deadline {
             round += 1
+            if hostRecordEvery > 0, round % hostRecordEvery == 0 {
+                let plan = HostRecordingPlan.plan(hostRuns.count)
+                let at = (ContinuousClock.now - start).seconds
+                let run = await driver.run(plan, index: hostRuns.count, random: &hostRandom)
+                hostRuns.append(run)
+                if run.coordinatorKilled || run.outageSeconds != nil {
+                    hostFaults.append(.init(kind: plan.fault.rawValue, agent: run.captureID ?? "-", atSeconds: at, forSeconds: run.outageSeconds ?? 0))
+                }
+                options.say(
+                    "  on-host recording \(hostRuns.count) to the \(plan.destination.rawValue) (\(plan.fault.rawValue)): \(run.captureID ?? "not started") \(run.command)"
+                        + (run.settled ? "" : ", not settled yet"))
+                try await Task.sleep(for: .milliseconds(500))
+                continue
+            }
             let recording = round % recordEvery == 0
             let capture = Task { () -> String? in
                 do {
@@ -232,6 +293,8 @@ struct SoakBenchmark: AsyncParsableCommand {
             if report.waiting == 0 { break }
             try await Task.sleep(for: .seconds(2))
         }
+        options.say("settling the on-host recordings (camrig captures recover) and reading them back")
+        let hostRecordings = try await settleAndAudit(driver: driver, runs: hostRuns, store: objectStore)
         sampler.cancel()
         let memory = await sampler.value
         var accounting = try await account(store: store, pool: pool)
@@ -243,8 +306,35 @@ struct SoakBenchmark: AsyncParsableCommand {
         await pool.stop()
         try options.emit(
             Result(
-                machine: .current, agents: agents, minutes: minutes, lossHosts: lossHosts, loss: loss, faults: faultLog, accounting: accounting,
-                memory: memory))
+                machine: .current, agents: agents, minutes: minutes, lossHosts: lossHosts, loss: loss, faults: faultLog + hostFaults,
+                accounting: accounting, hostRecordings: hostRecordings, memory: memory))
+    }
+
+    /// Every on-host recording finished with `camrig captures recover` (each destination, until it says
+    /// nothing is left on the hosts, or three minutes), then read back from its destination; what the
+    /// hosts and the store still hold is counted.
+    func settleAndAudit(driver: HostRecordingDriver, runs: [HostRecordingRun], store: SoakObjectStore) async throws -> HostRecordingAccounting {
+        var finalRuns = 0
+        for destination in [HostRecordingDestination.folder, .store] {
+            var sweep = HostRecordingRun(destination: destination, fault: .none, command: "recover")
+            await driver.settle(destination, within: .seconds(180), run: &sweep)
+            finalRuns += sweep.recoverRuns
+            if !sweep.settled { options.say("  \(destination.rawValue): recover still reports files on the hosts: \(sweep.recoverError ?? "")") }
+        }
+        let client = try store.client()
+        defer { Task { await client.shutdown() } }
+        let faults = Dictionary(runs.compactMap { run in run.captureID.map { ($0, run.fault) } }, uniquingKeysWith: { first, _ in first })
+        var audits: [HostRecordingAudit] = []
+        for destination in [HostRecordingDestination.folder, .store] {
+            for id in await SoakCaptures.ids(destination, folder: driver.folder, store: store).sorted() {
+                guard let manifest = await SoakCaptures.manifest(id, destination: destination, folder: driver.folder, store: store) else { continue }
+                let delivered = await SoakCaptures.delivered(id, destination: destination, folder: driver.folder, client: client)
+                audits.append(HostRecordingAudit(manifest, destination: destination, fault: faults[id], delivered: delivered))
+            }
+        }
+        let leftOnHosts = driver.hostFolders.map(HostRecordingDriver.entries(under:)).reduce(0, +)
+        let uploads = try await client.listMultipartUploads(prefix: SoakObjectStore.prefix + "/")
+        return HostRecordingAccounting(runs: runs, audits: audits, leftOnHosts: leftOnHosts, multipartUploadsLeft: uploads.count, finalRecoverRuns: finalRuns)
     }
 
     /// `task`'s value, or "hung" when it has not ended after `timeout` (the task is left running).
@@ -303,6 +393,15 @@ struct SoakBenchmark: AsyncParsableCommand {
                 for item in store.journal(in: folder) { seen["\(item.agent)/\(item.resultId)", default: 0] += 1 }
             } else {
                 a.recordings += 1
+                let unaccountedBefore = a.unaccounted
+                defer {
+                    if a.unaccounted > unaccountedBefore {
+                        let cameras = manifest.cameras.map { camera in
+                            "\(camera.agent): \(manifest.sets.flatMap(\.frames).filter { $0.camera == camera.index }.count)+\(manifest.unmatched.filter { $0.camera == camera.index }.count) unmatched"
+                        }
+                        a.recordingsWithUnaccountedFrames.append("\(manifest.id) (\(a.unaccounted - unaccountedBefore), \(manifest.state?.rawValue ?? "?")): " + cameras.joined(separator: ", "))
+                    }
+                }
                 if manifest.state != .complete { a.incompleteRecordings += 1 }
                 if manifest.state == .inProgress { a.unaccounted += 1 }
                 let frames = manifest.sets.flatMap(\.frames) + manifest.unmatched
