@@ -41,7 +41,7 @@ struct CapturePlanTests {
         #expect(cutOffs.framePeriod == 33_333_333)
         #expect(cutOffs.stopAt == plan.fireAt + 2_000_000_000)
         #expect(cutOffs.lastExposure == cutOffs.stopAt - 16_666_666)
-        #expect(cutOffs.stopStreamsAt == cutOffs.stopAt + 33_333_333 + 20_000_000)
+        #expect(cutOffs.stopStreamsAt == cutOffs.stopAt + 33_333_333 + 200_000_000)
         #expect(cutOffs.duration == .seconds(2))
     }
 

@@ -52,8 +52,10 @@ public struct CapturePlan: Sendable, Hashable {
     static let minimumLead: Int64 = 50_000_000
     /// What a round trip is taken to be before any was measured.
     static let unmeasuredRoundTrip: Int64 = 1_000_000
-    /// How long after the last frame's readout the streams are stopped.
-    static let deliveryMargin: Int64 = 20_000_000
+    /// How long after the last frame's readout the streams are stopped: room for a busy host to deliver
+    /// it (a stop that arrives first cuts a frame of the span; frames exposed after the end are counted
+    /// and left out, so a late stop costs only time).
+    static let deliveryMargin: Int64 = 200_000_000
 
     /// Time allowed per agent for the triggers to go out and be taken in, before a fan-out was
     /// measured. The coordinator writes a trigger in about 15 µs of CPU; an agent on its own host takes
