@@ -372,7 +372,9 @@ public struct CaptureManifest: Codable, Sendable, Equatable {
         /// without a frame (`gap` rows), not counting `lost` ones.
         public var framesDropped: Int
         /// For an on-host recording cut short: grid instants whose frame never reached the host's disk, or
-        /// that the host never reached (`lost` rows of its frame table). Absent when none were.
+        /// that the host never reached (`lost` rows of its frame table). For a streamed recording: frames
+        /// of its span the camera's stream neither delivered nor reported dropped (it began late or ended
+        /// early; `error` says which). Absent when none were.
         public var framesLost: Int?
         public var framesUnmatched: Int
         /// Frames delivered but exposed after the recording's end, so left out of it (not stored).

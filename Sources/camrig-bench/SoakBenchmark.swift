@@ -213,6 +213,8 @@ struct SoakBenchmark: AsyncParsableCommand {
         let deadline = start + .seconds(minutes * 60)
         let pids = NIOLockedValueBox(rig.members.map { $0.process.process.processIdentifier })
         let injector = FaultInjector(rig: rig, seed: seed, meanInterval: faultEvery, start: start, pids: pids, say: options.say)
+        // The faults and the memory samples run beside the capture loop for the whole soak, each until the
+        // deadline; both are awaited below (the sampler cancelled first), so neither outlives the run.
         let faults = Task { await injector.run(until: deadline) }
         let sampler = Task { () -> [MemorySample] in
             var samples: [MemorySample] = []
@@ -321,23 +323,26 @@ struct SoakBenchmark: AsyncParsableCommand {
             finalRuns += sweep.recoverRuns
             if !sweep.settled { options.say("  \(destination.rawValue): recover still reports files on the hosts: \(sweep.recoverError ?? "")") }
         }
-        let client = try store.client()
-        defer { Task { await client.shutdown() } }
         let faults = Dictionary(runs.compactMap { run in run.captureID.map { ($0, run.fault) } }, uniquingKeysWith: { first, _ in first })
-        var audits: [HostRecordingAudit] = []
-        for destination in [HostRecordingDestination.folder, .store] {
-            for id in await SoakCaptures.ids(destination, folder: driver.folder, store: store).sorted() {
-                guard let manifest = await SoakCaptures.manifest(id, destination: destination, folder: driver.folder, store: store) else { continue }
-                let delivered = await SoakCaptures.delivered(id, destination: destination, folder: driver.folder, client: client)
-                audits.append(HostRecordingAudit(manifest, destination: destination, fault: faults[id], delivered: delivered))
+        let (audits, uploadsLeft) = try await store.withClient { client in
+            var audits: [HostRecordingAudit] = []
+            for destination in [HostRecordingDestination.folder, .store] {
+                for id in await SoakCaptures.ids(destination, folder: driver.folder, store: store).sorted() {
+                    guard let manifest = await SoakCaptures.manifest(id, destination: destination, folder: driver.folder, store: store) else { continue }
+                    let delivered = await SoakCaptures.delivered(id, destination: destination, folder: driver.folder, client: client)
+                    audits.append(HostRecordingAudit(manifest, destination: destination, fault: faults[id], delivered: delivered))
+                }
             }
+            return (audits, try await client.listMultipartUploads(prefix: SoakObjectStore.prefix + "/").count)
         }
         let leftOnHosts = driver.hostFolders.map(HostRecordingDriver.entries(under:)).reduce(0, +)
-        let uploads = try await client.listMultipartUploads(prefix: SoakObjectStore.prefix + "/")
-        return HostRecordingAccounting(runs: runs, audits: audits, leftOnHosts: leftOnHosts, multipartUploadsLeft: uploads.count, finalRecoverRuns: finalRuns)
+        return HostRecordingAccounting(runs: runs, audits: audits, leftOnHosts: leftOnHosts, multipartUploadsLeft: uploadsLeft, finalRecoverRuns: finalRuns)
     }
 
     /// `task`'s value, or "hung" when it has not ended after `timeout` (the task is left running).
+    ///
+    /// Not a task group: a group waits for all its children, and a hung capture must be left behind, not
+    /// waited for. The two racing Tasks end on their own (the sleeper after `timeout`, the other with `task`).
     static func first(of task: Task<String?, Never>, orAfter timeout: Duration) async -> String? {
         let box = NIOLockedValueBox<CheckedContinuation<String?, Never>?>(nil)
         return await withCheckedContinuation { continuation in

@@ -13,9 +13,8 @@ enum SoakCaptures {
             let names = (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []
             return Set(names.filter { FileManager.default.fileExists(atPath: folder.appendingPathComponent("\($0)/manifest.json").path) })
         case .store:
-            guard let client = try? store.client() else { return [] }
-            defer { Task { await client.shutdown() } }
-            let keys = ((try? await client.list(prefix: SoakObjectStore.prefix + "/")) ?? []).map(\.key)
+            let listed = try? await store.withClient { client in try await client.list(prefix: SoakObjectStore.prefix + "/") }
+            let keys = (listed ?? []).map(\.key)
             return Set(keys.filter { $0.hasSuffix("/manifest.json") }.compactMap { $0.split(separator: "/").dropFirst().first.map(String.init) })
         }
     }
@@ -28,9 +27,8 @@ enum SoakCaptures {
             guard let data = try? Data(contentsOf: folder.appendingPathComponent("\(id)/manifest.json")) else { return nil }
             bytes = data
         case .store:
-            guard let client = try? store.client() else { return nil }
-            defer { Task { await client.shutdown() } }
-            guard let buffer = try? await client.get("\(SoakObjectStore.prefix)/\(id)/manifest.json") else { return nil }
+            let read = try? await store.withClient { client in try await client.get("\(SoakObjectStore.prefix)/\(id)/manifest.json") }
+            guard let buffer = read else { return nil }
             bytes = Data(buffer.readableBytesView)
         }
         let decoder = JSONDecoder()
@@ -64,14 +62,8 @@ enum SoakCaptures {
     }
 }
 
-/// One on-host recording read back: every camera's grid instants delivered (a frame in a file at the
-/// destination), reported as a gap or lost (the frame table says so, the track says why), or neither.
-struct HostRecordingAudit: Encodable, Sendable {
-    var id: String
-    var destination: HostRecordingDestination
-    var fault: HostRecordingFault?
-    var state: String
-    var cameras: Int
+/// Frames and files of on-host recordings, delivered or reported: one recording's, or the soak's sum.
+struct AuditCounts: Encodable, Sendable {
     /// Grid instants × cameras.
     var framesExpected = 0
     /// Frames in files that are at the destination, whole (size as their host recorded).
@@ -89,11 +81,39 @@ struct HostRecordingAudit: Encodable, Sendable {
     var framesUnaccounted = 0
     var duplicates = 0
     var files = 0
+    /// Files the capture still lists as on their hosts: must be 0 once settled.
     var filesOnHosts = 0
     /// Listed as offloaded, yet not at the destination with its size: must be 0.
     var filesMissing = 0
     var filesLost = 0
     var reasons: [String: Int] = [:]
+
+    mutating func add(_ other: AuditCounts) {
+        framesExpected += other.framesExpected
+        framesDelivered += other.framesDelivered
+        framesInGaps += other.framesInGaps
+        framesLost += other.framesLost
+        framesInLostFiles += other.framesInLostFiles
+        framesNotDelivered += other.framesNotDelivered
+        framesUnaccounted += other.framesUnaccounted
+        duplicates += other.duplicates
+        files += other.files
+        filesOnHosts += other.filesOnHosts
+        filesMissing += other.filesMissing
+        filesLost += other.filesLost
+        reasons.merge(other.reasons, uniquingKeysWith: +)
+    }
+}
+
+/// One on-host recording read back: every camera's grid instants delivered (a frame in a file at the
+/// destination), reported as a gap or lost (the frame table says so, the track says why), or neither.
+struct HostRecordingAudit: Encodable, Sendable {
+    var id: String
+    var destination: HostRecordingDestination
+    var fault: HostRecordingFault?
+    var state: String
+    var cameras: Int
+    var tally = AuditCounts()
 
     init(_ manifest: CaptureManifest, destination: HostRecordingDestination, fault: HostRecordingFault?, delivered: [String: UInt64]) {
         id = manifest.id
@@ -104,41 +124,41 @@ struct HostRecordingAudit: Encodable, Sendable {
         cameras = recording?.tracks.count ?? 0
         let grid = recording?.gridCount ?? 0
         for track in recording?.tracks ?? [] {
-            framesExpected += grid
-            files += track.files.count
+            tally.framesExpected += grid
+            tally.files += track.files.count
             var absent = 0
             var lostFiles = 0
             for file in track.files {
                 if let lost = file.lost {
                     lostFiles += 1
-                    reasons["file lost: " + SoakBenchmark.reasonClass(lost), default: 0] += 1
+                    tally.reasons["file lost: " + SoakBenchmark.reasonClass(lost), default: 0] += 1
                 } else if !file.offloaded {
-                    filesOnHosts += 1
+                    tally.filesOnHosts += 1
                     absent += 1
                 } else if delivered[file.name] != file.size {
-                    filesMissing += 1
+                    tally.filesMissing += 1
                     absent += 1
                 }
             }
-            filesLost += lostFiles
+            tally.filesLost += lostFiles
             let lost = track.lost ?? 0
-            framesInGaps += track.gaps
-            framesLost += lost
-            duplicates += track.duplicates
+            tally.framesInGaps += track.gaps
+            tally.framesLost += lost
+            tally.duplicates += track.duplicates
             if lost > 0 || track.state != .complete {
-                reasons["\(track.state): " + SoakBenchmark.reasonClass(track.error ?? "no reason given"), default: 0] += max(lost, 1)
+                tally.reasons["\(track.state): " + SoakBenchmark.reasonClass(track.error ?? "no reason given"), default: 0] += max(lost, 1)
             }
             let reported = track.frames + track.gaps + lost
             if absent > 0 {
                 // A file neither here nor reported lost: none of the track's frames counts as delivered.
-                framesNotDelivered += track.frames
-                framesUnaccounted += track.frames + max(0, grid - reported)
+                tally.framesNotDelivered += track.frames
+                tally.framesUnaccounted += track.frames + max(0, grid - reported)
             } else if lostFiles > 0 {
-                framesInLostFiles += track.frames
-                framesUnaccounted += max(0, grid - reported)
+                tally.framesInLostFiles += track.frames
+                tally.framesUnaccounted += max(0, grid - reported)
             } else {
-                framesDelivered += track.frames
-                framesUnaccounted += max(0, grid - reported)
+                tally.framesDelivered += track.frames
+                tally.framesUnaccounted += max(0, grid - reported)
             }
         }
     }

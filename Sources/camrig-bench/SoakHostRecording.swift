@@ -110,6 +110,8 @@ struct HostRecordingDriver: Sendable {
         }
         let killAfter = Double.random(in: 0.3...max(0.4, seconds * 0.8), using: &random)
         let outage = Double.random(in: 3...6, using: &random)
+        // The fault strikes while this function waits for the child: it runs beside it and is awaited
+        // (never left behind) before the run is accounted.
         let fault = Task { () -> (killed: Bool, outage: Double?) in
             guard plan.fault != .none, await recordingStarted(besides: heldBefore, within: .seconds(40)) else { return (false, nil) }
             switch plan.fault {
@@ -233,6 +235,7 @@ struct HostRecordingDriver: Sendable {
 
     /// The child's end; killed with SIGKILL (and reported hung) when it has not ended after `timeout`.
     static func exit(of child: ChildProcess, within timeout: Duration) async -> (ChildProcess.Termination, hung: Bool) {
+        // Beside the wait for the child's exit, which cannot be cancelled; cancelled and awaited once it ends.
         let watchdog = Task { () -> Bool in
             try await Task.sleep(for: timeout)
             child.send(SIGKILL)

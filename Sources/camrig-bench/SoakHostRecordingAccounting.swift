@@ -21,25 +21,12 @@ struct HostRecordingAccounting: Encodable, Sendable {
     var settledOnlyAtTheEnd = 0
     /// `camrig record` runs that had not ended three minutes after their recording should have.
     var hung = 0
-    var framesExpected = 0
-    var framesDelivered = 0
-    var framesInGaps = 0
-    var framesLost = 0
-    var framesInLostFiles = 0
-    /// Must be 0.
-    var framesUnaccounted = 0
-    var duplicates = 0
-    var files = 0
-    /// Listed as offloaded but not at the destination whole: must be 0.
-    var filesMissing = 0
-    var filesLost = 0
-    /// Files the captures still list as on their hosts at the end: must be 0.
-    var filesListedOnHosts = 0
+    /// Every recording's frames and files, summed.
+    var total = AuditCounts()
     /// Files and folders in the agents' recordings folders at the end: must be 0.
     var leftOnHosts = 0
     /// Multipart uploads begun and neither completed nor aborted in the store at the end: must be 0.
     var multipartUploadsLeft = 0
-    var lostReasons: [String: Int] = [:]
     var lastRecoverErrors: [String] = []
     /// Each recording: frames delivered against those expected.
     var recordings: [HostRecordingAudit] = []
@@ -65,18 +52,7 @@ struct HostRecordingAccounting: Encodable, Sendable {
         recoverRuns += finalRecoverRuns
         for audit in audits {
             if audit.destination == .folder { recordingsToFolder += 1 } else { recordingsToStore += 1 }
-            framesExpected += audit.framesExpected
-            framesDelivered += audit.framesDelivered
-            framesInGaps += audit.framesInGaps
-            framesLost += audit.framesLost
-            framesInLostFiles += audit.framesInLostFiles
-            framesUnaccounted += audit.framesUnaccounted
-            duplicates += audit.duplicates
-            files += audit.files
-            filesMissing += audit.filesMissing
-            filesLost += audit.filesLost
-            filesListedOnHosts += audit.filesOnHosts
-            lostReasons.merge(audit.reasons, uniquingKeysWith: +)
+            total.add(audit.tally)
         }
         self.leftOnHosts = leftOnHosts
         self.multipartUploadsLeft = multipartUploadsLeft
@@ -90,19 +66,19 @@ struct HostRecordingAccounting: Encodable, Sendable {
                 + "\(recoverRuns) `captures recover` runs, \(settledOnlyAtTheEnd) recordings settled only at the end, \(hung) hung",
             table(
                 ["FRAMES EXPECTED", "DELIVERED", "IN GAPS", "LOST (REPORTED)", "IN LOST FILES", "UNACCOUNTED", "DUPLICATES"],
-                [["\(framesExpected)", "\(framesDelivered)", "\(framesInGaps)", "\(framesLost)", "\(framesInLostFiles)", "\(framesUnaccounted)", "\(duplicates)"]]),
+                [["\(total.framesExpected)", "\(total.framesDelivered)", "\(total.framesInGaps)", "\(total.framesLost)", "\(total.framesInLostFiles)", "\(total.framesUnaccounted)", "\(total.duplicates)"]]),
             table(
                 ["FILES", "MISSING", "LOST (REPORTED)", "LISTED ON HOSTS", "LEFT ON HOSTS", "MULTIPART UPLOADS LEFT"],
-                [["\(files)", "\(filesMissing)", "\(filesLost)", "\(filesListedOnHosts)", "\(leftOnHosts)", "\(multipartUploadsLeft)"]]),
+                [["\(total.files)", "\(total.filesMissing)", "\(total.filesLost)", "\(total.filesOnHosts)", "\(leftOnHosts)", "\(multipartUploadsLeft)"]]),
         ]
-        let short = recordings.filter { $0.framesDelivered != $0.framesExpected }
+        let short = recordings.filter { $0.tally.framesDelivered != $0.tally.framesExpected }
         lines.append("recordings with every frame delivered: \(recordings.count - short.count) of \(recordings.count); the others (delivered/expected):")
         for audit in short {
             lines.append(
-                "  \(audit.id) (\(audit.destination.rawValue), \(audit.fault?.rawValue ?? "?")): \(audit.framesDelivered)/\(audit.framesExpected), "
-                    + "\(audit.framesInGaps) in gaps, \(audit.framesLost) lost, \(audit.framesUnaccounted) unaccounted; \(audit.state)")
+                "  \(audit.id) (\(audit.destination.rawValue), \(audit.fault?.rawValue ?? "?")): \(audit.tally.framesDelivered)/\(audit.tally.framesExpected), "
+                    + "\(audit.tally.framesInGaps) in gaps, \(audit.tally.framesLost) lost, \(audit.tally.framesUnaccounted) unaccounted; \(audit.state)")
         }
-        for (reason, count) in lostReasons.sorted(by: { $0.value > $1.value }) { lines.append("  \(count)× \(reason)") }
+        for (reason, count) in total.reasons.sorted(by: { $0.value > $1.value }) { lines.append("  \(count)× \(reason)") }
         for (reason, count) in notStartedReasons.sorted(by: { $0.value > $1.value }) { lines.append("  not started \(count)×: \(reason)") }
         for error in Set(lastRecoverErrors).sorted() { lines.append("  recover failed once: \(error)") }
         return lines

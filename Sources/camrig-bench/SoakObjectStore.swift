@@ -45,9 +45,7 @@ final class SoakObjectStore: Sendable {
             listenHost: gateway, listenPort: port, target: try SocketAddress(ipAddress: "127.0.0.1", port: port), conditions: PathConditions(), seed: 0,
             group: rig.relayGroup)
         let store = SoakObjectStore(directory: directory, localEnvironment: environment, sharedEndpoint: "http://\(gateway):\(port)", relay: relay)
-        let client = try store.client()
-        defer { Task { await client.shutdown() } }
-        try? await client.createBucket()
+        try await store.withClient { client in try? await client.createBucket() }
         return store
     }
 
@@ -59,9 +57,18 @@ final class SoakObjectStore: Sendable {
         return environment
     }
 
-    /// A client of the store on loopback, for the soak's own checks.
-    func client() throws -> S3Client {
-        try S3Client(try ObjectStoreLocation.parse("s3://\(Self.bucket)/\(Self.prefix)", environment: localEnvironment))
+    /// `body` given a client of the store on loopback, for the soak's own checks; the client is shut down
+    /// before this returns, whether `body` throws or not.
+    func withClient<Value>(_ body: (S3Client) async throws -> Value) async throws -> Value {
+        let client = try S3Client(try ObjectStoreLocation.parse("s3://\(Self.bucket)/\(Self.prefix)", environment: localEnvironment))
+        do {
+            let value = try await body(client)
+            await client.shutdown()
+            return value
+        } catch {
+            await client.shutdown()
+            throw error
+        }
     }
 
     /// An outage: every process of the store stopped (its objects stay).

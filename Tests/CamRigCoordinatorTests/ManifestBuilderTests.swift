@@ -96,7 +96,7 @@ struct ManifestBuilderTests {
             unmatched: [(frame: stray, reason: "no partner")],
             streams: [
                 .init(delivered: 3, dropped: 0, afterEnd: 1),
-                .init(delivered: 3, dropped: 2, afterEnd: 0, failure: "stream ended early"),
+                .init(delivered: 3, dropped: 2, afterEnd: 0, missing: 4, failure: "stream ended early"),
             ]
         )
         #expect(manifest.kind == "recording")
@@ -112,6 +112,7 @@ struct ManifestBuilderTests {
         #expect(manifest.cameras.map(\.framesDropped) == [0, 2])
         #expect(manifest.cameras.map(\.framesUnmatched) == [0, 1])
         #expect(manifest.cameras.map(\.framesAfterEnd) == [1, 0])
+        #expect(manifest.cameras.map(\.framesLost) == [nil, 4])
         #expect(manifest.cameras[1].error == "stream ended early" && manifest.cameras[0].error == nil)
         #expect(manifest.summary.framesDelivered == 6)
         #expect(manifest.summary.droppedFrames == 2)

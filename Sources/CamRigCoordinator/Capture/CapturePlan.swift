@@ -38,6 +38,16 @@ public struct CapturePlan: Sendable, Hashable {
 
         /// Whether a frame exposed at `timestamp` (coordinator clock) falls after the recording.
         public func isAfterEnd(exposedAt timestamp: Int64) -> Bool { timestamp >= lastExposure }
+
+        /// T, the recording's first instant.
+        public var start: Int64 { stopAt - duration.nanoseconds }
+
+        /// The frames a camera exposes in the recording: one at T and every period after it, before
+        /// `lastExposure`.
+        public var framesPerCamera: Int {
+            let span = lastExposure - start
+            return span <= 0 || framePeriod <= 0 ? 0 : Int((span - 1) / framePeriod) + 1
+        }
     }
 
     public init(plannedAt: Int64, lead: Duration, recording: Recording? = nil) {

@@ -64,13 +64,17 @@ public struct ManifestBuilder: Sendable {
         public var dropped = 0
         /// Frames delivered but exposed after the recording's end (not stored).
         public var afterEnd = 0
-        /// Why the stream ended early, if it did.
+        /// Frames of the recording's span the stream neither delivered nor reported dropped: it began
+        /// late or ended early.
+        public var missing = 0
+        /// Why the stream ended early, or fell short, if it did.
         public var failure: String?
 
-        public init(delivered: Int = 0, dropped: Int = 0, afterEnd: Int = 0, failure: String? = nil) {
+        public init(delivered: Int = 0, dropped: Int = 0, afterEnd: Int = 0, missing: Int = 0, failure: String? = nil) {
             self.delivered = delivered
             self.dropped = dropped
             self.afterEnd = afterEnd
+            self.missing = missing
             self.failure = failure
         }
     }
@@ -137,6 +141,7 @@ public struct ManifestBuilder: Sendable {
             cameras[index].framesDropped = counts.dropped
             cameras[index].framesUnmatched = manifestUnmatched.filter { $0.camera == index }.count
             cameras[index].framesAfterEnd = counts.afterEnd
+            cameras[index].framesLost = counts.missing > 0 ? counts.missing : nil
             cameras[index].error = counts.failure
         }
         return CaptureManifest(

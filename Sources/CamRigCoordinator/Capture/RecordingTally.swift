@@ -19,6 +19,8 @@ struct RecordingTally<Payload: Sendable>: Sendable {
     private(set) var sets: [SyncSet<Payload>] = []
     private(set) var unmatched: [(frame: SyncFrame<Payload>, reason: String)] = []
     private(set) var streams: [ManifestBuilder.StreamCounts]
+    /// Each camera's first and last frame within the recording (coordinator clock).
+    private var spans: [(first: Int64, last: Int64)?]
 
     /// - Parameter grid: the rig's frame grid when the cameras are phase-locked: sets are then matched by
     ///   grid index.
@@ -26,6 +28,7 @@ struct RecordingTally<Payload: Sendable>: Sendable {
         matcher = SyncSetMatcher(
             configuration: .init(cameraCount: cameraCount, framePeriod: framePeriod, closeAfter: closeSetsAfter, grid: grid))
         streams = Array(repeating: ManifestBuilder.StreamCounts(), count: cameraCount)
+        spans = Array(repeating: nil, count: cameraCount)
     }
 
     /// Frames delivered so far, per camera.
@@ -35,6 +38,8 @@ struct RecordingTally<Payload: Sendable>: Sendable {
         switch event {
         case .frame(let frame):
             streams[frame.camera].delivered += 1
+            let span = spans[frame.camera]
+            spans[frame.camera] = (min(span?.first ?? frame.timestamp, frame.timestamp), max(span?.last ?? frame.timestamp, frame.timestamp))
             take(matcher.add(frame))
         case .dropped(let camera, let count):
             streams[camera].dropped += count
@@ -46,9 +51,36 @@ struct RecordingTally<Payload: Sendable>: Sendable {
         }
     }
 
-    /// Closes every set still open; call once every stream has ended.
-    mutating func finish() {
+    /// Closes every set still open and counts, per camera, the frames of `recording` it neither
+    /// delivered nor reported dropped; call once every stream has ended.
+    ///
+    /// A camera on the rig's grid (`onGrid`, by camera) owes every frame of the span (`framesPerCamera`);
+    /// a free-running one one fewer, as its phase may put its last frame past the end. What it owes beyond what it
+    /// delivered and reported dropped is missing, and said so: a stream that began late or ended early
+    /// without a word is a recording that fell short, never one that looks complete.
+    mutating func finish(_ recording: CapturePlan.Recording, onGrid: [Bool]) {
         take(matcher.finishAll())
+        for camera in streams.indices {
+            let locked = onGrid.indices.contains(camera) && onGrid[camera]
+            let owed = max(0, recording.framesPerCamera - (locked ? 0 : 1))
+            let missing = owed - streams[camera].delivered - streams[camera].dropped
+            guard missing > 0 else { continue }
+            streams[camera].missing = missing
+            guard streams[camera].failure == nil else { continue }
+            guard let span = spans[camera] else {
+                streams[camera].failure = "delivered none of the recording's \(recording.framesPerCamera) frames and reported none dropped"
+                continue
+            }
+            let late = Self.milliseconds(span.first - recording.start)
+            let early = Self.milliseconds(recording.lastExposure - recording.framePeriod / 2 - span.last)
+            streams[camera].failure =
+                "\(missing) of the recording's \(recording.framesPerCamera) frames neither delivered nor reported dropped: "
+                + "its first frame was exposed \(late) ms after the recording's start, its last \(early) ms before its last frame was due"
+        }
+    }
+
+    private static func milliseconds(_ nanoseconds: Int64) -> String {
+        String(format: "%.0f", Double(max(0, nanoseconds)) / 1e6)
     }
 
     /// Every frame's payload, in sets (in set order) then unmatched.

@@ -83,7 +83,10 @@ extension RigSession {
             }
         }
         await streaming
-        tally.finish()
+        let phases = await rig.phases()
+        tally.finish(cutOffs, onGrid: rig.inputs.indices.map { camera in
+            rig.grid != nil && phases.indices.contains(camera) && phases[camera].failure == nil && phases[camera].status.state == .locked
+        })
 
         let (delivered, setCount) = (tally.delivered, tally.sets.count)
         let files = await convert(
@@ -107,7 +110,7 @@ extension RigSession {
         let builder = rig.manifestBuilder(for: capture, estimates: estimates)
         var manifest = builder.recording(
             frameDuration: frameDuration, grid: rig.grid, sets: sets, unmatched: unmatched, streams: tally.streams)
-        manifest.record(phases: await rig.phases())
+        manifest.record(phases: phases)
         // A recording's frames are streamed, never kept by the agents: nothing of it can be collected
         // later. It is incomplete when a set lacks a frame or a camera's stream fell short.
         manifest.missing = []
