@@ -57,20 +57,34 @@ enum Baselines {
         return true
     }
 
-    /// Reads from `fd` until `total` bytes have arrived; returns the seconds from the first byte to the last.
-    static func drain(_ fd: Int32, total: Int) -> Double {
+    /// How long a baseline may take before it is given up as stalled.
+    static let deadline: Duration = .seconds(60)
+
+    /// Reads from `fd` until `total` bytes have arrived; returns the seconds from the first byte to the
+    /// last. Throws when the peer closes first, or when nothing arrives for `within` (the sender stalled).
+    static func drain(_ fd: Int32, total: Int, what: String, within: Duration = deadline) throws -> Double {
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         var received = 0
         var first: ContinuousClock.Instant?
+        let giveUp = ContinuousClock.now + within
         while received < total {
+            let left = giveUp - ContinuousClock.now
+            guard left > .zero else {
+                throw CommandFailure("\(what): \(received) of \(total) bytes arrived within \(within); the sender stalled")
+            }
+            var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let polled = poll(&ready, 1, Int32(max(1, min(left.seconds * 1000, 1000))))
+            if polled < 0 && errno == EINTR { continue }
+            if polled == 0 { continue }
             let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress!, $0.count) }
             if count < 0 && errno == EINTR { continue }
-            if count <= 0 { break }
+            if count <= 0 {
+                throw CommandFailure("\(what): the connection closed after \(received) of \(total) bytes")
+            }
             if first == nil { first = .now }
             received += count
         }
-        guard let first, received >= total else { return .nan }
-        return (ContinuousClock.now - first).seconds
+        return (ContinuousClock.now - (first ?? .now)).seconds
     }
 
     static func thread(_ body: @escaping @Sendable () -> Void) {
@@ -89,7 +103,7 @@ enum Baselines {
                 for _ in 0..<count where writeAll(sender, bytes) {}
             }
         }
-        let seconds = drain(receiver, total: frame.count * count)
+        let seconds = try drain(receiver, total: frame.count * count, what: "the raw TCP pair")
         return Double(frame.count * count) / seconds
     }
 
@@ -139,13 +153,20 @@ enum Baselines {
         let (probe, port) = try listen()
         close(probe)
         let serverOut = Pipe()
+        // The server's input held open for as long as it runs: at its end, s_server ends every session as
+        // it opens.
+        let serverIn = Pipe()
         let server = try ChildProcess.spawn(
             openssl,
             ["s_server", "-accept", "127.0.0.1:\(port)", "-cert", certificate, "-key", key, "-quiet", "-tls1_3", "-ciphersuites", "TLS_AES_128_GCM_SHA256"],
-            stdin: .null, stdout: .descriptor(serverOut.fileHandleForWriting.fileDescriptor), stderr: .null
+            stdin: .descriptor(serverIn.fileHandleForReading.fileDescriptor), stdout: .descriptor(serverOut.fileHandleForWriting.fileDescriptor), stderr: .null
         )
         try? serverOut.fileHandleForWriting.close()
-        defer { server.reapBlocking(grace: .zero) }
+        try? serverIn.fileHandleForReading.close()
+        defer {
+            server.reapBlocking(grace: .zero)
+            try? serverIn.fileHandleForWriting.close()
+        }
         // Wait for the server to listen (a probe connection it shrugs off).
         let deadline = ContinuousClock.now + .seconds(10)
         while (try? connect(port: port)).map({ close($0); return true }) == nil {
@@ -165,8 +186,7 @@ enum Baselines {
                 for _ in 0..<count where writeAll(input, bytes) {}
             }
         }
-        let seconds = drain(serverOut.fileHandleForReading.fileDescriptor, total: frame.count * count)
-        guard seconds.isFinite else { throw CommandFailure("the openssl pair stopped before all bytes arrived") }
+        let seconds = try drain(serverOut.fileHandleForReading.fileDescriptor, total: frame.count * count, what: "the openssl s_server/s_client pair")
         return Double(frame.count * count) / seconds
     }
 
