@@ -1,13 +1,20 @@
 # Shared by scripts/bootstrap, scripts/test and .ci/run. Source it; do not run it.
 
-# Debian packages CamRig builds and tests with.
-CAMRIG_PACKAGES=(
+# Debian packages CamRig builds with, and all that `camrig demo` needs (scripts/bootstrap installs these only).
+CAMRIG_BUILD_PACKAGES=(
     libv4l-dev        # V4L2 cameras through libv4l2
     zlib1g-dev        # PNG output of captured frames
     libturbojpeg0-dev # JPEG photos, encoded on the agent
-    libraw-bin        # LibRaw's raw-identify and dcraw_emu: the tests read CamRig's DNG files with them
     libsqlite3-dev    # the capture catalog (GRDB)
     libavformat-dev libavcodec-dev libswscale-dev libavutil-dev  # on-host recordings: Matroska files through FFmpeg's libraries
+    gcc libc6-dev pkg-config  # C headers and the system libraries' flags for the C targets
+    ca-certificates
+    git               # SwiftPM fetches the packages
+)
+
+# What the tests need besides (scripts/test installs both lists).
+CAMRIG_TEST_PACKAGES=(
+    libraw-bin        # LibRaw's raw-identify and dcraw_emu: the tests read CamRig's DNG files with them
     ffmpeg            # ffprobe and ffmpeg: the tests read the recorded files with FFmpeg's own tools
     v4l-utils         # v4l2-ctl, v4l2-compliance
     protobuf-compiler # protoc, to regenerate proto/ and for the interoperability test
@@ -15,14 +22,12 @@ CAMRIG_PACKAGES=(
     iproute2          # network namespaces for multi-host tests and camrig-bench sync
     chrony            # camrig-bench sync's baseline (run with -x: it never adjusts the clock)
     openssl           # camrig-bench throughput's TLS baseline (s_server/s_client)
-    gcc make libc6-dev pkg-config  # the emulated V4L2 device (Tests/V4L2Emulator) and libv4l2's flags
+    make              # the emulated V4L2 device (Tests/V4L2Emulator)
     chromium chromium-driver  # the web console's browser test (headless, driven by Selenium)
     dpkg-dev binutils lintian # scripts/package: dpkg-shlibdeps, dpkg-gencontrol, strip; lintian on the packages
     debootstrap systemd       # scripts/test-packages: a Debian 12 root to install them in; systemd-analyze verify
     swift swift-proxy swift-account swift-container swift-object  # scripts/object-store: OpenStack Swift with s3api, a real S3 API on loopback
     postgresql-15             # scripts/postgres: a PostgreSQL 15 server on loopback (no default cluster: see install_system_packages)
-    ca-certificates
-    git
 )
 
 # Python packages the tests use beyond Debian's, as PACKAGE:MODULE: Selenium drives Debian's
@@ -41,10 +46,10 @@ install_python_packages() {
     python3 -m pip install -q "${missing[@]}" 2>&1 | grep -v "WARNING: Running pip as the 'root' user" >&2 || true
 }
 
-# Installs the packages that are missing (apt-get update only when something is).
+# Installs those of the packages named that are missing (apt-get update only when something is).
 install_system_packages() {
     local missing=()
-    for package in "${CAMRIG_PACKAGES[@]}"; do
+    for package in "$@"; do
         dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
     done
     if [ ${#missing[@]} -eq 0 ]; then
