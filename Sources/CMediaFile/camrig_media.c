@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <libavcodec/avcodec.h>
+#include <libavcodec/bsf.h>
 #include <libavformat/avformat.h>
 #include <libavutil/dict.h>
 #include <libavutil/imgutils.h>
@@ -384,6 +385,8 @@ struct camrig_media_writer {
     AVFrame *frame;
     AVPacket *pkt;
     uint8_t *scratch;         // packed raw rows
+    AVCodecParserContext *parser; // H264_PACKETS: FFmpeg's H.264 parser, for each access unit's keyframe flag
+    AVCodecContext *parser_ctx;
 };
 
 static void writer_free(camrig_media_writer *w, int remove_file) {
@@ -393,6 +396,8 @@ static void writer_free(camrig_media_writer *w, int remove_file) {
     av_frame_free(&w->frame);
     av_packet_free(&w->pkt);
     av_free(w->scratch);
+    av_parser_close(w->parser);
+    avcodec_free_context(&w->parser_ctx);
     free(w);
 }
 
@@ -583,48 +588,46 @@ fail:
     return NULL;
 }
 
-// Finds Annex-B NAL units; calls back with (type, start of NAL header, size).
-static const uint8_t *next_start_code(const uint8_t *p, const uint8_t *end) {
-    for (; p + 3 <= end; p++) {
-        if (p[0] == 0 && p[1] == 0 && p[2] == 1) return p;
+// Whether an H.264 access unit (Annex-B, one whole unit per call) is a keyframe, by FFmpeg's H.264 parser
+// (an IDR picture, or a recovery point).
+static int h264_is_keyframe(camrig_media_writer *w, const uint8_t *data, size_t size) {
+    if (!w->parser) {
+        w->parser = av_parser_init(AV_CODEC_ID_H264);
+        w->parser_ctx = avcodec_alloc_context3(NULL);
+        if (!w->parser || !w->parser_ctx) return 0;
+        w->parser->flags |= PARSER_FLAG_COMPLETE_FRAMES;
     }
-    return end;
+    uint8_t *out = NULL;
+    int out_size = 0;
+    av_parser_parse2(w->parser, w->parser_ctx, &out, &out_size, data, size > INT_MAX ? INT_MAX : (int)size, AV_NOPTS_VALUE,
+                     AV_NOPTS_VALUE, 0);
+    return w->parser->key_frame == 1;
 }
 
-// Scans an Annex-B access unit: is it a keyframe (IDR), and its SPS/PPS as Annex-B extradata.
-static int scan_h264(const uint8_t *data, size_t size, uint8_t **extradata, int *extradata_size) {
-    const uint8_t *end = data + size;
-    const uint8_t *p = next_start_code(data, end);
-    int key = 0;
-    uint8_t *ex = NULL;
-    int ex_size = 0;
-    while (p < end) {
-        const uint8_t *nal = p + 3;
-        const uint8_t *next = next_start_code(nal, end);
-        const uint8_t *nal_end = next;
-        while (nal_end > nal && nal_end[-1] == 0) nal_end--; // trailing zeros belong to the next start code
-        if (nal < nal_end) {
-            int type = nal[0] & 0x1f;
-            if (type == 5) key = 1;
-            if ((type == 7 || type == 8) && extradata) {
-                size_t n = (size_t)(nal_end - nal);
-                uint8_t *grown = av_realloc(ex, (size_t)ex_size + 4 + n + AV_INPUT_BUFFER_PADDING_SIZE);
-                if (grown) {
-                    ex = grown;
-                    memcpy(ex + ex_size, "\0\0\0\1", 4);
-                    memcpy(ex + ex_size + 4, nal, n);
-                    ex_size += 4 + (int)n;
-                    memset(ex + ex_size, 0, AV_INPUT_BUFFER_PADDING_SIZE);
-                }
-            }
-        }
-        p = next;
-    }
-    if (extradata) {
-        *extradata = ex;
-        *extradata_size = ex_size;
-    }
-    return key;
+// The SPS and PPS of an H.264 access unit as Annex-B extradata, by FFmpeg's extract_extradata bitstream
+// filter; NULL when the unit carries none. The caller owns the result (av_free).
+static uint8_t *h264_extradata(const uint8_t *data, size_t size, int *extradata_size) {
+    *extradata_size = 0;
+    const AVBitStreamFilter *filter = av_bsf_get_by_name("extract_extradata");
+    AVBSFContext *bsf = NULL;
+    AVPacket *pkt = av_packet_alloc();
+    uint8_t *extradata = NULL;
+    if (!filter || !pkt || size > INT_MAX || av_bsf_alloc(filter, &bsf) < 0) goto done;
+    bsf->par_in->codec_id = AV_CODEC_ID_H264;
+    if (av_bsf_init(bsf) < 0 || av_new_packet(pkt, (int)size) < 0) goto done;
+    memcpy(pkt->data, data, size);
+    if (av_bsf_send_packet(bsf, pkt) < 0 || av_bsf_receive_packet(bsf, pkt) < 0) goto done;
+    size_t side_size = 0;
+    const uint8_t *side = av_packet_get_side_data(pkt, AV_PKT_DATA_NEW_EXTRADATA, &side_size);
+    if (!side || side_size == 0 || side_size > INT_MAX) goto done;
+    extradata = av_mallocz(side_size + AV_INPUT_BUFFER_PADDING_SIZE);
+    if (!extradata) goto done;
+    memcpy(extradata, side, side_size);
+    *extradata_size = (int)side_size;
+done:
+    av_packet_free(&pkt);
+    av_bsf_free(&bsf);
+    return extradata;
 }
 
 static int writer_mux(camrig_media_writer *w, AVPacket *pkt, char *error, size_t error_size) {
@@ -680,11 +683,11 @@ int camrig_media_writer_write(camrig_media_writer *w, const uint8_t *data, size_
     case CAMRIG_MEDIA_RAW: {
         int key = 1;
         if (w->codec == CAMRIG_MEDIA_H264_PACKETS) {
+            key = h264_is_keyframe(w, data, size);
             if (!w->out.header_written) {
-                uint8_t *ex = NULL;
                 int ex_size = 0;
-                key = scan_h264(data, size, &ex, &ex_size);
-                if (!ex || memmem(ex, (size_t)ex_size, "\0\0\0\1", 4) == NULL || !key) {
+                uint8_t *ex = key ? h264_extradata(data, size, &ex_size) : NULL;
+                if (!ex) {
                     av_free(ex);
                     set_error(error, error_size,
                               "the first H.264 access unit must be a keyframe with SPS and PPS; frame dropped");
@@ -695,8 +698,6 @@ int camrig_media_writer_write(camrig_media_writer *w, const uint8_t *data, size_
                 par->extradata_size = ex_size;
                 ret = out_write_header(&w->out, w->cluster_ms, error, error_size);
                 if (ret < 0) return ret;
-            } else {
-                key = scan_h264(data, size, NULL, NULL);
             }
         }
         if (size > INT_MAX) {

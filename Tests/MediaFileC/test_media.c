@@ -300,6 +300,15 @@ int main(int argc, char **argv) {
         check(r == 0, "%s: writes %d frames", cases[c].name, N);
         if (r != 0) continue;
         probe_checks(cases[c].name, path, N, cases[c].ff_codec, cases[c].pix);
+        if (cases[c].codec == CAMRIG_MEDIA_H264_PACKETS) {
+            // The camera's keyframes (an IDR every 30 frames here) are the file's, and only they: seeking
+            // and copy_range start from them.
+            const char *flags = run("ffprobe -v error -select_streams v:0 -show_entries packet=flags -of csv=p=0 '%s' | cut -c1 | tr -d '\\n'", path);
+            char expected[N + 1];
+            for (int i = 0; i < N; i++) expected[i] = i % 30 == 0 ? 'K' : '_';
+            expected[N] = 0;
+            check(strcmp(flags, expected) == 0, "%s: keyframe flags from FFmpeg's parser: %s", cases[c].name, flags);
+        }
         camrig_media_codec rc = cases[c].codec == CAMRIG_MEDIA_H264 ? CAMRIG_MEDIA_H264_PACKETS : cases[c].codec;
         reader_checks(cases[c].name, path, N, 0, rc, rc == CAMRIG_MEDIA_RAW ? cases[c].f : 0);
     }
@@ -355,6 +364,27 @@ int main(int argc, char **argv) {
     }
 
     // Errors.
+    {
+        // A stream of copied H.264 joined mid-GOP: units until a keyframe carrying SPS and PPS are refused,
+        // then the file starts at that keyframe and reads back whole.
+        snprintf(path, sizeof path, "%s/h264-joined-late.mkv", dir);
+        camrig_media_writer *hw = open_writer(path, CAMRIG_MEDIA_H264_PACKETS, 0, W, H, 0);
+        enc_t e = {0};
+        enc_open(&e, "libx264", W, H);
+        int refused = 0, written = 0;
+        for (int i = 0; i < 40; i++) {
+            AVPacket *p = enc_frame(&e, i);
+            if (i < 10) continue; // not seen: the stream was joined at frame 10
+            err[0] = 0;
+            int r = camrig_media_writer_write(hw, p->data, (size_t)p->size, T0 + i * STEP, err, sizeof err);
+            if (r == AVERROR_INVALIDDATA && strstr(err, "keyframe with SPS and PPS")) refused++;
+            else if (r == 0) written++;
+        }
+        enc_close(&e);
+        camrig_media_writer_close(hw, err, sizeof err);
+        check(refused == 20 && written == 10, "h264 joined mid-GOP: %d units refused until the keyframe, %d written", refused, written);
+        check(count_frames(path) == 10, "h264 joined mid-GOP: ffprobe reads the 10 frames from the keyframe on");
+    }
     snprintf(path, sizeof path, "%s/ffv1-yuyv.mkv", dir);
     camrig_media_writer_options o = {.path = path, .codec = CAMRIG_MEDIA_FFV1, .pixel_format = YUYV, .width = W,
                                      .height = H, .rate_num = 30, .rate_den = 1};
