@@ -29,9 +29,6 @@ public struct ResultService: Sendable {
     /// store holds (`stored`) and a thumbnail instead of its image; one the store did not take is sent
     /// with `upload_error`. Either way it stays in the spool until acknowledged.
     func fetch(session: String, limit: Int, upload: ResultUpload? = nil, requestID: UInt64, connection: AgentRequestRouter.Connection) async {
-        let results = spool.pending(session: session).filter { upload?.takes($0) ?? true }
-        let page = limit > 0 ? Array(results.prefix(limit)) : results
-        var sent: UInt32 = 0
         let client: S3Client?
         do {
             client = try upload.map { try S3Client($0.location) }
@@ -39,11 +36,21 @@ public struct ResultService: Sendable {
             try? await connection.send(WireFrame(requestID: requestID, .error(WireError(.invalidArgument, agent: agentID, "\(error)"))))
             return
         }
-        defer { if let client { Task { await client.shutdown() } } }
+        await send(session: session, limit: limit, upload: upload.flatMap { upload in client.map { (upload, $0) } }, requestID: requestID, connection: connection)
+        // The client's connections are closed before the fetch is over, on every way out of `send`.
+        await client?.shutdown()
+    }
+
+    private func send(
+        session: String, limit: Int, upload: (ResultUpload, S3Client)?, requestID: UInt64, connection: AgentRequestRouter.Connection
+    ) async {
+        let results = spool.pending(session: session).filter { upload?.0.takes($0) ?? true }
+        let page = limit > 0 ? Array(results.prefix(limit)) : results
+        var sent: UInt32 = 0
         for result in page {
             guard let image = try? await threadPool.runIfActive({ try spool.image(of: result) }) else { continue }
             var frame = WireFrame(requestID: requestID, .photoResult(result), payload: image)
-            if let upload, let client {
+            if let (upload, client) = upload {
                 var described = result
                 do {
                     let (stored, thumbnail) = try await upload.store(
