@@ -16,6 +16,7 @@ public enum ToolRunner {
     /// Runs the program at `path` with `arguments` (and `environment`, nil for this process's), waiting at
     /// most `timeout` seconds (then kills it). The calling thread blocks: call it off the cooperative pool,
     /// or from async code through `run(_:_:environment:timeout:) async`.
+    @available(*, noasync, message: "blocks a thread of the cooperative pool while the program runs: use `try await ToolRunner.run`")
     public static func run(_ path: String, _ arguments: [String], environment: [String: String]? = nil, timeout: Double = 60) throws -> Result {
         let output = Pipe()
         let errors = Pipe()

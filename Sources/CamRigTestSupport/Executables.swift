@@ -26,13 +26,26 @@ public enum Executables {
     /// The outcome of running a command to completion.
     public typealias Result = ToolRunner.Result
 
-    /// Runs the package's executable `name` with `arguments`, waiting at most `timeout` seconds (then kills it).
+    /// Runs the package's executable `name` with `arguments`, waiting at most `timeout` seconds (then kills
+    /// it). The calling thread blocks: from async code, `await` the async overload.
+    @available(*, noasync, message: "blocks a thread of the cooperative pool while the program runs: use `try await Executables.run`")
     public static func run(_ name: String, _ arguments: [String], timeout: Double = 60) throws -> Result {
         try ToolRunner.run(url(name).path, arguments, timeout: timeout)
     }
 
+    /// `run` on a thread of its own: the caller's executor is not held while the program runs.
+    public static func run(_ name: String, _ arguments: [String], timeout: Double = 60) async throws -> Result {
+        try await ToolRunner.run(url(name).path, arguments, timeout: timeout)
+    }
+
     /// Runs any program by path, like `run`.
+    @available(*, noasync, message: "blocks a thread of the cooperative pool while the program runs: use `try await Executables.runTool`")
     public static func runTool(_ path: String, _ arguments: [String], timeout: Double = 60) throws -> Result {
         try ToolRunner.run(path, arguments, timeout: timeout)
+    }
+
+    /// `runTool` on a thread of its own.
+    public static func runTool(_ path: String, _ arguments: [String], timeout: Double = 60) async throws -> Result {
+        try await ToolRunner.run(path, arguments, timeout: timeout)
     }
 }

@@ -186,10 +186,10 @@ struct PostgresCaptureCatalogTests {
             #expect(try await shared.entry(recent.id) == finished)
             #expect(try await shared.list(CaptureCatalog.Query(rig: west)).count == 2, "nothing added twice")
 
-            let text = try Executables.run("camrig", ["captures", "import", folder.path, "--catalog", server.url, "--rig", west])
+            let text = try await Executables.run("camrig", ["captures", "import", folder.path, "--catalog", server.url, "--rig", west])
             #expect(text.stdout.contains("0 imported, 0 updated, 2 already there"))
             #expect(text.stdout.contains("not imported: \(clash.id)") && text.stdout.contains("rig \(north)"))
-            let missing = try Executables.run("camrig", ["captures", "import", folder.appendingPathComponent("nothing-here").path, "--catalog", server.url])
+            let missing = try await Executables.run("camrig", ["captures", "import", folder.appendingPathComponent("nothing-here").path, "--catalog", server.url])
             #expect(missing.status != 0 && missing.stderr.contains("there is no"), "\(missing.stderr)")
         }
     }

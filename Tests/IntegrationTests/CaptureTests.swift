@@ -264,10 +264,10 @@ struct CaptureTests {
     }
 
     @Test("camrig capture --photo --quality quality --jpeg: the photo is a JPEG file and the manifest says how each agent made it")
-    func captureCommandQuality() throws {
+    func captureCommandQuality() async throws {
         let rig = try CommandLineRig(cameras: 1)
         defer { rig.remove() }
-        let result = try rig.camrig(["capture", "--photo", "--quality", "quality", "--jpeg", "--json"])
+        let result = try await rig.camrig(["capture", "--photo", "--quality", "quality", "--jpeg", "--json"])
         try #require(result.status == 0, "camrig capture: \(result.stderr)")
         let directory = try #require(try SessionTests.object(result.stdout)["directory"] as? String)
         let manifest = try CommandLineRig.manifest(in: directory)

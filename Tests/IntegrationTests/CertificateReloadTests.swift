@@ -52,7 +52,7 @@ struct CertificateReloadTests {
 
         // The other way round: the coordinator refuses an agent whose certificate was revoked.
         try pki.directory.revoke(name: "agent-1")
-        let ping = try Executables.run("camrig", ["ping", "--agent", agent.address, "--tls-dir", pki.path, "--count", "1"])
+        let ping = try await Executables.run("camrig", ["ping", "--agent", agent.address, "--tls-dir", pki.path, "--count", "1"])
         #expect(ping.status != 0)
         #expect(ping.stderr.contains("'agent-1'") && ping.stderr.contains("revoked"), "\(ping.stderr)")
     }

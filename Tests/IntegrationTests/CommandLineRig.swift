@@ -24,9 +24,9 @@ struct CommandLineRig {
     }
 
     /// Runs `camrig ARGUMENTS --rig RIG` (with `--out CAPTURES` for commands that take it: not `device`).
-    func camrig(_ arguments: [String], timeout: Double = 120) throws -> Executables.Result {
+    func camrig(_ arguments: [String], timeout: Double = 120) async throws -> Executables.Result {
         let out = arguments.first == "device" ? [] : ["--out", captures]
-        return try Executables.run("camrig", arguments + ["--rig", rigFile] + out, timeout: timeout)
+        return try await Executables.run("camrig", arguments + ["--rig", rigFile] + out, timeout: timeout)
     }
 
     /// The manifest of the capture in `directory`.

@@ -238,17 +238,17 @@ struct DeferredCaptureTests {
 @Suite("Deferred photos from the command line", .timeLimit(.minutes(4)))
 struct DeferredCommandTests {
     @Test("camrig capture --deferred stores proxies and says finals are to come; camrig captures finalize replaces them with the merged finals, keeping the proxies beside them")
-    func captureAndFinalize() throws {
+    func captureAndFinalize() async throws {
         let rig = try CommandLineRig(cameras: 2)
         defer { rig.remove() }
-        let captured = try rig.camrig(["capture", "--photo", "--quality", "quality", "--deferred", "--json"])
+        let captured = try await rig.camrig(["capture", "--photo", "--quality", "quality", "--deferred", "--json"])
         try #require(captured.status == 0, "camrig capture: \(captured.stderr)")
         let output = try SessionTests.object(captured.stdout)
         #expect(output["awaiting_finals"] as? Int == 2)
         let id = try #require(output["id"] as? String)
         let directory = try #require(output["directory"] as? String)
-        func frames() throws -> [[String: Any]] { try CommandLineRig.frames(in: directory) }
-        let proxies = try frames()
+        func frames() async throws -> [[String: Any]] { try CommandLineRig.frames(in: directory) }
+        let proxies = try await frames()
         #expect(proxies.count == 2)
         for frame in proxies {
             let photo = try #require(frame["photo"] as? [String: Any])
@@ -256,13 +256,13 @@ struct DeferredCommandTests {
             #expect((frame["file"] as? String)?.contains("-proxy") == true)
         }
 
-        let before = try Executables.run("camrig", ["captures", "list", "--out", rig.captures, "--json"], timeout: 30)
+        let before = try await Executables.run("camrig", ["captures", "list", "--out", rig.captures, "--json"], timeout: 30)
         let pending = try #require(try SessionTests.object(before.stdout)["captures"] as? [[String: Any]]).first { $0["id"] as? String == id }
         #expect(pending?["missing"] as? Int == 2, "the catalog counts finals still held by agents")
 
-        let finalized = try rig.camrig(["captures", "finalize", id, "--json"])
+        let finalized = try await rig.camrig(["captures", "finalize", id, "--json"])
         try #require(finalized.status == 0, "camrig captures finalize: \(finalized.stderr)")
-        let finals = try frames()
+        let finals = try await frames()
         #expect(finals.count == 2)
         for frame in finals {
             let photo = try #require(frame["photo"] as? [String: Any])
@@ -274,7 +274,7 @@ struct DeferredCommandTests {
             #expect(FileManager.default.fileExists(atPath: directory + "/" + file))
             #expect(FileManager.default.fileExists(atPath: directory + "/" + proxyFile))
         }
-        let listed = try Executables.run("camrig", ["captures", "list", "--out", rig.captures, "--json"], timeout: 30)
+        let listed = try await Executables.run("camrig", ["captures", "list", "--out", rig.captures, "--json"], timeout: 30)
         try #require(listed.status == 0)
         let entries = try #require(try SessionTests.object(listed.stdout)["captures"] as? [[String: Any]])
         let entry = try #require(entries.first { $0["id"] as? String == id })
@@ -336,13 +336,13 @@ struct BracketTests {
     }
 
     @Test("camrig capture --bracket -2,0,2: the set holds each camera's first image and lists the others under it")
-    func bracketCommand() throws {
+    func bracketCommand() async throws {
         let rig = try CommandLineRig(cameras: 2)
         defer { rig.remove() }
-        let refused = try rig.camrig(["capture", "--photo", "--bracket", "-2,x"], timeout: 30)
+        let refused = try await rig.camrig(["capture", "--photo", "--bracket", "-2,x"], timeout: 30)
         #expect(refused.status != 0 && refused.stderr.contains("--bracket"))
 
-        let captured = try rig.camrig(["capture", "--photo", "--bracket", "-2,0,2", "--json"])
+        let captured = try await rig.camrig(["capture", "--photo", "--bracket", "-2,0,2", "--json"])
         try #require(captured.status == 0, "camrig capture: \(captured.stderr)")
         let directory = try #require(try SessionTests.object(captured.stdout)["directory"] as? String)
         #expect(try CommandLineRig.manifest(in: directory)["state"] as? String == "complete")
@@ -369,41 +369,41 @@ struct BracketTests {
 @Suite("Photo output from the command line", .timeLimit(.minutes(3)))
 struct PhotoOutputCommandTests {
     @Test("camrig device set changes one photo output setting and keeps the others; a capture follows it, and --no-deferred turns deferral off")
-    func deviceSetPhotoOutput() throws {
+    func deviceSetPhotoOutput() async throws {
         let rig = try CommandLineRig(cameras: 1)
         defer { rig.remove() }
         let camera = "agent-1/synthetic:SYN0001"
-        func state() throws -> [String: Any] {
-            let got = try rig.camrig(["device", "get", camera, "--json"], timeout: 60)
+        func state() async throws -> [String: Any] {
+            let got = try await rig.camrig(["device", "get", camera, "--json"], timeout: 60)
             try #require(got.status == 0, "camrig device get: \(got.stderr)")
             return try #require(try SessionTests.object(got.stdout)["state"] as? [String: Any])
         }
-        #expect(try state()["deferred"] as? String == "off")
-        let set = try rig.camrig(["device", "set", camera, "deferred=on", "responsive=on"], timeout: 60)
+        #expect(try await state()["deferred"] as? String == "off")
+        let set = try await rig.camrig(["device", "set", camera, "deferred=on", "responsive=on"], timeout: 60)
         try #require(set.status == 0, "camrig device set: \(set.stderr)")
-        let limited = try rig.camrig(["device", "set", camera, "max-quality=balanced"], timeout: 60)
+        let limited = try await rig.camrig(["device", "set", camera, "max-quality=balanced"], timeout: 60)
         try #require(limited.status == 0, "camrig device set: \(limited.stderr)")
-        let now = try state()
+        let now = try await state()
         #expect(now["deferred"] as? String == "on" && now["responsive"] as? String == "on", "one key changed, the others kept: \(now)")
         #expect(now["max-quality"] as? String == "balanced")
-        let wrong = try rig.camrig(["device", "set", camera, "deferred=maybe"], timeout: 60)
+        let wrong = try await rig.camrig(["device", "set", camera, "deferred=maybe"], timeout: 60)
         #expect(wrong.status != 0 && wrong.stderr.contains("deferred=maybe"))
 
         // At most balanced: a quality request is made as balanced, says so, and so is not deferred.
-        let limitedCapture = try rig.camrig(["capture", "--photo", "--quality", "quality", "--json"])
+        let limitedCapture = try await rig.camrig(["capture", "--photo", "--quality", "quality", "--json"])
         try #require(limitedCapture.status == 0, "camrig capture: \(limitedCapture.stderr)")
         let limitedDirectory = try #require(try SessionTests.object(limitedCapture.stdout)["directory"] as? String)
         let limitedPhoto = try #require(try CommandLineRig.frames(in: limitedDirectory).first?["photo"] as? [String: Any])
         #expect(limitedPhoto["quality"] as? String == "balanced" && (limitedPhoto["note"] as? String)?.contains("at most balanced") == true)
         #expect(limitedPhoto["proxy"] == nil)
 
-        _ = try rig.camrig(["device", "set", camera, "max-quality=quality"], timeout: 60)
-        let deferred = try rig.camrig(["capture", "--photo", "--quality", "quality", "--json"])
+        _ = try await rig.camrig(["device", "set", camera, "max-quality=quality"], timeout: 60)
+        let deferred = try await rig.camrig(["capture", "--photo", "--quality", "quality", "--json"])
         try #require(deferred.status == 0, "camrig capture: \(deferred.stderr)")
         #expect(try SessionTests.object(deferred.stdout)["awaiting_finals"] as? Int == 1, "the camera's own setting defers the photo")
-        let immediate = try rig.camrig(["capture", "--photo", "--quality", "quality", "--no-deferred", "--json"])
+        let immediate = try await rig.camrig(["capture", "--photo", "--quality", "quality", "--no-deferred", "--json"])
         try #require(immediate.status == 0, "camrig capture: \(immediate.stderr)")
         #expect(try SessionTests.object(immediate.stdout)["awaiting_finals"] as? Int == 0)
-        #expect(try state()["deferred"] as? String == "off", "--no-deferred set the camera's photo output")
+        #expect(try await state()["deferred"] as? String == "off", "--no-deferred set the camera's photo output")
     }
 }

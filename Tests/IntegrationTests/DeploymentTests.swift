@@ -56,7 +56,7 @@ struct DeploymentTests {
         await client.close()
 
         try "listn: 0.0.0.0:1".write(toFile: config, atomically: true, encoding: .utf8)
-        let typo = try Executables.run("camrig-agent", ["--config", config])
+        let typo = try await Executables.run("camrig-agent", ["--config", config])
         #expect(typo.status != 0)
         #expect(typo.stderr.contains("unknown key 'listn'"))
     }

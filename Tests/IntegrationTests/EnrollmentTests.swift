@@ -119,7 +119,7 @@ struct EnrollmentTests {
         cases.append((parts.joined(separator: "."), "wrong", "wrong secret"))
         let revoked = try ca.token(["--uses", "5"])
         let id = String(revoked.dropFirst(JoinToken.prefix.count).prefix(8))
-        let revocation = try Executables.run("camrig", ["certs", "join-token", "--dir", ca.path, "--revoke", id], timeout: 30)
+        let revocation = try await Executables.run("camrig", ["certs", "join-token", "--dir", ca.path, "--revoke", id], timeout: 30)
         #expect(revocation.status == 0, "\(revocation.stderr)")
         cases.append((revoked, "late", "was revoked"))
         let expiring = try ca.token(["--expires", "1s"])
@@ -169,14 +169,14 @@ struct EnrollmentTests {
 
         // A viewer reaches the agent; once its certificate is revoked on the CA's machine, the agent, having
         // fetched the list from the service, refuses it.
-        let issued = try Executables.run("camrig", ["certs", "issue", "--dir", ca.path, "--name", "viewer-1", "--role", "viewer"], timeout: 30)
+        let issued = try await Executables.run("camrig", ["certs", "issue", "--dir", ca.path, "--name", "viewer-1", "--role", "viewer"], timeout: 30)
         try #require(issued.status == 0, "\(issued.stderr)")
         func viewerLists() throws -> Executables.Result {
             try Executables.run("camrig", ["devices", "--agent", agent.address, "--tls-dir", ca.path, "--identity", "viewer-1", "--json"], timeout: 30)
         }
         let before = try viewerLists()
         #expect(before.status == 0, "\(before.stderr)")
-        let revoked = try Executables.run("camrig", ["certs", "revoke", "--dir", ca.path, "--name", "viewer-1"], timeout: 30)
+        let revoked = try await Executables.run("camrig", ["certs", "revoke", "--dir", ca.path, "--name", "viewer-1"], timeout: 30)
         #expect(revoked.status == 0, "\(revoked.stderr)")
         #expect(
             try await eventually(timeout: .seconds(15), pollingEvery: .milliseconds(250)) { agent.log().contains("new revocation list from the service installed") },
@@ -190,7 +190,7 @@ struct EnrollmentTests {
     func revokedWhileServing() async throws {
         let ca = try CA()
         defer { ca.remove() }
-        let issued = try Executables.run("camrig", ["certs", "issue", "--dir", ca.path, "--name", "fixed-1", "--role", "agent"], timeout: 30)
+        let issued = try await Executables.run("camrig", ["certs", "issue", "--dir", ca.path, "--name", "fixed-1", "--role", "agent"], timeout: 30)
         try #require(issued.status == 0, "\(issued.stderr)")
         let fixed = try AgentProcess(["--tls-dir", ca.path, "--identity", "fixed-1", "--synthetic", "1", "--no-realtime"])
         defer { _ = fixed.stop() }
@@ -209,7 +209,7 @@ struct EnrollmentTests {
             }, "\(listed)\n\(served.log().suffix(3000))")
 
         // The enrolled host's certificate is revoked where the CA is: within seconds the service lets go of it.
-        let first = try Executables.run("camrig", ["certs", "revoke", "--dir", ca.path, "--name", "joined-1"], timeout: 30)
+        let first = try await Executables.run("camrig", ["certs", "revoke", "--dir", ca.path, "--name", "joined-1"], timeout: 30)
         #expect(first.status == 0, "\(first.stderr)")
         #expect(
             try await eventually(timeout: .seconds(15), pollingEvery: .milliseconds(250)) {
@@ -225,7 +225,7 @@ struct EnrollmentTests {
         #expect(try Self.events(served, "agent.revoked").map { $0["agent"] as? String } == ["joined-1"])
 
         // A host given by address stays listed, down, with the reason; it is not connected to again.
-        let second = try Executables.run("camrig", ["certs", "revoke", "--dir", ca.path, "--name", "fixed-1"], timeout: 30)
+        let second = try await Executables.run("camrig", ["certs", "revoke", "--dir", ca.path, "--name", "fixed-1"], timeout: 30)
         #expect(second.status == 0, "\(second.stderr)")
         #expect(
             try await eventually(timeout: .seconds(15), pollingEvery: .milliseconds(250)) {

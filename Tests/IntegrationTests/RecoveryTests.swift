@@ -216,9 +216,9 @@ struct RecoveryTests {
             await capture.exit()
             #expect(started, "no manifest within 30 s; camrig capture said: \((try? String(contentsOfFile: errors, encoding: .utf8)) ?? "")")
 
-            let listed = try Executables.run("camrig", ["captures", "list", "--out", out, "--json"])
+            let listed = try await Executables.run("camrig", ["captures", "list", "--out", out, "--json"])
             #expect(listed.status == 0, "the catalog opens after the kill: \(listed.stderr)")
-            var recovered = try Executables.run("camrig", ["captures", "recover", "--json"] + rig, timeout: 120)
+            var recovered = try await Executables.run("camrig", ["captures", "recover", "--json"] + rig, timeout: 120)
             if recovered.status == 2 {
                 // Killed before its triggers went out: nothing is lost until the agents could no longer
                 // be about to fire (10 s after the capture began); then recover says so.

@@ -54,7 +54,7 @@ final class ServedRig: Sendable {
         url = try #require(fields["url"])
         if let directory {
             tlsDir = directory
-            let issued = try Executables.run("camrig", ["certs", "token", "--dir", directory, "--name", "test-operator", "--role", "operator"], timeout: 30)
+            let issued = try await Executables.run("camrig", ["certs", "token", "--dir", directory, "--name", "test-operator", "--role", "operator"], timeout: 30)
             token = issued.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         } else {
             (token, tlsDir) = (try #require(fields["token"]), try #require(fields["tls_dir"]))

@@ -67,7 +67,7 @@ struct ServiceHTTPTests {
     func schemathesis() async throws {
         let served = try await ServedRig(agents: 1)
         #expect(try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(200)) { ((try served.json("/api/v1/session") as? [String: Any])?["cameras"] as? Int) == 1 }, "no session")
-        let result = try Executables.runTool(
+        let result = try await Executables.runTool(
             "/usr/bin/env",
             [
                 "st", "run", served.base + "/openapi.yaml", "--url", served.base, "--tls-verify", served.ca, "-H", "Authorization: Bearer \(served.token)",

@@ -50,7 +50,7 @@ struct ServiceTests {
 
         let screenshots = Self.root.appendingPathComponent(".build/console-screenshots")
         let script = Self.root.appendingPathComponent("Tests/console/console_test.py").path
-        let result = try Executables.runTool(
+        let result = try await Executables.runTool(
             "/usr/bin/env", ["python3", script, url, token, tlsDir, screenshots.path, Executables.url("camrig").path, captures.path], timeout: 240)
         #expect(result.status == 0, "console_test.py failed:\n\(result.stdout)\n\(result.stderr)\nthe service's log:\n\(served.log().suffix(8000))")
         for name in ["console-grid.png", "console-camera-panel.png", "console-photo.png", "console-sync.png"] {
@@ -59,24 +59,24 @@ struct ServiceTests {
 
         // The command line goes through the running service when told where it is.
         let through = ["--service", url, "--tls-dir", tlsDir, "--json"]
-        let agents = try Executables.run("camrig", ["agents"] + through)
+        let agents = try await Executables.run("camrig", ["agents"] + through)
         #expect(agents.status == 0, "camrig agents through the service: \(agents.stderr)")
         let listed = try JSONSerialization.jsonObject(with: Data(agents.stdout.utf8)) as? [String: [[String: Any]]]
         #expect(listed?["agents"]?.map { $0["status"] as? String } == ["connected", "connected"])
-        let photo = try Executables.run("camrig", ["capture", "--photo", "--quality", "speed"] + through, timeout: 60)
+        let photo = try await Executables.run("camrig", ["capture", "--photo", "--quality", "speed"] + through, timeout: 60)
         #expect(photo.status == 0, "camrig capture through the service: \(photo.stderr)")
         let summary = try JSONSerialization.jsonObject(with: Data(photo.stdout.utf8)) as? [String: Any]
         #expect((summary?["cameras"] as? [Any])?.count == 2)
         #expect((summary?["directory"] as? String)?.hasPrefix(captures.path) == true, "the service stores the capture in its own --out")
-        let camera = try #require(
+        let camera = try await #require(
             (try JSONSerialization.jsonObject(with: Data(try Executables.run("camrig", ["devices"] + through).stdout.utf8)) as? [String: [[String: Any]]])?["devices"]?
                 .first?["name"] as? String)
-        let set = try Executables.run("camrig", ["device", "set", camera, "exposure=continuous"] + through)
+        let set = try await Executables.run("camrig", ["device", "set", camera, "exposure=continuous"] + through)
         #expect(set.status == 0, "camrig device set through the service: \(set.stderr)")
-        let refused = try Executables.run("camrig", ["capture", "--photo", "--deferred"] + through)
+        let refused = try await Executables.run("camrig", ["capture", "--photo", "--deferred"] + through)
         #expect(refused.status != 0 && refused.stderr.contains("not taken through the service"))
         // A service that does not answer: the command says so and works with the agents directly.
-        let direct = try Executables.run("camrig", ["agents", "--service", "https://127.0.0.1:1", "--tls-dir", tlsDir, "--agent", "127.0.0.1:1", "--connect-timeout", "1"])
+        let direct = try await Executables.run("camrig", ["agents", "--service", "https://127.0.0.1:1", "--tls-dir", tlsDir, "--agent", "127.0.0.1:1", "--connect-timeout", "1"])
         #expect(direct.stderr.contains("does not answer") && direct.stderr.contains("working with the agents directly"))
 
         // SIGTERM: the service releases its cameras and its loopback rig, and exits cleanly.
