@@ -387,6 +387,8 @@ struct camrig_media_writer {
     uint8_t *scratch;         // packed raw rows
     AVCodecParserContext *parser; // H264_PACKETS: FFmpeg's H.264 parser, for each access unit's keyframe flag
     AVCodecContext *parser_ctx;
+    uint8_t *parse_buf;           // the access unit with FFmpeg's input padding, for the parser
+    unsigned int parse_buf_size;
 };
 
 static void writer_free(camrig_media_writer *w, int remove_file) {
@@ -398,6 +400,7 @@ static void writer_free(camrig_media_writer *w, int remove_file) {
     av_free(w->scratch);
     av_parser_close(w->parser);
     avcodec_free_context(&w->parser_ctx);
+    av_free(w->parse_buf);
     free(w);
 }
 
@@ -589,18 +592,30 @@ fail:
 }
 
 // Whether an H.264 access unit (Annex-B, one whole unit per call) is a keyframe, by FFmpeg's H.264 parser
-// (an IDR picture, or a recovery point).
+// (an IDR picture, or a recovery point). The parser reads past the end of its input, so the unit is copied
+// into a buffer with FFmpeg's padding first.
 static int h264_is_keyframe(camrig_media_writer *w, const uint8_t *data, size_t size) {
     if (!w->parser) {
-        w->parser = av_parser_init(AV_CODEC_ID_H264);
-        w->parser_ctx = avcodec_alloc_context3(NULL);
-        if (!w->parser || !w->parser_ctx) return 0;
-        w->parser->flags |= PARSER_FLAG_COMPLETE_FRAMES;
+        AVCodecParserContext *parser = av_parser_init(AV_CODEC_ID_H264);
+        AVCodecContext *context = avcodec_alloc_context3(NULL);
+        if (!parser || !context) {
+            av_parser_close(parser);
+            avcodec_free_context(&context);
+            return 0;
+        }
+        context->codec_type = AVMEDIA_TYPE_VIDEO;
+        context->codec_id = AV_CODEC_ID_H264;
+        parser->flags |= PARSER_FLAG_COMPLETE_FRAMES;
+        w->parser = parser;
+        w->parser_ctx = context;
     }
+    if (size > INT_MAX - AV_INPUT_BUFFER_PADDING_SIZE) return 0;
+    av_fast_padded_malloc(&w->parse_buf, &w->parse_buf_size, size);
+    if (!w->parse_buf) return 0;
+    memcpy(w->parse_buf, data, size);
     uint8_t *out = NULL;
     int out_size = 0;
-    av_parser_parse2(w->parser, w->parser_ctx, &out, &out_size, data, size > INT_MAX ? INT_MAX : (int)size, AV_NOPTS_VALUE,
-                     AV_NOPTS_VALUE, 0);
+    av_parser_parse2(w->parser, w->parser_ctx, &out, &out_size, w->parse_buf, (int)size, AV_NOPTS_VALUE, AV_NOPTS_VALUE, 0);
     return w->parser->key_frame == 1;
 }
 
@@ -688,7 +703,6 @@ int camrig_media_writer_write(camrig_media_writer *w, const uint8_t *data, size_
                 int ex_size = 0;
                 uint8_t *ex = key ? h264_extradata(data, size, &ex_size) : NULL;
                 if (!ex) {
-                    av_free(ex);
                     set_error(error, error_size,
                               "the first H.264 access unit must be a keyframe with SPS and PPS; frame dropped");
                     return AVERROR_INVALIDDATA;

@@ -52,6 +52,21 @@ public final class S3Client: Sendable {
         await http.shutdown()
     }
 
+    /// `body` given a client of `location`, shut down before this returns, whether `body` throws or not.
+    public static func with<Value>(
+        _ location: ObjectStoreLocation, timeout: TimeAmount = .seconds(60), _ body: (S3Client) async throws -> Value
+    ) async throws -> Value {
+        let client = try S3Client(location, timeout: timeout)
+        do {
+            let value = try await body(client)
+            await client.shutdown()
+            return value
+        } catch {
+            await client.shutdown()
+            throw error
+        }
+    }
+
     // MARK: Objects
 
     /// Puts `body` as `key` in one request, with its MD5 for the store to check and its SHA-256 as the

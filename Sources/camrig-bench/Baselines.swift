@@ -66,11 +66,11 @@ enum Baselines {
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         var received = 0
         var first: ContinuousClock.Instant?
-        let giveUp = ContinuousClock.now + within
+        var giveUp = ContinuousClock.now + within
         while received < total {
             let left = giveUp - ContinuousClock.now
             guard left > .zero else {
-                throw CommandFailure("\(what): \(received) of \(total) bytes arrived within \(within); the sender stalled")
+                throw CommandFailure("\(what): \(received) of \(total) bytes arrived, then nothing for \(within); the sender stalled")
             }
             var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
             let polled = poll(&ready, 1, Int32(max(1, min(left.seconds * 1000, 1000))))
@@ -78,11 +78,15 @@ enum Baselines {
             if polled == 0 { continue }
             let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress!, $0.count) }
             if count < 0 && errno == EINTR { continue }
-            if count <= 0 {
+            if count < 0 {
+                throw CommandFailure("\(what): reading failed after \(received) of \(total) bytes: \(String(cString: strerror(errno)))")
+            }
+            if count == 0 {
                 throw CommandFailure("\(what): the connection closed after \(received) of \(total) bytes")
             }
             if first == nil { first = .now }
             received += count
+            giveUp = ContinuousClock.now + within
         }
         return (ContinuousClock.now - (first ?? .now)).seconds
     }
@@ -100,7 +104,9 @@ enum Baselines {
         defer { close(receiver); close(sender) }
         thread {
             frame.withUnsafeBytes { bytes in
-                for _ in 0..<count where writeAll(sender, bytes) {}
+                for _ in 0..<count {
+                    guard writeAll(sender, bytes) else { break }
+                }
             }
         }
         let seconds = try drain(receiver, total: frame.count * count, what: "the raw TCP pair")
@@ -183,7 +189,9 @@ enum Baselines {
         let input = clientIn.fileHandleForWriting.fileDescriptor
         thread {
             frame.withUnsafeBytes { bytes in
-                for _ in 0..<count where writeAll(input, bytes) {}
+                for _ in 0..<count {
+                    guard writeAll(input, bytes) else { break }
+                }
             }
         }
         let seconds = try drain(serverOut.fileHandleForReading.fileDescriptor, total: frame.count * count, what: "the openssl s_server/s_client pair")

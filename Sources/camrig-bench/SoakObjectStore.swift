@@ -60,15 +60,7 @@ final class SoakObjectStore: Sendable {
     /// `body` given a client of the store on loopback, for the soak's own checks; the client is shut down
     /// before this returns, whether `body` throws or not.
     func withClient<Value>(_ body: (S3Client) async throws -> Value) async throws -> Value {
-        let client = try S3Client(try ObjectStoreLocation.parse("s3://\(Self.bucket)/\(Self.prefix)", environment: localEnvironment))
-        do {
-            let value = try await body(client)
-            await client.shutdown()
-            return value
-        } catch {
-            await client.shutdown()
-            throw error
-        }
+        try await S3Client.with(try ObjectStoreLocation.parse("s3://\(Self.bucket)/\(Self.prefix)", environment: localEnvironment), body)
     }
 
     /// An outage: every process of the store stopped (its objects stay).

@@ -112,21 +112,20 @@ struct StoreBenchmark: AsyncParsableCommand {
         // What an agent knows of its recorded files before it uploads them: their SHA-256, noted by the recorder.
         var digests: [String] = []
         for file in files { digests.append(SignatureV4.hex(SHA256.hash(data: try Data(contentsOf: file)))) }
-        let client = try S3Client(location, timeout: .seconds(300))
-        defer { Task { await client.shutdown() } }
-        try await client.createBucket()
-
         var perAgent = 0.0
         var perAgentBaseline = 0.0
         var aggregate = 0.0
         var aggregateBaseline = 0.0
-        for round in 1...repeats {
-            options.say("round \(round) of \(repeats): one agent…")
-            perAgent = max(perAgent, try await upload([files[0]], digests: digests, round: round, client: client))
-            perAgentBaseline = max(perAgentBaseline, try await baseline([files[0]], round: round, environment: environment))
-            options.say("round \(round) of \(repeats): \(agents) agents at once…")
-            aggregate = max(aggregate, try await upload(files, digests: digests, round: round, client: client))
-            aggregateBaseline = max(aggregateBaseline, try await baseline(files, round: round, environment: environment))
+        try await S3Client.with(location, timeout: .seconds(300)) { client in
+            try await client.createBucket()
+            for round in 1...repeats {
+                options.say("round \(round) of \(repeats): one agent…")
+                perAgent = max(perAgent, try await upload([files[0]], digests: digests, round: round, client: client))
+                perAgentBaseline = max(perAgentBaseline, try await baseline([files[0]], round: round, environment: environment))
+                options.say("round \(round) of \(repeats): \(agents) agents at once…")
+                aggregate = max(aggregate, try await upload(files, digests: digests, round: round, client: client))
+                aggregateBaseline = max(aggregateBaseline, try await baseline(files, round: round, environment: environment))
+            }
         }
         try options.emit(
             Result(

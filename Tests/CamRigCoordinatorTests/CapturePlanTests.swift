@@ -58,6 +58,30 @@ struct CapturePlanTests {
         }
     }
 
+    @Test("a camera on the grid owes every frame recorded; when the period does not divide the duration, not the instant that lands on the end")
+    func framesOwed() throws {
+        func recording(_ duration: Duration, fps: UInt32) throws -> CapturePlan.Recording {
+            try #require(
+                CapturePlan.recording(at: Self.now, roundTrips: [], duration: duration, frameDuration: FrameDuration(framesPerSecond: fps)!)
+                    .recording)
+        }
+        // Whole periods: every instant the recording keeps (see framesWithinTheRecording) is owed.
+        let whole = try recording(.seconds(1), fps: 30)
+        #expect(whole.framesPerCamera == 30)
+        #expect(whole.lastFrameDue == whole.start + 29 * whole.framePeriod)
+        #expect(try recording(.seconds(3), fps: 15).framesPerCamera == 45)
+        // 1.5 s at 15 fps is 22.5 periods: instant 22 lies on the end itself (jitter puts it on either side),
+        // so 22 are owed, and the 22 the recording keeps whatever the jitter are exactly those.
+        let half = try recording(.milliseconds(1500), fps: 15)
+        #expect(half.framesPerCamera == 22)
+        for jitter: Int64 in [-1_000_000, 1_000_000] {
+            let kept = (0..<30).filter { !half.isAfterEnd(exposedAt: half.start + Int64($0) * half.framePeriod + jitter) }
+            #expect(kept.count >= half.framesPerCamera, "jitter \(jitter) ns: \(kept.count) kept")
+        }
+        // 1.2 s at 10 fps: 12 periods.
+        #expect(try recording(.milliseconds(1200), fps: 10).framesPerCamera == 12)
+    }
+
     @Test("a set waits a second for a lagging camera, or four periods at slow rates")
     func setTimeout() throws {
         let fast = try #require(

@@ -100,6 +100,18 @@ struct RecordingTallyTests {
             return tally.streams[0].missing
         }
         #expect(missing(delivered: 9, onGrid: false) == 0)
+        // A long free-running recording: its camera's clock may run a fifth of a percent slow.
+        func missingOfLong(delivered: Int) -> Int {
+            var tally = RecordingTally<String>(cameraCount: 1, framePeriod: Self.period, closeSetsAfter: 1_000_000_000)
+            for sequence in 0..<delivered {
+                tally.record(Self.frame(0, UInt64(sequence), at: Int64(sequence) * Self.period + Self.period / 3))
+            }
+            tally.record(.ended(camera: 0, failure: nil))
+            tally.finish(Self.span(frames: 18_000), onGrid: [false])
+            return tally.streams[0].missing
+        }
+        #expect(missingOfLong(delivered: 17_963) == 0)
+        #expect(missingOfLong(delivered: 17_900) == 63)
         #expect(missing(delivered: 8, onGrid: false) == 1)
         #expect(missing(delivered: 9, onGrid: true) == 1)
         #expect(missing(delivered: 7, dropped: 3, onGrid: true) == 0)

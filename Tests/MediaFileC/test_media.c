@@ -301,9 +301,9 @@ int main(int argc, char **argv) {
         if (r != 0) continue;
         probe_checks(cases[c].name, path, N, cases[c].ff_codec, cases[c].pix);
         if (cases[c].codec == CAMRIG_MEDIA_H264_PACKETS) {
-            // The camera's keyframes (an IDR every 30 frames here) are the file's, and only they: seeking
-            // and copy_range start from them.
-            const char *flags = run("ffprobe -v error -select_streams v:0 -show_entries packet=flags -of csv=p=0 '%s' | cut -c1 | tr -d '\\n'", path);
+            // The camera's keyframes (an IDR every 30 frames here) are the file's, and only they, as stored
+            // (the demuxer's own parsing, which could add flags, is off): seeking and copy_range start there.
+            const char *flags = run("ffprobe -v error -fflags +noparse+nofillin -select_streams v:0 -show_entries packet=flags -of csv=p=0 '%s' | cut -c1 | tr -d '\\n'", path);
             char expected[N + 1];
             for (int i = 0; i < N; i++) expected[i] = i % 30 == 0 ? 'K' : '_';
             expected[N] = 0;

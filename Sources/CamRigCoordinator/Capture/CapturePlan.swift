@@ -42,12 +42,16 @@ public struct CapturePlan: Sendable, Hashable {
         /// T, the recording's first instant.
         public var start: Int64 { stopAt - duration.nanoseconds }
 
-        /// The frames a camera exposes in the recording: one at T and every period after it, before
-        /// `lastExposure`.
+        /// The frames a camera on the grid exposes in the recording: one at T and every period after it,
+        /// each at least a quarter period clear of `lastExposure` (when the period does not divide the
+        /// duration, an instant right at the end may land on either side of it, and is not counted).
         public var framesPerCamera: Int {
-            let span = lastExposure - start
+            let span = lastExposure - start - framePeriod / 4
             return span <= 0 || framePeriod <= 0 ? 0 : Int((span - 1) / framePeriod) + 1
         }
+
+        /// When the last of `framesPerCamera` is exposed.
+        public var lastFrameDue: Int64 { start + Int64(max(0, framesPerCamera - 1)) * framePeriod }
     }
 
     public init(plannedAt: Int64, lead: Duration, recording: Recording? = nil) {

@@ -54,15 +54,16 @@ struct RecordingTally<Payload: Sendable>: Sendable {
     /// Closes every set still open and counts, per camera, the frames of `recording` it neither
     /// delivered nor reported dropped; call once every stream has ended.
     ///
-    /// A camera on the rig's grid (`onGrid`, by camera) owes every frame of the span (`framesPerCamera`);
-    /// a free-running one one fewer, as its phase may put its last frame past the end. What it owes beyond what it
+    /// A camera on the rig's grid (`onGrid`, by camera) owes every frame of the span (`framesPerCamera`).
+    /// A free-running one owes one fewer, as its phase may put its last frame past the end, and a fifth
+    /// of a percent fewer again, as its own clock may run that much slow against the coordinator's. What it owes beyond what it
     /// delivered and reported dropped is missing, and said so: a stream that began late or ended early
     /// without a word is a recording that fell short, never one that looks complete.
     mutating func finish(_ recording: CapturePlan.Recording, onGrid: [Bool]) {
         take(matcher.finishAll())
         for camera in streams.indices {
             let locked = onGrid.indices.contains(camera) && onGrid[camera]
-            let owed = max(0, recording.framesPerCamera - (locked ? 0 : 1))
+            let owed = max(0, recording.framesPerCamera - (locked ? 0 : 1 + recording.framesPerCamera / 500))
             let missing = owed - streams[camera].delivered - streams[camera].dropped
             guard missing > 0 else { continue }
             streams[camera].missing = missing
@@ -72,7 +73,7 @@ struct RecordingTally<Payload: Sendable>: Sendable {
                 continue
             }
             let late = Self.milliseconds(span.first - recording.start)
-            let early = Self.milliseconds(recording.lastExposure - recording.framePeriod / 2 - span.last)
+            let early = Self.milliseconds(recording.lastFrameDue - span.last)
             streams[camera].failure =
                 "\(missing) of the recording's \(recording.framesPerCamera) frames neither delivered nor reported dropped: "
                 + "its first frame was exposed \(late) ms after the recording's start, its last \(early) ms before its last frame was due"
