@@ -29,16 +29,19 @@ public struct ResultService: Sendable {
     /// store holds (`stored`) and a thumbnail instead of its image; one the store did not take is sent
     /// with `upload_error`. Either way it stays in the spool until acknowledged.
     func fetch(session: String, limit: Int, upload: ResultUpload? = nil, requestID: UInt64, connection: AgentRequestRouter.Connection) async {
-        let client: S3Client?
-        do {
-            client = try upload.map { try S3Client($0.location) }
-        } catch {
-            try? await connection.send(WireFrame(requestID: requestID, .error(WireError(.invalidArgument, agent: agentID, "\(error)"))))
+        guard let upload else {
+            await send(session: session, limit: limit, upload: nil, requestID: requestID, connection: connection)
             return
         }
-        await send(session: session, limit: limit, upload: upload.flatMap { upload in client.map { (upload, $0) } }, requestID: requestID, connection: connection)
-        // The client's connections are closed before the fetch is over, on every way out of `send`.
-        await client?.shutdown()
+        do {
+            // The client's connections are closed before the fetch is over.
+            try await S3Client.with(upload.location) { client in
+                await send(session: session, limit: limit, upload: (upload, client), requestID: requestID, connection: connection)
+            }
+        } catch {
+            // Only the client's set-up throws: `send` answers every failure of its own.
+            try? await connection.send(WireFrame(requestID: requestID, .error(WireError(.invalidArgument, agent: agentID, "\(error)"))))
+        }
     }
 
     private func send(
