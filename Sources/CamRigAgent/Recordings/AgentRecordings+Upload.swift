@@ -31,16 +31,15 @@ extension AgentRecordings {
         upload.maxBytesPerSecond = request.maxBytesPerSecond
         // Parts are read on the agent's disk thread, as its other files are.
         upload.threadPool = threadPool
-        let client: S3Client
         do {
-            client = try S3Client(location)
+            // The client's connections are closed before the answer goes.
+            return try await S3Client.with(location) { client in
+                await Self.answer(upload: upload, with: client, request: request, file: file, recorded: recorded, agentID: agentID, location: location)
+            }
         } catch {
+            // Only the client's set-up throws: `answer` turns every failure of the upload into its reply.
             return .error(WireError(.invalidArgument, agent: agentID, "\(error)"))
         }
-        // The client's connections are closed before the answer goes, on every way out.
-        let answer = await Self.answer(upload: upload, with: client, request: request, file: file, recorded: recorded, agentID: agentID, location: location)
-        await client.shutdown()
-        return answer
     }
 
     private nonisolated static func answer(
