@@ -260,20 +260,25 @@ struct LibcameraTests {
         #expect(set.complete, "\(photo.cameras.compactMap(\.error))")
         #expect(set.frames.count == 3)
         let instant = try #require(set.gridInstantNs, "a photo of locked cameras names its grid instant")
+        let period: Int64 = 1_000_000_000 / 30
         #expect(abs(grid.error(of: instant)) < 1)
         for frame in set.frames {
             let camera = photo.cameras[frame.camera]
             if camera.device.hasPrefix("libcamera:") {
-                // Queued at the grid instant; made (and stamped) by the pipeline right after: in software, a
-                // few milliseconds later on a loaded machine (3 ms seen), where an unlocked camera's frame
-                // would be anywhere in the 33 ms period.
-                #expect(abs(frame.timestampNs - instant) < 5_000_000, "\(camera.device): \(frame.timestampNs - instant) ns from the grid instant")
+                // Queued at the grid instant, never before it (but for the agent clock's estimate, microseconds
+                // here): its streaming thread sleeps until the instant, then queues. On a loaded machine the
+                // thread wakes late (9 ms seen on two busy cores), but within the period, since an instant it
+                // is a period late for is skipped. An unlocked camera's frame would be anywhere in the period
+                // on either side of the instant, and its phase would not read locked (above).
+                let offset = frame.timestampNs - instant
+                #expect(offset > -1_000_000 && offset < period, "\(camera.device): \(offset) ns from the grid instant")
             } else {
                 let truth = try #require(node.trueStart(ofStamp: frame.agentTimestampNs), "frame \(frame.sequence) not in the truth log")
                 #expect(abs(truth - instant) < 300_000, "the emulated sensor truly exposed \(truth - instant) ns from the grid instant")
             }
         }
-        #expect(set.skewNs < 5_000_000, "skew \(set.skewNs) ns")
+        // One instant's frames, not a neighbour's: the set spans less than a period.
+        #expect(set.skewNs < period, "skew \(set.skewNs) ns")
         await session.stop()
         await pool.stop()
     }
