@@ -16,16 +16,17 @@
 //                      leases, the phase grid; no backend, no image code
 //   CamRigMedia        video files: Matroska written frame by frame through FFmpeg's libraries (CMediaFile),
 //                      crash-safe, read back, repaired after a crash and trimmed
-//   CLibcameraSystem   libcamera's flags through pkg-config (declared only where libcamera-dev is installed)
+//   CLibcameraSystem   libcamera's flags through pkg-config, where libcamera-dev is installed (elsewhere SwiftPM
+//                      warns that it is missing, and CLibcamera builds its stand-in)
 //   CLibcamera         libcamera's C++ API behind a small C interface (no libcamera type leaves it)
+//   CamRigImage        image files of frames: PNG (CZlib) for raw pixel formats, JPEG encoded and decoded
+//                      (CTurboJPEG), DNG for raw Bayer; no device backend (the coordinator's programs link it)
 //   CamRigDevices      devices and their backends (synthetic, V4L2 through CLibV4L2, libcamera through
-//                      CLibcamera), image kernels
-//                      (CImageKernels) and JPEG (CTurboJPEG)
-//   CamRigImage        image files of frames: PNG (CZlib) for raw pixel formats, JPEG as it came
-//   CamRigCapture      what a capture produces: manifests, contact sheets, the sink protocol storage implements,
-//                      where captures go (an object store's address and credentials)
-//   CamRigObjectStore  S3-compatible object storage: AWS Signature V4 (swift-crypto), requests on SwiftNIO's
-//                      HTTP/1.1 codec over kept-alive connections, resumable checksummed multipart uploads
+//                      CLibcamera), the photo pipeline's pixel loops (CImageKernels)
+//   CamRigObjectStore  S3-compatible object storage: a store's address and credentials, AWS Signature V4
+//                      (swift-crypto), requests on SwiftNIO's HTTP/1.1 codec over kept-alive connections,
+//                      resumable checksummed multipart uploads
+//   CamRigCapture      what a capture produces: manifests, contact sheets, the sink protocol storage implements
 //   CamRigWireModel    the only mapping between wire messages and the device model (and object store targets)
 //   CamRigStorage      capture stores (a local folder, or S3-compatible object storage) and the catalog
 //                      (SQLite through GRDB, or PostgreSQL through postgres-nio)
@@ -49,20 +50,6 @@
 //   CamRigTestSupport  helpers for the tests only: raw TLS peers, embedded agent connections, log capture
 import Foundation
 import PackageDescription
-
-/// Whether libcamera-dev is installed where the package is built (Debian 13, Raspberry Pi OS): then
-/// CLibcameraSystem brings libcamera's flags (pkg-config) to CLibcamera. Without it CLibcamera builds a
-/// stand-in that says so, and agents serve V4L2 and synthetic cameras only.
-let libcameraInstalled: Bool = {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = ["pkg-config", "--exists", "libcamera"]
-    process.standardOutput = FileHandle.nullDevice
-    process.standardError = FileHandle.nullDevice
-    guard (try? process.run()) != nil else { return false }
-    process.waitUntilExit()
-    return process.terminationStatus == 0
-}()
 
 let package = Package(
     name: "CamRig",
@@ -129,7 +116,7 @@ let package = Package(
         .target(
             name: "CamRigObjectStore",
             dependencies: [
-                "CamRigFiles", "CamRigCapture",
+                "CamRigFiles",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -162,24 +149,28 @@ let package = Package(
         ),
         .target(name: "CamRigMedia", dependencies: ["CMediaFile"]),
         // libcamera's C++ API behind a C interface (Raspberry Pi cameras and libcamera's virtual cameras).
-        .target(name: "CLibcamera", dependencies: libcameraInstalled ? ["CLibcameraSystem"] : []),
+        .systemLibrary(name: "CLibcameraSystem", pkgConfig: "libcamera", providers: [.apt(["libcamera-dev"])]),
+        .target(name: "CLibcamera", dependencies: ["CLibcameraSystem"]),
         .target(
             name: "CamRigDevices",
             dependencies: [
-                "CamRigDeviceModel", "CLibV4L2", "CLibcamera", "CImageKernels", "CTurboJPEG", "CamRigClock",
+                "CamRigDeviceModel", "CLibV4L2", "CLibcamera", "CImageKernels", "CamRigClock",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
-        .target(name: "CamRigImage", dependencies: ["CZlib", "CamRigDeviceModel"]),
+        .target(
+            name: "CamRigImage",
+            dependencies: ["CZlib", "CTurboJPEG", "CImageKernels", "CamRigDeviceModel", .product(name: "NIOCore", package: "swift-nio")]
+        ),
         .target(
             name: "CamRigWireModel",
-            dependencies: ["CamRigWire", "CamRigDeviceModel", "CamRigSecurity", "CamRigCapture"]
+            dependencies: ["CamRigWire", "CamRigDeviceModel", "CamRigSecurity", "CamRigCapture", "CamRigObjectStore"]
         ),
         .target(
             name: "CamRigCapture",
-            dependencies: ["CamRigClock", "CamRigDeviceModel"]
+            dependencies: ["CamRigClock", "CamRigDeviceModel", "CamRigObjectStore"]
         ),
         .systemLibrary(
             name: "CZlib",
@@ -189,7 +180,7 @@ let package = Package(
         .target(
             name: "CamRigStorage",
             dependencies: [
-                "CamRigImage", "CamRigDevices", "CamRigCapture", "CamRigFiles", "CamRigMedia", "CamRigObjectStore", "CLinux",
+                "CamRigImage", "CamRigCapture", "CamRigFiles", "CamRigMedia", "CamRigObjectStore", "CLinux",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -220,7 +211,7 @@ let package = Package(
             name: "CamRigCoordinator",
             dependencies: [
                 "CamRigClock", "CamRigWire", "CamRigClockSocket", "CamRigSecurity", "CamRigDeviceModel", "CamRigCapture",
-                "CamRigWireModel",
+                "CamRigWireModel", "CamRigObjectStore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -261,8 +252,8 @@ let package = Package(
         .target(
             name: "CamRigService",
             dependencies: [
-                "CamRigViews", "CamRigClock", "CamRigWire", "CamRigSecurity", "CamRigCoordinator", "CamRigDevices", "CamRigCapture",
-                "CamRigStorage", "CamRigWireModel",
+                "CamRigViews", "CamRigClock", "CamRigWire", "CamRigSecurity", "CamRigCoordinator", "CamRigCapture",
+                "CamRigStorage", "CamRigWireModel", "CamRigObjectStore",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
@@ -290,7 +281,7 @@ let package = Package(
         .executableTarget(
             name: "camrig",
             dependencies: [
-                "CamRigCLI", "CamRigClock", "CamRigCoordinator", "CamRigSecurity", "CamRigWire", "CamRigDevices",
+                "CamRigCLI", "CamRigClock", "CamRigCoordinator", "CamRigSecurity", "CamRigWire", "CamRigObjectStore",
                 "CamRigCapture", "CamRigStorage", "CamRigWireModel", "CamRigLocalRig", "CamRigViews", "CamRigServiceClient",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -325,7 +316,7 @@ let package = Package(
             dependencies: [
                 "CamRigCLI", "CamRigClock", "CamRigCoordinator", "CamRigLocalRig", "CamRigWire",
                 "CamRigDevices", "CamRigCapture", "CamRigStorage", "CamRigWireModel", "CamRigViews", "CamRigMedia",
-                "CamRigAgent", "CamRigSecurity", "CamRigServiceClient", "CamRigFiles", "CamRigObjectStore",
+                "CamRigAgent", "CamRigSecurity", "CamRigServiceClient", "CamRigFiles", "CamRigObjectStore", "CamRigImage",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -335,7 +326,7 @@ let package = Package(
         .target(
             name: "CamRigTestSupport",
             dependencies: [
-                "CamRigWire", "CamRigSecurity", "CamRigCoordinator", "CamRigDevices", "CamRigLocalRig", "CamRigCapture",
+                "CamRigWire", "CamRigSecurity", "CamRigCoordinator", "CamRigDevices", "CamRigLocalRig", "CamRigCapture", "CamRigObjectStore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -359,13 +350,13 @@ let package = Package(
         ),
         .testTarget(
             name: "CamRigDevicesTests",
-            dependencies: ["CamRigDevices", "CamRigClock", "CamRigTestSupport", "CTurboJPEG"]
+            dependencies: ["CamRigDevices", "CamRigImage", "CamRigClock", "CamRigTestSupport", "CTurboJPEG"]
         ),
         .testTarget(
             name: "CamRigAgentTests",
             dependencies: [
                 "CamRigAgent", "CamRigClock", "CamRigWire", "CamRigTestSupport", "CamRigDevices",
-                "CamRigCapture", "CamRigMedia",
+                "CamRigCapture", "CamRigMedia", "CamRigImage",
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
@@ -413,11 +404,11 @@ let package = Package(
             dependencies: [
                 "camrig", "camrig-agent", "camrig-service", "camrig-bench", "CamRigTestSupport", "CamRigLocalRig", "CamRigCoordinator", "CamRigWire",
                 "CamRigClock", "CamRigDevices", "CamRigSecurity", "CamRigCapture", "CamRigStorage", "CamRigClockSocket",
-                "CamRigService", "CamRigViews", "CamRigServiceClient", "CamRigObjectStore",
+                "CamRigService", "CamRigViews", "CamRigServiceClient", "CamRigObjectStore", "CamRigImage",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Yams", package: "Yams"),
             ]
         ),
-    ] + (libcameraInstalled ? [.systemLibrary(name: "CLibcameraSystem", pkgConfig: "libcamera", providers: [.apt(["libcamera-dev"])])] : [])
+    ]
 )

@@ -1,4 +1,5 @@
 import CamRigDeviceModel
+import CamRigObjectStore
 import Foundation
 
 /// Where captures go: the coordinator hands a sink the frames and the manifest of every capture, and the

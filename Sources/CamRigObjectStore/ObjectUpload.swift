@@ -1,4 +1,3 @@
-import CamRigCapture
 import CamRigFiles
 import Crypto
 import Foundation

@@ -1,4 +1,3 @@
-import CamRigCapture
 import Crypto
 import Foundation
 

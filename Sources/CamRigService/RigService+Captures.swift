@@ -2,7 +2,6 @@ import CamRigCapture
 import CamRigClock
 import CamRigCoordinator
 import CamRigDeviceModel
-import CamRigDevices
 import CamRigSecurity
 import CamRigStorage
 import CamRigViews

@@ -1,7 +1,6 @@
 import CamRigCapture
 import CamRigClock
 import CamRigCoordinator
-import CamRigDevices
 import CamRigSecurity
 import CamRigStorage
 import CamRigViews

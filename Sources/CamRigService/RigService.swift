@@ -1,8 +1,8 @@
 import CamRigCapture
 import CamRigClock
 import CamRigCoordinator
+import CamRigObjectStore
 import CamRigSecurity
-import CamRigDevices
 import CamRigStorage
 import CamRigViews
 import CamRigWire

@@ -1,7 +1,6 @@
 import CamRigDeviceModel
 import Crypto
 import CamRigCapture
-import CamRigDevices
 import CamRigFiles
 import CamRigImage
 import CLinux

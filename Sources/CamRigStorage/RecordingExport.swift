@@ -1,6 +1,5 @@
 import CamRigCapture
 import CamRigDeviceModel
-import CamRigDevices
 import CamRigFiles
 import CamRigImage
 import CamRigMedia

@@ -1,5 +1,6 @@
 import CamRigCapture
 import CamRigLocalRig
+import CamRigObjectStore
 import Foundation
 
 /// A real S3 API on loopback for a test: OpenStack Swift with its s3api middleware, started by the

@@ -1,4 +1,5 @@
 import CamRigCapture
+import CamRigObjectStore
 import CamRigWire
 import Foundation
 

@@ -5,6 +5,7 @@ import CamRigClock
 import CamRigCoordinator
 import CamRigDeviceModel
 import CamRigDevices
+import CamRigImage
 import CamRigLocalRig
 import CamRigMedia
 import CamRigStorage

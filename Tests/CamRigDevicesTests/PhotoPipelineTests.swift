@@ -2,6 +2,7 @@ import CTurboJPEG
 import CamRigClock
 import CamRigDeviceModel
 import CamRigDevices
+import CamRigImage
 import CamRigTestSupport
 import Foundation
 import NIOCore

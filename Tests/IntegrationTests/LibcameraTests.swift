@@ -2,6 +2,7 @@ import CamRigCapture
 import CamRigClock
 import CamRigCoordinator
 import CamRigDevices
+import CamRigImage
 import CamRigLocalRig
 import CamRigSecurity
 import CamRigStorage

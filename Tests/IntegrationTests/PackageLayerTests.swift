@@ -73,6 +73,30 @@ struct PackageLayerTests {
         }
     }
 
+    @Test("every target of the package is in the header's layers, so none escapes the one-way check")
+    func everyTargetHasALayer() {
+        // Every Swift target; the C modules below them are named in the header where they are the layer.
+        for (name, target) in Self.targets where target.kind != "testTarget" && name.lowercased().hasPrefix("camrig") {
+            #expect(Self.layers.contains(name), "\(name) is not listed in Package.swift's header of layers")
+        }
+    }
+
+    @Test("the coordinator's programs and the layers they link (storage, the service, the command line) link no camera backend")
+    func coordinatorProgramsLinkNoBackend() {
+        for program in ["camrig", "camrig-service", "CamRigStorage", "CamRigService", "CamRigViews", "CamRigServiceClient"] {
+            let closure = Self.closure(of: program).targets
+            for backend in ["CamRigDevices", "CamRigAgent", "CLibV4L2", "CLibcamera", "CLibcameraSystem"] {
+                #expect(!closure.contains(backend), "\(program) links \(backend), a camera host's backend, through \(closure.sorted())")
+            }
+        }
+    }
+
+    @Test("the object store is a generic S3 client: it links no capture, device or wire code")
+    func objectStoreStandsAlone() {
+        let closure = Self.closure(of: "CamRigObjectStore").targets
+        #expect(closure.isSubset(of: ["CamRigObjectStore", "CamRigFiles"]), "CamRigObjectStore links \(closure.sorted())")
+    }
+
     /// The targets `name` links, directly or through others, and the products of other packages they bring.
     static func closure(of name: String) -> (targets: Set<String>, products: Set<String>) {
         var targets: Set<String> = [name]

@@ -1,6 +1,7 @@
 import CamRigClock
 import CamRigDeviceModel
 import CamRigDevices
+import CamRigImage
 import CamRigWire
 import CamRigWireModel
 import NIOCore

@@ -3,6 +3,7 @@ import CamRigClock
 import CamRigDeviceModel
 import CamRigDevices
 import CamRigFiles
+import CamRigImage
 import CamRigMedia
 import CamRigWire
 import CamRigWireModel

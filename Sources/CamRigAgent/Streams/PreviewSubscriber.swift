@@ -1,6 +1,7 @@
 import CamRigCapture
 import CamRigDeviceModel
 import CamRigDevices
+import CamRigImage
 import CamRigWire
 import Dispatch
 import NIOConcurrencyHelpers

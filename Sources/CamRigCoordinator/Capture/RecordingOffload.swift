@@ -1,5 +1,6 @@
 import CamRigCapture
 import CamRigClock
+import CamRigObjectStore
 import CamRigWire
 import CamRigWireModel
 import Foundation

@@ -1,4 +1,5 @@
 import CamRigCapture
+import CamRigObjectStore
 import CamRigStorage
 import CamRigViews
 import Foundation

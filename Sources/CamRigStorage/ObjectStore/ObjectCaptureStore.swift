@@ -1,5 +1,4 @@
 import CamRigCapture
-import CamRigDevices
 import CamRigFiles
 import CamRigImage
 import CamRigObjectStore

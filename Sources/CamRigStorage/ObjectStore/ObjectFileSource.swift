@@ -1,5 +1,6 @@
 import CamRigCapture
 import CamRigMedia
+import CamRigObjectStore
 import NIOCore
 import NIOPosix
 

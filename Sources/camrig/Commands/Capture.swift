@@ -5,7 +5,6 @@ import ArgumentParser
 import Foundation
 import CamRigCLI
 import CamRigCoordinator
-import CamRigDevices
 import CamRigWire
 import CamRigWireModel
 

@@ -4,7 +4,6 @@ import ArgumentParser
 import CamRigCLI
 import CamRigCapture
 import CamRigCoordinator
-import CamRigDevices
 import CamRigLocalRig
 import CamRigStorage
 import Foundation

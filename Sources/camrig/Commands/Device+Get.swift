@@ -3,7 +3,6 @@ import CamRigViews
 import ArgumentParser
 import CamRigCLI
 import CamRigCoordinator
-import CamRigDevices
 import CamRigWireModel
 import Foundation
 

@@ -3,6 +3,7 @@ import CamRigCLI
 import CamRigCapture
 import CamRigCoordinator
 import CamRigLocalRig
+import CamRigObjectStore
 import CamRigSecurity
 import Foundation
 import Logging

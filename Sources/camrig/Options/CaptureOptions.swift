@@ -2,6 +2,7 @@ import ArgumentParser
 import CamRigCLI
 import CamRigCoordinator
 import CamRigCapture
+import CamRigObjectStore
 import CamRigStorage
 import Foundation
 import Logging

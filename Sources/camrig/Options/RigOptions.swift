@@ -5,6 +5,7 @@ import CamRigServiceClient
 import CamRigViews
 import ArgumentParser
 import CamRigCoordinator
+import CamRigObjectStore
 import CamRigStorage
 import CamRigWire
 import Foundation

@@ -3,7 +3,6 @@ import CamRigDeviceModel
 import CamRigWire
 import CamRigCLI
 import CamRigCoordinator
-import CamRigDevices
 import Logging
 
 /// Which cameras a capture uses and how they are configured.
