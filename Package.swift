@@ -370,10 +370,15 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        .testTarget(name: "CamRigFilesTests", dependencies: ["CamRigFiles"]),
+        .testTarget(name: "CamRigMediaTests", dependencies: ["CamRigMedia"]),
+        .testTarget(name: "CamRigImageTests", dependencies: ["CamRigImage", "CamRigDeviceModel", "CZlib"]),
+        .testTarget(name: "CamRigViewsTests", dependencies: ["CamRigViews", "CamRigWire"]),
+        .testTarget(name: "CamRigCaptureTests", dependencies: ["CamRigCapture", "CamRigDeviceModel", "CamRigWire", "CamRigWireModel"]),
         .testTarget(
             name: "CamRigStorageTests",
             dependencies: [
-                "CamRigStorage", "CamRigCapture", "CamRigMedia", "CamRigFiles", "CamRigDevices", "CamRigImage", "CZlib", "CamRigTestSupport",
+                "CamRigStorage", "CamRigCapture", "CamRigDeviceModel", "CamRigDevices", "CamRigImage", "CamRigTestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
@@ -382,7 +387,7 @@ let package = Package(
         .testTarget(
             name: "CamRigObjectStoreTests",
             dependencies: [
-                "CamRigObjectStore", "CamRigCapture", "CamRigTestSupport",
+                "CamRigObjectStore",
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -407,6 +412,7 @@ let package = Package(
                 "CamRigService", "CamRigViews", "CamRigServiceClient", "CamRigObjectStore", "CamRigImage",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Yams", package: "Yams"),
             ]
         ),

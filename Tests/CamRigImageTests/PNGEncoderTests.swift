@@ -1,8 +1,6 @@
 import CZlib
 import CamRigDeviceModel
-import CamRigDevices
 import CamRigImage
-import CamRigStorage
 import Testing
 
 @Suite("PNG encoding and frame image conversion", .timeLimit(.minutes(1)))

@@ -1,6 +1,4 @@
-import CamRigCapture
 import CamRigFiles
-import CamRigStorage
 import Foundation
 import Testing
 

@@ -1,4 +1,3 @@
-import CamRigCapture
 import CamRigObjectStore
 import CamRigTestSupport
 import Foundation
