@@ -157,10 +157,10 @@ struct PostgresCaptureCatalogTests {
             let northCapture = CatalogChecks.entry(clash.id, rig: north, created: clash.created)
             try await shared.record(northCapture)
 
-            func importFolder() throws -> Executables.Result {
-                try Executables.run("camrig", ["captures", "import", folder.path, "--catalog", server.url, "--rig", west, "--json"])
+            func importFolder() async throws -> Executables.Result {
+                try await Executables.run("camrig", ["captures", "import", folder.path, "--catalog", server.url, "--rig", west, "--json"])
             }
-            let first = try importFolder()
+            let first = try await importFolder()
             #expect(first.status == 1, "an id held by another capture is an error: \(first.stderr)")
             let report = try JSONDecoder().decode(CatalogImportReportJSON.self, from: Data(first.stdout.utf8))
             #expect(report.imported == 2 && report.updated == 0 && report.unchanged == 0)
@@ -180,7 +180,7 @@ struct PostgresCaptureCatalogTests {
             let again = try SQLiteCaptureCatalog(directory: folder)
             try await again.record(finished)
             await again.close()
-            let second = try importFolder()
+            let second = try await importFolder()
             let report2 = try JSONDecoder().decode(CatalogImportReportJSON.self, from: Data(second.stdout.utf8))
             #expect(report2.imported == 0 && report2.updated == 1 && report2.unchanged == 1 && report2.conflicts.count == 1)
             #expect(try await shared.entry(recent.id) == finished)
