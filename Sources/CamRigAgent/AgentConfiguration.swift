@@ -102,7 +102,7 @@ public struct AgentConfiguration: Sendable {
         if devices != nil {
             capabilities += [WireProtocol.Capability.devices, WireProtocol.Capability.leases, WireProtocol.Capability.streaming]
             if spool != nil { capabilities += [WireProtocol.Capability.capture, WireProtocol.Capability.objectStore] }
-            capabilities += [WireProtocol.Capability.events]
+            capabilities += [WireProtocol.Capability.events, WireProtocol.Capability.stateEvents]
         }
         return ServerConnectionStateMachine.Configuration(
             agentID: agentID,

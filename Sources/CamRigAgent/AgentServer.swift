@@ -124,7 +124,10 @@ public final class AgentServer: Service, Sendable {
 
     public func run() async throws {
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
-        if let devices = configuration.devices { services.append(.init(service: devices)) }
+        if let devices = configuration.devices {
+            services.append(.init(service: devices))
+            services.append(.init(service: StatePublisher(events: devices.events, spool: configuration.spool, phaseLocks: router.phaseLocks)))
+        }
         // After the devices and before the listener: shut down after the listener has closed the recordings.
         if let recordings = router.recordings { services.append(.init(service: RecordingsService(recordings: recordings))) }
         services.append(.init(service: Listener(server: self)))

@@ -112,8 +112,14 @@ public actor RigService {
     public private(set) var history: [String: [ClockHistorySample]] = [:]
     /// Each agent's result spool as it last reported it.
     public private(set) var spools: [String: WireSpoolStatus] = [:]
+    /// Agents that push their state (`state-events`): listened to, not asked, while connected.
+    private var pushing: Set<String> = []
+    /// Agents whose device lists must be read again (one came or went, a lease or configuration changed
+    /// in a way its event did not carry, the agent connected or left).
+    private var staleDevices: Set<String> = []
+    /// Agents whose spool figures must be asked for (connected since the last answer).
+    private var spoolUnknown: Set<String> = []
     private var lastSpoolPoll = ContinuousClock.now - .seconds(60)
-    private var spoolsAsked: Set<String> = []
     /// Frames each camera dropped in the captures this service made.
     public internal(set) var droppedFrames: [String: Int] = [:]
     public nonisolated let started = Date()
@@ -266,15 +272,65 @@ public actor RigService {
 
     // MARK: Supervision
 
-    /// Looks after the rig until cancelled, then releases the session.
+    /// Looks after the rig until cancelled, then releases the session: listens to the agents' events
+    /// (devices, leases, spools, phase locks) and looks at the rig once per supervision interval.
     public func run() async {
+        let heard = pool.watch()
         pool.start()
         events.publish(.serviceStarted(agents: pool.agents.count))
-        while !Task.isCancelled {
-            await supervise()
-            try? await Task.sleep(for: configuration.supervisionInterval)
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await event in heard { await self.hear(event) }
+            }
+            while !Task.isCancelled {
+                await supervise()
+                try? await Task.sleep(for: configuration.supervisionInterval)
+            }
+            group.cancelAll()
         }
         await shutdown()
+    }
+
+    /// What an agent told: its state is taken as it is pushed, or noted to be read at the next look.
+    func hear(_ event: AgentPool.Event) async {
+        switch event {
+        case .connected(let agent, let capabilities):
+            if capabilities.contains(WireProtocol.Capability.stateEvents) { pushing.insert(agent) } else { pushing.remove(agent) }
+            staleDevices.insert(agent)
+            spoolUnknown.insert(agent)
+            forgetPhases(of: agent)
+        case .disconnected(let agent):
+            pushing.remove(agent)
+            staleDevices.insert(agent)
+            forgetPhases(of: agent)
+        case .event(let agent, let event):
+            switch event.kind {
+            case .deviceChanged:
+                // The description as it is now: taken as it came, unless the device is not listed yet.
+                if case .device(let description)? = event.detail,
+                    let index = devices.firstIndex(where: { $0.agentID == agent && $0.deviceID == description.uniqueID })
+                {
+                    devices[index] = RigDevice(agent: devices[index].agent, agentID: agent, description: description)
+                } else {
+                    staleDevices.insert(agent)
+                }
+            case .deviceConnected, .deviceDisconnected, .leaseLost:
+                staleDevices.insert(agent)
+            case .spoolStatus, .spoolNearFull:
+                spools[agent] = event.spool
+                spoolUnknown.remove(agent)
+            case .phaseStatus:
+                if let phase = await session?.phase(reported: event.phase, by: agent) { phases[phase.camera] = phase }
+            default:
+                break
+            }
+        }
+    }
+
+    /// The phases of `agent`'s cameras are read again at the next look (it connected or left: what it
+    /// last pushed may be stale).
+    private func forgetPhases(of agent: String) {
+        phases = phases.filter { $0.value.agentID != agent }
     }
 
     /// Releases every lease and stops watching; agents keep their cameras' configuration.
@@ -315,14 +371,18 @@ public actor RigService {
             let connected = pool.agents.map(\.snapshot).filter { $0.status == .connected }.map(\.endpoint.description)
             try? await BlockingWork.run { enrollment.connected(Set(connected)) }
         }
-        await refreshDevices()
-        // An agent just connected is asked at once, the others every 5 s.
-        let unknownSpool = pool.agents.contains { $0.snapshot.status == .connected && !spoolsAsked.contains($0.name) }
-        if unknownSpool || ContinuousClock.now - lastSpoolPoll >= .seconds(5) {
+        // Agents that push their state are asked only what they have not pushed; the others (agents
+        // without `state-events`) are asked as before: devices every look, spools every 5 s.
+        let connected = pool.agents.filter { $0.snapshot.status == .connected }
+        let asked = Set(connected.map(\.name)).subtracting(pushing)
+        await refreshDevices(of: staleDevices.union(asked))
+        var spoolsToAsk = spoolUnknown
+        if ContinuousClock.now - lastSpoolPoll >= .seconds(5) {
             lastSpoolPoll = ContinuousClock.now
-            await pollSpools()
+            spoolsToAsk.formUnion(asked)
         }
-        await refreshPhases()
+        await pollSpools(of: spoolsToAsk)
+        await refreshPhases(asking: asked)
         let observed = devices.map { device in
             RigSupervisor.DeviceObservation(
                 name: device.name, agent: device.agentID, localizedName: device.description.localizedName, connected: device.description.connected,
@@ -347,19 +407,24 @@ public actor RigService {
         }
     }
 
-    private func refreshPhases() async {
+    /// The session's cameras' phase locks: as pushed by their agents; read from the agents in `asked`
+    /// (which push nothing), and for cameras whose phase is not known or could not be read.
+    private func refreshPhases(asking asked: Set<String>) async {
         guard let session else {
             phases = [:]
             return
         }
-        var byName: [String: CameraPhase] = [:]
-        for phase in await session.phaseStatus() { byName[phase.camera] = phase }
-        phases = byName
+        let inputs = await session.inputs
+        phases = phases.filter { name, _ in inputs.contains { $0.name == name } }
+        let unknown = inputs.filter { asked.contains($0.agentID) || phases[$0.name] == nil || phases[$0.name]?.failure != nil }
+        guard !unknown.isEmpty else { return }
+        for phase in await session.phaseStatus(of: Set(unknown.map(\.name))) { phases[phase.camera] = phase }
     }
 
-    /// Asks every connected agent how full its result spool is.
-    private func pollSpools() async {
-        let agents = pool.agents.filter { $0.snapshot.status == .connected }
+    /// Asks the connected agents among `names` how full their result spools are.
+    private func pollSpools(of names: Set<String>) async {
+        let agents = pool.agents.filter { $0.snapshot.status == .connected && names.contains($0.name) }
+        guard !agents.isEmpty else { return }
         let statuses = await withTaskGroup(of: (String, WireSpoolStatus?).self) { group in
             for agent in agents {
                 group.addTask {
@@ -373,13 +438,28 @@ public actor RigService {
             for await status in group { statuses.append(status) }
             return statuses
         }
-        for (name, status) in statuses { spools[name] = status }
-        spoolsAsked = Set(agents.map(\.name))
+        for (name, status) in statuses {
+            spools[name] = status
+            if status != nil { spoolUnknown.remove(name) }
+        }
     }
 
     /// Lists every connected agent's cameras.
     func refreshDevices() async {
         devices = await RigDiscovery.devices(in: pool).devices
+        staleDevices = []
+    }
+
+    /// Lists the cameras of the agents among `names` again, keeping the others' lists; an agent that is
+    /// not connected has none.
+    private func refreshDevices(of names: Set<String>) async {
+        guard !names.isEmpty else { return }
+        let agents = pool.agents
+        let fresh = await RigDiscovery.devices(of: agents.filter { names.contains($0.name) }).devices
+        staleDevices.subtract(names)
+        devices = agents.flatMap { agent in
+            names.contains(agent.name) ? fresh.filter { $0.agentID == agent.name } : devices.filter { $0.agentID == agent.name }
+        }
     }
 
     /// Builds the session anew over `cameras`; returns what the supervisor makes of the outcome.
@@ -423,6 +503,8 @@ public actor RigService {
                 }
             }
             self.session = session
+            // The new session's cameras are read once; their agents push the rest.
+            phases = [:]
             sessionCommitted = Date()
             let agents = connectedSince.filter { name, _ in added.contains { $0.hasPrefix(name + "/") } }
             await refreshDevices()

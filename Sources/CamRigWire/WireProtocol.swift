@@ -39,6 +39,9 @@ public enum WireProtocol {
         public static let capture = "capture"
         /// `subscribe`, with `event` messages.
         public static let events = "events"
+        /// Events of what a client would otherwise poll for: `DEVICE_CHANGED`, `SPOOL_STATUS` and
+        /// `PHASE_STATUS` (PROTOCOL.md, "Events").
+        public static let stateEvents = "state-events"
         /// `fetch_results` with `upload_to`, and `upload_recording_file`: the agent puts its results in
         /// an S3-compatible object store itself.
         public static let objectStore = "object-store"

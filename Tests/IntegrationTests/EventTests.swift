@@ -4,14 +4,19 @@ import CamRigSecurity
 import CamRigTestSupport
 import CamRigWire
 import Foundation
+import NIOConcurrencyHelpers
 import Testing
 
 /// Events pushed to subscribed clients by a real agent process.
 @Suite("Events", .timeLimit(.minutes(3)))
 struct EventTests {
     /// Collects events until `count` arrived or `seconds` passed; fewer than `count` is a failure.
-    func events(_ client: AgentClient, count: Int, within seconds: Double, after action: @Sendable () async throws -> Void) async throws -> [WireEvent] {
-        let stream = client.stream(.subscribe(WireSubscribe()))
+    func events(
+        _ client: AgentClient, kinds: [WireEventKind], count: Int, within seconds: Double, after action: @Sendable () async throws -> Void
+    ) async throws -> [WireEvent] {
+        var subscribe = WireSubscribe()
+        subscribe.kinds = kinds
+        let stream = client.stream(.subscribe(subscribe))
         var iterator = stream.makeAsyncIterator()
         let subscribed = try await iterator.next()
         guard case .ok = subscribed?.envelope.body else {
@@ -44,7 +49,7 @@ struct EventTests {
         }
         let watcher = try await agent.connect(pki, as: "viewer-1")
         let coordinator = try await agent.connect(pki)
-        let received = try await events(watcher, count: 2, within: 5) {
+        let received = try await events(watcher, kinds: [.leaseLost, .triggerLate], count: 2, within: 5) {
             var lock = WireLock()
             lock.deviceID = "synthetic:SYN0001"
             lock.durationMs = 1_000
@@ -81,7 +86,7 @@ struct EventTests {
         let agent = try AgentProcess(["--tls-dir", pki.path, "--v4l2", node])
         defer { agent.stop() }
         let client = try await agent.connect(pki, as: "viewer-1")
-        let received = try await events(client, count: 2, within: 6) {
+        let received = try await events(client, kinds: [.deviceConnected, .deviceDisconnected], count: 2, within: 6) {
             _ = FileManager.default.createFile(atPath: node, contents: nil)
             // Unplugged once the agent lists it (it scans for new devices every second or so).
             let listed = try await eventually(timeout: .seconds(5), pollingEvery: .milliseconds(100)) {
@@ -94,6 +99,89 @@ struct EventTests {
         #expect(received.map(\.kind) == [.deviceConnected, .deviceDisconnected])
         #expect(received.first?.device.uniqueID == "v4l2:camrig-emu:platform:camrig-emu-61")
         await client.close()
+    }
+
+    @Test("a watched pool hears what it would otherwise poll for: leases and configuration, phase locks every second and their end, the spool as it fills and empties")
+    func stateEvents() async throws {
+        let pki = try TestPKI(agents: ["agent-1"])
+        defer { pki.remove() }
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "1"])
+        defer { agent.stop() }
+        let pool = try LibcameraTests.pool([agent], pki: pki)
+        let heard = PoolEventBox()
+        let listener = Task { for await event in pool.watch() { heard.append(event) } }
+        defer { listener.cancel() }
+        let session = try await LibcameraTests.session(pool, fps: 15)
+        let camera = "synthetic:SYN0001"
+
+        // The session's lease and configuration, each pushed with the description as it is now.
+        #expect(try await eventually(timeout: .seconds(5), pollingEvery: .milliseconds(50)) {
+            heard.events(.deviceChanged).contains { $0.device.uniqueID == camera && $0.device.hasLease && $0.device.lease.holder == "coordinator" }
+        }, "no DEVICE_CHANGED with the session's lease: \(heard.kinds)")
+        guard case .connected(let name, let capabilities)? = heard.all.first else {
+            Issue.record("the first thing heard is not the connection: \(heard.kinds)")
+            return
+        }
+        #expect(name == "agent-1" && capabilities.contains(WireProtocol.Capability.stateEvents))
+
+        // A phase lock's status every second while held.
+        _ = try await session.lockPhase()
+        _ = await session.waitForPhaseLock(timeout: .seconds(20))
+        let before = heard.events(.phaseStatus).count
+        try await Task.sleep(for: .seconds(3))
+        let statuses = heard.events(.phaseStatus).dropFirst(before)
+        #expect((2...5).contains(statuses.count), "\(statuses.count) PHASE_STATUS events in 3 s")
+        #expect(statuses.allSatisfy { $0.phase.deviceID == camera && $0.phase.state == .locked })
+        // Sent a second apart, each stamped when it was sent (agent clock).
+        let times = statuses.map(\.time.nanoseconds)
+        let gaps = zip(times.dropFirst(), times).map { Double($0 - $1) / 1e9 }
+        #expect(gaps.allSatisfy { (0.5...2.5).contains($0) }, "seconds between PHASE_STATUS events: \(gaps)")
+
+        // The session ends: its phase lock is reported ended once, its lease gone from the description.
+        await session.stop()
+        #expect(try await eventually(timeout: .seconds(5), pollingEvery: .milliseconds(50)) {
+            heard.events(.phaseStatus).last?.phase.state == .unlocked
+                && heard.events(.deviceChanged).last.map { !$0.device.hasLease } == true
+        }, "\(heard.events(.phaseStatus).last?.phase.state as Any), \(heard.events(.deviceChanged).last?.device.lease.holder as Any)")
+
+        // A photo left in the spool fills it; fetched and acknowledged, it empties it again.
+        let client = try await agent.connect(pki)
+        var photo = WireCapturePhoto()
+        photo.deviceID = camera
+        photo.sessionID = "events"
+        _ = try await client.request(.capturePhoto(photo))
+        #expect(try await eventually(timeout: .seconds(5), pollingEvery: .milliseconds(50)) {
+            heard.events(.spoolStatus).last.map { $0.spool.results == 1 && $0.spool.usedBytes > 0 && $0.spool.capacityBytes > 0 } == true
+        }, "spool figures heard: \(heard.events(.spoolStatus).map(\.spool.results))")
+        let results = try await client.spooledResults(session: "events")
+        try await client.acknowledge(results.map(\.0.resultID))
+        #expect(try await eventually(timeout: .seconds(5), pollingEvery: .milliseconds(50)) {
+            heard.events(.spoolStatus).last.map { $0.spool.results == 0 && $0.spool.usedBytes == 0 } == true
+        }, "spool figures heard: \(heard.events(.spoolStatus).map(\.spool.results))")
+        await client.close()
+
+        await pool.stop()
+        #expect(heard.all.contains { if case .disconnected(agent: "agent-1") = $0 { true } else { false } })
+    }
+}
+
+/// What a watched pool heard, in order.
+final class PoolEventBox: Sendable {
+    private let box = NIOLockedValueBox<[AgentPool.Event]>([])
+    func append(_ event: AgentPool.Event) { box.withLockedValue { $0.append(event) } }
+    var all: [AgentPool.Event] { box.withLockedValue { $0 } }
+    /// The agents' events of `kind`.
+    func events(_ kind: WireEventKind) -> [WireEvent] {
+        all.compactMap { if case .event(_, let event) = $0, event.kind == kind { event } else { nil } }
+    }
+    var kinds: [String] {
+        all.map {
+            switch $0 {
+            case .connected: "connected"
+            case .disconnected: "disconnected"
+            case .event(_, let event): "\(event.kind)"
+            }
+        }
     }
 }
 

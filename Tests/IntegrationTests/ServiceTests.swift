@@ -169,6 +169,52 @@ struct ServiceTests {
         #expect(kinds.filter { $0 == "session.committed" }.count >= 2)
         #expect(kinds.last == "service.stopped")
     }
+
+    @Test("the service listens to its agents instead of polling them: a quiet rig is asked nothing for its devices, spools or phase locks, and what it shows is what the agents pushed")
+    func listensInsteadOfPolling() async throws {
+        let pki = try TestPKI(agents: ["agent-1"])
+        defer { pki.remove() }
+        // Every request the agent answers is in its log at trace level.
+        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "1", "--log-level", "trace"])
+        defer { agent.stop() }
+        let captures = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-service-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: captures) }
+        let logger = Logger(label: "test")
+        let pool = AgentPool(
+            endpoints: [AgentEndpoint(host: agent.host, port: agent.port)],
+            security: .tls(try MutualTLS.client(directory: pki.directory, identityName: "coordinator")), logger: logger)
+        var configuration = RigService.Configuration(capturesDirectory: captures)
+        configuration.supervisionInterval = .milliseconds(200)
+        let service = try RigService(pool: pool, configuration: configuration, logger: logger)
+        let group = ServiceGroup(services: service.services, logger: logger)
+        let running = Task { try await group.run() }
+        let camera = "agent-1/synthetic:SYN0001"
+        #expect(try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(100)) { await service.session?.inputs.count == 1 }, "no session")
+        let locked = try await eventually(timeout: .seconds(20), pollingEvery: .milliseconds(100)) { await service.phases[camera]?.status.state == .locked }
+        let phase = await service.phases[camera]
+        #expect(locked, "the camera's phase as the service shows it: \(String(describing: phase?.status)) \(phase?.failure ?? "")")
+        #expect(await service.devices.first { $0.name == camera }?.description.lease.holder == "coordinator", "the session's lease, as pushed")
+        #expect(try await eventually(timeout: .seconds(5), pollingEvery: .milliseconds(100)) { await service.spools["agent-1"] != nil }, "no spool figures")
+
+        // Three quiet seconds: fifteen looks at the rig, which used to ask for the devices and phase
+        // locks at every look and the spool every five seconds.
+        func asked(_ message: String, since start: String.Index? = nil) -> Int {
+            let log = agent.log()
+            return log[(start ?? log.startIndex)...].ranges(of: "message=\(message) ").count
+        }
+        #expect(asked("list_devices") >= 1, "the agent's log shows no request at all: is it at trace level?")
+        let quiet = agent.log().endIndex
+        try await Task.sleep(for: .seconds(3))
+        for message in ["list_devices", "get_phase_status", "get_spool_status"] {
+            #expect(asked(message, since: quiet) == 0, "\(message) asked \(asked(message, since: quiet)) times in 3 quiet seconds")
+        }
+        // Still shown as pushed: the lock held, its figures from the agent's latest PHASE_STATUS.
+        #expect(await service.phases[camera]?.status.state == .locked)
+        #expect(await service.spools["agent-1"]?.capacityBytes ?? 0 > 0)
+
+        await group.triggerGracefulShutdown()
+        try await running.value
+    }
 }
 
 extension ServiceTests {

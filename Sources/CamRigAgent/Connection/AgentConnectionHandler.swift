@@ -318,6 +318,8 @@ final class AgentConnectionHandler: ChannelInboundHandler {
                     }
                 }
             }
+            // Every request, at trace level: what a client asks and how often (`--log-level trace`).
+            logger.trace("request", metadata: ["message": "\(body.messageName)", "request_id": "\(frame.requestID)"])
             router.run(core.request(body), requestID: frame.requestID, client: client, connection: connection)
         }
     }

@@ -182,8 +182,17 @@ public final class AgentDevices: Service, Sendable {
     /// configuration lock is given back.
     private func finish(_ end: LeaseEnd) {
         end.notify?(end.lease.deviceID, false)
-        if let lock = end.configurationLock {
-            discovery.device(uniqueID: end.lease.deviceID)?.unlockForConfiguration(lock)
+        guard let device = discovery.device(uniqueID: end.lease.deviceID) else { return }
+        if let lock = end.configurationLock { device.unlockForConfiguration(lock) }
+        publishChange(of: device, now: leaseClock.now(), "lease \(end.lease.id) of '\(end.lease.holder)' on \(device.uniqueID) ended")
+    }
+
+    /// `DEVICE_CHANGED`: the device's description as it is now (its lease, its configuration), for the
+    /// clients that would otherwise list the devices again to learn it.
+    private func publishChange(of device: CaptureDevice, now: Int64, _ message: String) {
+        guard events.wants(.deviceChanged) else { return }
+        events.publish(.deviceChanged, device: device.uniqueID, message: message) {
+            $0.device = self.describeDevice(device, now: now)
         }
     }
 
@@ -268,6 +277,7 @@ public final class AgentDevices: Service, Sendable {
                 }
                 var reply = WireLease()
                 reply.lease = WireLeaseInfo(lease)
+                publishChange(of: device, now: now, "\(device.uniqueID) leased by '\(client.name)'")
                 return .lease(reply)
             case .failure(let failure):
                 return leaseError(failure, device: device.uniqueID, now: now)
@@ -337,6 +347,7 @@ public final class AgentDevices: Service, Sendable {
                 return .deviceState(WireDeviceState(device: device, resolved: resolved, rawValues: rawValues))
             }
             try device.configure(change, lock: lock)
+            publishChange(of: device, now: now, "\(device.uniqueID) configured by '\(client.name)'")
             return .deviceState(WireDeviceState(device: device, rawValues: (try? device.controlValues()) ?? [:]))
         } catch let error as DeviceError {
             return .error(error.wire(agentID: agentID))

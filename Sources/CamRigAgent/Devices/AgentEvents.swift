@@ -26,6 +26,11 @@ public final class AgentEvents: Sendable {
         }
     }
 
+    /// Whether any subscription takes events of `kind` (so that building one nobody reads can be skipped).
+    func wants(_ kind: WireEventKind) -> Bool {
+        subscriptions.withLockedValue { $0.contains { $0.kinds.isEmpty || $0.kinds.contains(kind) } }
+    }
+
     func connectionClosed(_ connection: UInt64) {
         subscriptions.withLockedValue { $0.removeAll { $0.connection == connection } }
     }

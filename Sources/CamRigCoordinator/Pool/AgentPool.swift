@@ -10,6 +10,19 @@ public final class AgentPool: Sendable {
         var agents: [RemoteAgent]
         var tasks: [Task<Void, Never>] = []
         var started = false
+        /// The streams of `watch()`, by id.
+        var watchers: [UInt64: AsyncStream<Event>.Continuation] = [:]
+        var nextWatcher: UInt64 = 0
+    }
+
+    /// What a watcher of the pool hears (`watch()`).
+    public enum Event: Sendable {
+        /// The agent (by the id it announced) connected, announcing these capabilities.
+        case connected(agent: String, capabilities: [String])
+        /// Its connection closed; it is being connected again.
+        case disconnected(agent: String)
+        /// An event its agent sent (PROTOCOL.md, "Events").
+        case event(agent: String, WireEvent)
     }
 
     private let state: NIOLockedValueBox<State>
@@ -32,6 +45,30 @@ public final class AgentPool: Sendable {
         state = NIOLockedValueBox(State(agents: endpoints.map { RemoteAgent(endpoint: $0, security: security, timing: timing, logger: logger) }))
     }
 
+    /// Every agent's connections and events, from each agent's next connection on: call it before
+    /// `start()` to hear every connection. Each agent's connections subscribe to its events (all kinds)
+    /// once the pool is watched. The stream keeps the newest 4096 events its consumer has not taken, and
+    /// ends when its consumer stops (cancelled or gone).
+    public func watch() -> AsyncStream<Event> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .bufferingNewest(4096))
+        let (id, agents) = state.withLockedValue { state in
+            let id = state.nextWatcher
+            state.nextWatcher += 1
+            state.watchers[id] = continuation
+            return (id, state.agents)
+        }
+        continuation.onTermination = { [weak self] _ in _ = self?.state.withLockedValue { $0.watchers.removeValue(forKey: id) } }
+        for agent in agents { agent.watch(broadcaster) }
+        return stream
+    }
+
+    /// Hands an event to every watcher.
+    private var broadcaster: @Sendable (Event) -> Void {
+        { [weak self] event in
+            for watcher in self?.state.withLockedValue({ Array($0.watchers.values) }) ?? [] { watcher.yield(event) }
+        }
+    }
+
     /// Starts every agent's connection task (idempotent).
     public func start() {
         state.withLockedValue { state in
@@ -48,6 +85,7 @@ public final class AgentPool: Sendable {
         state.withLockedValue { state in
             if let known = state.agents.first(where: { $0.endpoint == endpoint }) { return known }
             let agent = RemoteAgent(endpoint: endpoint, security: security, timing: timing, logger: logger)
+            if !state.watchers.isEmpty { agent.watch(broadcaster) }
             state.agents.append(agent)
             if state.started { state.tasks.append(Task { await agent.run() }) }
             return agent

@@ -103,6 +103,8 @@ public final class RemoteAgent: Sendable {
     }
 
     private let state: NIOLockedValueBox<State>
+    /// Where this agent's connections and events go while its pool is watched (`AgentPool.watch()`).
+    private let watcher = NIOLockedValueBox<(@Sendable (AgentPool.Event) -> Void)?>(nil)
 
     public init(endpoint: AgentEndpoint, security: ClientSecurity, timing: Timing = .init(), clockConfiguration: ClockEstimator.Configuration = .init(), logger: Logger) {
         self.endpoint = endpoint
@@ -202,6 +204,29 @@ public final class RemoteAgent: Sendable {
         return true
     }
 
+    /// From the next connection on, tells `sink` of this agent's connections and of the events its agent
+    /// sends (every kind, subscribed on each connection).
+    func watch(_ sink: @escaping @Sendable (AgentPool.Event) -> Void) {
+        watcher.withLockedValue { $0 = sink }
+    }
+
+    /// Passes the agent's events to `sink` until the connection closes. An agent that refuses the
+    /// subscription, or one without the `events` capability, is just not heard from; either way this
+    /// returns only when the connection has closed, so the connection's other children run on.
+    private func listen(_ client: AgentClient, agent: String, _ sink: @Sendable (AgentPool.Event) -> Void) async {
+        if client.welcome.capabilities.contains(WireProtocol.Capability.events) {
+            do {
+                // Events are few and small; a deep buffer, drained at once, so they never hold up the connection.
+                for try await message in client.stream(.subscribe(WireSubscribe()), buffering: .init(lowWatermark: 64, highWatermark: 256)) {
+                    if case .event(let event) = message.envelope.body { sink(.event(agent: agent, event)) }
+                }
+            } catch {
+                logger.debug("agent events ended", metadata: ["agent": "\(agent)", "reason": "\(error)"])
+            }
+        }
+        await client.closed
+    }
+
     /// Connects, probes the clock and reconnects after failures until the task is cancelled.
     func run() async {
         var backoff = ReconnectBackoff(initial: timing.initialBackoff, maximum: timing.maximumBackoff)
@@ -228,10 +253,14 @@ public final class RemoteAgent: Sendable {
                 }
                 logger.info("agent connected", metadata: ["agent": "\(client.welcome.agentID)", "address": "\(endpoint)"])
                 backoff.reset()
-                // Until the connection drops or the pool stops; then close it, which ends both children.
+                let sink = watcher.withLockedValue { $0 }
+                let agentID = client.welcome.agentID
+                sink?(.connected(agent: agentID, capabilities: client.welcome.capabilities))
+                // Until the connection drops or the pool stops; then close it, which ends every child.
                 await withTaskGroup(of: Void.self) { group in
                     group.addTask { await client.closed }
                     group.addTask { await self.probe(client) }
+                    if let sink { group.addTask { await self.listen(client, agent: agentID, sink) } }
                     await group.next()
                     group.cancelAll()
                     await client.close()
@@ -241,6 +270,7 @@ public final class RemoteAgent: Sendable {
                     $0.status = .down(reason: $0.closedBecause ?? "connection closed", retryIn: backoff.current)
                     $0.closedBecause = nil
                 }
+                sink?(.disconnected(agent: agentID))
                 if Task.isCancelled { break }
                 logger.warning("agent connection lost; reconnecting", metadata: ["agent": "\(name)"])
             } catch {

@@ -46,7 +46,11 @@ public enum RigDiscovery {
     /// - Returns: the devices, and the agents that could not answer with why.
     public static func devices(in pool: AgentPool, query: WireDiscoveryQuery? = nil) async -> (devices: [RigDevice], failures: [(agent: String, error: String)]) {
         // One reading of the pool's agents: agents may join or leave the pool meanwhile.
-        let agents = pool.agents
+        await devices(of: pool.agents, query: query)
+    }
+
+    /// Devices of `agents` (those connected), in their order, each agent's devices in its order.
+    public static func devices(of agents: [RemoteAgent], query: WireDiscoveryQuery? = nil) async -> (devices: [RigDevice], failures: [(agent: String, error: String)]) {
         let answers = await withTaskGroup(of: (Int, Result<[RigDevice], any Error>).self) { group in
             for (index, agent) in agents.enumerated() {
                 group.addTask {

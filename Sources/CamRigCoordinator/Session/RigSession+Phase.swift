@@ -152,11 +152,23 @@ extension RigSession {
         }
     }
 
-    /// Every input's phase lock as its agent reports it.
-    public func phaseStatus() async -> [CameraPhase] {
+    /// The phase lock of the input that `status` is of, as agent `agentID` pushed it (a `PHASE_STATUS`
+    /// event); nil when no input is that camera.
+    public func phase(reported status: WirePhaseStatus, by agentID: String) -> CameraPhase? {
+        guard let device = inputs.first(where: { $0.agentID == agentID && $0.deviceID == status.deviceID }) else { return nil }
+        var phase = CameraPhase(camera: device.name, agentID: agentID, deviceID: device.deviceID, status: status)
+        if status.state == .unlocked, let refusal = phaseRefusals[device.name] {
+            phase.failure = "its agent refused the phase lock: \(refusal)"
+        }
+        return phase
+    }
+
+    /// Every input's phase lock as its agent reports it (of the inputs named in `cameras`, when given).
+    public func phaseStatus(of cameras: Set<String>? = nil) async -> [CameraPhase] {
         let refusals = phaseRefusals
+        let asked = inputs.filter { cameras?.contains($0.name) ?? true }
         return await withTaskGroup(of: (Int, CameraPhase).self) { group in
-            for (index, device) in inputs.enumerated() {
+            for (index, device) in asked.enumerated() {
                 group.addTask {
                     var phase = CameraPhase(camera: device.name, agentID: device.agentID, deviceID: device.deviceID, status: WirePhaseStatus())
                     do {

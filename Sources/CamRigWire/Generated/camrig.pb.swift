@@ -1015,6 +1015,15 @@ public nonisolated enum WireEventKind: SwiftProtobuf.Enum, Swift.CaseIterable {
   case spoolNearFull // = 4
   case triggerLate // = 5
   case captureReadiness // = 6
+
+  /// Capability "state-events": what a client would otherwise poll for, sent when it changes.
+  case deviceChanged // = 7
+
+  /// the result spool's figures changed (at most once a second)
+  case spoolStatus // = 8
+
+  /// a phase lock's status: once a second while held, and once as it ends
+  case phaseStatus // = 9
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -1030,6 +1039,9 @@ public nonisolated enum WireEventKind: SwiftProtobuf.Enum, Swift.CaseIterable {
     case 4: self = .spoolNearFull
     case 5: self = .triggerLate
     case 6: self = .captureReadiness
+    case 7: self = .deviceChanged
+    case 8: self = .spoolStatus
+    case 9: self = .phaseStatus
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -1043,6 +1055,9 @@ public nonisolated enum WireEventKind: SwiftProtobuf.Enum, Swift.CaseIterable {
     case .spoolNearFull: return 4
     case .triggerLate: return 5
     case .captureReadiness: return 6
+    case .deviceChanged: return 7
+    case .spoolStatus: return 8
+    case .phaseStatus: return 9
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -1056,6 +1071,9 @@ public nonisolated enum WireEventKind: SwiftProtobuf.Enum, Swift.CaseIterable {
     .spoolNearFull,
     .triggerLate,
     .captureReadiness,
+    .deviceChanged,
+    .spoolStatus,
+    .phaseStatus,
   ]
 
 }
@@ -3987,92 +4005,115 @@ public nonisolated struct WireSubscribe: Sendable {
   public init() {}
 }
 
-public nonisolated struct WireEvent: Sendable {
+public nonisolated struct WireEvent: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  public var kind: WireEventKind = .unspecified
+  public var kind: WireEventKind {
+    get {_storage._kind}
+    set {_uniqueStorage()._kind = newValue}
+  }
 
   public var time: WireTimestamp {
-    get {_time ?? WireTimestamp()}
-    set {_time = newValue}
+    get {_storage._time ?? WireTimestamp()}
+    set {_uniqueStorage()._time = newValue}
   }
   /// Returns true if `time` has been explicitly set.
-  public var hasTime: Bool {self._time != nil}
+  public var hasTime: Bool {_storage._time != nil}
   /// Clears the value of `time`. Subsequent reads from it will return its default value.
-  public mutating func clearTime() {self._time = nil}
+  public mutating func clearTime() {_uniqueStorage()._time = nil}
 
-  public var deviceID: String = String()
+  public var deviceID: String {
+    get {_storage._deviceID}
+    set {_uniqueStorage()._deviceID = newValue}
+  }
 
-  public var message: String = String()
+  public var message: String {
+    get {_storage._message}
+    set {_uniqueStorage()._message = newValue}
+  }
 
-  public var detail: WireEvent.OneOf_Detail? = nil
+  public var detail: OneOf_Detail? {
+    get {return _storage._detail}
+    set {_uniqueStorage()._detail = newValue}
+  }
 
-  /// DEVICE_CONNECTED
+  /// DEVICE_CONNECTED, DEVICE_CHANGED
   public var device: WireDeviceDescription {
     get {
-      if case .device(let v)? = detail {return v}
+      if case .device(let v)? = _storage._detail {return v}
       return WireDeviceDescription()
     }
-    set {detail = .device(newValue)}
+    set {_uniqueStorage()._detail = .device(newValue)}
   }
 
   /// LEASE_LOST
   public var lease: WireLeaseInfo {
     get {
-      if case .lease(let v)? = detail {return v}
+      if case .lease(let v)? = _storage._detail {return v}
       return WireLeaseInfo()
     }
-    set {detail = .lease(newValue)}
+    set {_uniqueStorage()._detail = .lease(newValue)}
   }
 
-  /// SPOOL_NEAR_FULL
+  /// SPOOL_NEAR_FULL, SPOOL_STATUS
   public var spool: WireSpoolStatus {
     get {
-      if case .spool(let v)? = detail {return v}
+      if case .spool(let v)? = _storage._detail {return v}
       return WireSpoolStatus()
     }
-    set {detail = .spool(newValue)}
+    set {_uniqueStorage()._detail = .spool(newValue)}
   }
 
   /// TRIGGER_LATE
   public var triggerID: String {
     get {
-      if case .triggerID(let v)? = detail {return v}
+      if case .triggerID(let v)? = _storage._detail {return v}
       return String()
     }
-    set {detail = .triggerID(newValue)}
+    set {_uniqueStorage()._detail = .triggerID(newValue)}
   }
 
   /// CAPTURE_READINESS: the device's readiness now
   public var captureReadiness: WireCaptureReadiness {
     get {
-      if case .captureReadiness(let v)? = detail {return v}
+      if case .captureReadiness(let v)? = _storage._detail {return v}
       return .unspecified
     }
-    set {detail = .captureReadiness(newValue)}
+    set {_uniqueStorage()._detail = .captureReadiness(newValue)}
+  }
+
+  /// PHASE_STATUS
+  public var phase: WirePhaseStatus {
+    get {
+      if case .phase(let v)? = _storage._detail {return v}
+      return WirePhaseStatus()
+    }
+    set {_uniqueStorage()._detail = .phase(newValue)}
   }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Detail: Equatable, Sendable {
-    /// DEVICE_CONNECTED
+    /// DEVICE_CONNECTED, DEVICE_CHANGED
     case device(WireDeviceDescription)
     /// LEASE_LOST
     case lease(WireLeaseInfo)
-    /// SPOOL_NEAR_FULL
+    /// SPOOL_NEAR_FULL, SPOOL_STATUS
     case spool(WireSpoolStatus)
     /// TRIGGER_LATE
     case triggerID(String)
     /// CAPTURE_READINESS: the device's readiness now
     case captureReadiness(WireCaptureReadiness)
+    /// PHASE_STATUS
+    case phase(WirePhaseStatus)
 
   }
 
   public init() {}
 
-  fileprivate var _time: WireTimestamp? = nil
+  fileprivate var _storage = _StorageClass.defaultInstance
 }
 
 /// How full the agent's result spool is. Replied to with SpoolStatus; any client role may ask.
@@ -4786,7 +4827,7 @@ nonisolated extension WirePhotoStage: SwiftProtobuf._ProtoNameProviding {
 }
 
 nonisolated extension WireEventKind: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0EVENT_KIND_UNSPECIFIED\0\u{1}EVENT_KIND_DEVICE_CONNECTED\0\u{1}EVENT_KIND_DEVICE_DISCONNECTED\0\u{1}EVENT_KIND_LEASE_LOST\0\u{1}EVENT_KIND_SPOOL_NEAR_FULL\0\u{1}EVENT_KIND_TRIGGER_LATE\0\u{1}EVENT_KIND_CAPTURE_READINESS\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0EVENT_KIND_UNSPECIFIED\0\u{1}EVENT_KIND_DEVICE_CONNECTED\0\u{1}EVENT_KIND_DEVICE_DISCONNECTED\0\u{1}EVENT_KIND_LEASE_LOST\0\u{1}EVENT_KIND_SPOOL_NEAR_FULL\0\u{1}EVENT_KIND_TRIGGER_LATE\0\u{1}EVENT_KIND_CAPTURE_READINESS\0\u{1}EVENT_KIND_DEVICE_CHANGED\0\u{1}EVENT_KIND_SPOOL_STATUS\0\u{1}EVENT_KIND_PHASE_STATUS\0")
 }
 
 nonisolated extension WireCaptureReadiness: SwiftProtobuf._ProtoNameProviding {
@@ -9374,127 +9415,188 @@ nonisolated extension WireSubscribe: SwiftProtobuf.Message, SwiftProtobuf._Messa
 
 nonisolated extension WireEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Event"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}kind\0\u{1}time\0\u{3}device_id\0\u{1}message\0\u{2}\u{6}device\0\u{1}lease\0\u{1}spool\0\u{3}trigger_id\0\u{3}capture_readiness\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}kind\0\u{1}time\0\u{3}device_id\0\u{1}message\0\u{2}\u{6}device\0\u{1}lease\0\u{1}spool\0\u{3}trigger_id\0\u{3}capture_readiness\0\u{1}phase\0")
+
+  fileprivate class _StorageClass {
+    var _kind: WireEventKind = .unspecified
+    var _time: WireTimestamp? = nil
+    var _deviceID: String = String()
+    var _message: String = String()
+    var _detail: WireEvent.OneOf_Detail?
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _kind = source._kind
+      _time = source._time
+      _deviceID = source._deviceID
+      _message = source._message
+      _detail = source._detail
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularEnumField(value: &self.kind) }()
-      case 2: try { try decoder.decodeSingularMessageField(value: &self._time) }()
-      case 3: try { try decoder.decodeSingularStringField(value: &self.deviceID) }()
-      case 4: try { try decoder.decodeSingularStringField(value: &self.message) }()
-      case 10: try {
-        var v: WireDeviceDescription?
-        var hadOneofValue = false
-        if let current = self.detail {
-          hadOneofValue = true
-          if case .device(let m) = current {v = m}
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularEnumField(value: &_storage._kind) }()
+        case 2: try { try decoder.decodeSingularMessageField(value: &_storage._time) }()
+        case 3: try { try decoder.decodeSingularStringField(value: &_storage._deviceID) }()
+        case 4: try { try decoder.decodeSingularStringField(value: &_storage._message) }()
+        case 10: try {
+          var v: WireDeviceDescription?
+          var hadOneofValue = false
+          if let current = _storage._detail {
+            hadOneofValue = true
+            if case .device(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._detail = .device(v)
+          }
+        }()
+        case 11: try {
+          var v: WireLeaseInfo?
+          var hadOneofValue = false
+          if let current = _storage._detail {
+            hadOneofValue = true
+            if case .lease(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._detail = .lease(v)
+          }
+        }()
+        case 12: try {
+          var v: WireSpoolStatus?
+          var hadOneofValue = false
+          if let current = _storage._detail {
+            hadOneofValue = true
+            if case .spool(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._detail = .spool(v)
+          }
+        }()
+        case 13: try {
+          var v: String?
+          try decoder.decodeSingularStringField(value: &v)
+          if let v = v {
+            if _storage._detail != nil {try decoder.handleConflictingOneOf()}
+            _storage._detail = .triggerID(v)
+          }
+        }()
+        case 14: try {
+          var v: WireCaptureReadiness?
+          try decoder.decodeSingularEnumField(value: &v)
+          if let v = v {
+            if _storage._detail != nil {try decoder.handleConflictingOneOf()}
+            _storage._detail = .captureReadiness(v)
+          }
+        }()
+        case 15: try {
+          var v: WirePhaseStatus?
+          var hadOneofValue = false
+          if let current = _storage._detail {
+            hadOneofValue = true
+            if case .phase(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._detail = .phase(v)
+          }
+        }()
+        default: break
         }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.detail = .device(v)
-        }
-      }()
-      case 11: try {
-        var v: WireLeaseInfo?
-        var hadOneofValue = false
-        if let current = self.detail {
-          hadOneofValue = true
-          if case .lease(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.detail = .lease(v)
-        }
-      }()
-      case 12: try {
-        var v: WireSpoolStatus?
-        var hadOneofValue = false
-        if let current = self.detail {
-          hadOneofValue = true
-          if case .spool(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.detail = .spool(v)
-        }
-      }()
-      case 13: try {
-        var v: String?
-        try decoder.decodeSingularStringField(value: &v)
-        if let v = v {
-          if self.detail != nil {try decoder.handleConflictingOneOf()}
-          self.detail = .triggerID(v)
-        }
-      }()
-      case 14: try {
-        var v: WireCaptureReadiness?
-        try decoder.decodeSingularEnumField(value: &v)
-        if let v = v {
-          if self.detail != nil {try decoder.handleConflictingOneOf()}
-          self.detail = .captureReadiness(v)
-        }
-      }()
-      default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    // The use of inline closures is to circumvent an issue where the compiler
-    // allocates stack space for every if/case branch local when no optimizations
-    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
-    // https://github.com/apple/swift-protobuf/issues/1182
-    if self.kind != .unspecified {
-      try visitor.visitSingularEnumField(value: self.kind, fieldNumber: 1)
-    }
-    try { if let v = self._time {
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
-    } }()
-    if !self.deviceID.isEmpty {
-      try visitor.visitSingularStringField(value: self.deviceID, fieldNumber: 3)
-    }
-    if !self.message.isEmpty {
-      try visitor.visitSingularStringField(value: self.message, fieldNumber: 4)
-    }
-    switch self.detail {
-    case .device?: try {
-      guard case .device(let v)? = self.detail else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
-    }()
-    case .lease?: try {
-      guard case .lease(let v)? = self.detail else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
-    }()
-    case .spool?: try {
-      guard case .spool(let v)? = self.detail else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
-    }()
-    case .triggerID?: try {
-      guard case .triggerID(let v)? = self.detail else { preconditionFailure() }
-      try visitor.visitSingularStringField(value: v, fieldNumber: 13)
-    }()
-    case .captureReadiness?: try {
-      guard case .captureReadiness(let v)? = self.detail else { preconditionFailure() }
-      try visitor.visitSingularEnumField(value: v, fieldNumber: 14)
-    }()
-    case nil: break
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if _storage._kind != .unspecified {
+        try visitor.visitSingularEnumField(value: _storage._kind, fieldNumber: 1)
+      }
+      try { if let v = _storage._time {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+      } }()
+      if !_storage._deviceID.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._deviceID, fieldNumber: 3)
+      }
+      if !_storage._message.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._message, fieldNumber: 4)
+      }
+      switch _storage._detail {
+      case .device?: try {
+        guard case .device(let v)? = _storage._detail else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
+      }()
+      case .lease?: try {
+        guard case .lease(let v)? = _storage._detail else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
+      }()
+      case .spool?: try {
+        guard case .spool(let v)? = _storage._detail else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
+      }()
+      case .triggerID?: try {
+        guard case .triggerID(let v)? = _storage._detail else { preconditionFailure() }
+        try visitor.visitSingularStringField(value: v, fieldNumber: 13)
+      }()
+      case .captureReadiness?: try {
+        guard case .captureReadiness(let v)? = _storage._detail else { preconditionFailure() }
+        try visitor.visitSingularEnumField(value: v, fieldNumber: 14)
+      }()
+      case .phase?: try {
+        guard case .phase(let v)? = _storage._detail else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 15)
+      }()
+      case nil: break
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: WireEvent, rhs: WireEvent) -> Bool {
-    if lhs.kind != rhs.kind {return false}
-    if lhs._time != rhs._time {return false}
-    if lhs.deviceID != rhs.deviceID {return false}
-    if lhs.message != rhs.message {return false}
-    if lhs.detail != rhs.detail {return false}
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._kind != rhs_storage._kind {return false}
+        if _storage._time != rhs_storage._time {return false}
+        if _storage._deviceID != rhs_storage._deviceID {return false}
+        if _storage._message != rhs_storage._message {return false}
+        if _storage._detail != rhs_storage._detail {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
