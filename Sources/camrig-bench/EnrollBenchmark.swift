@@ -100,28 +100,43 @@ struct EnrollBenchmark: AsyncParsableCommand {
         let url: String
         let directory: TLSDirectory
 
-        init(folder: URL, extra: [String] = []) throws {
+        /// Starts the service and waits for the first line it prints (its address), read on a thread of its
+        /// own (the read blocks), for a minute at most: a service that says nothing by then is killed.
+        static func start(folder: URL, extra: [String] = []) async throws -> Service {
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-            directory = TLSDirectory(path: folder.appendingPathComponent("ca").path)
+            let directory = TLSDirectory(path: folder.appendingPathComponent("ca").path)
             try directory.initialize()
             let rigFile = folder.appendingPathComponent("rig.yaml")
             try "tls_dir: \(directory.path)\nagents: []\n".write(to: rigFile, atomically: true, encoding: .utf8)
             guard let camrig = Programs.find("camrig", override: "CAMRIG") else { throw CommandFailure("cannot find camrig next to camrig-bench") }
             let output = Pipe()
-            process = try ChildProcess.spawn(
+            let process = try ChildProcess.spawn(
                 camrig.path,
                 [
                     "serve", "--rig", rigFile.path, "--enroll", "--listen", "127.0.0.1:0", "--json", "--out",
                     folder.appendingPathComponent("captures").path,
                 ] + extra, stdout: .descriptor(output.fileHandleForWriting.fileDescriptor), stderr: .null)
             try? output.fileHandleForWriting.close()
-            var line = Data()
-            while let byte = try output.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line.append(byte) }
+            let reader = output.fileHandleForReading
+            let line: Data
+            do {
+                // Killing the service closes the pipe, which ends the read.
+                line = try await withDeadline(.seconds(60), "camrig serve --enroll (pid \(process.processIdentifier)) to print its address") {
+                    try await onDedicatedThread("enroll-service-address") {
+                        var line = Data()
+                        while let byte = try reader.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) { line.append(byte) }
+                        return line
+                    }
+                }
+            } catch {
+                await process.reap(grace: .zero)
+                throw error
+            }
             guard let fields = try? JSONSerialization.jsonObject(with: line) as? [String: String], let url = fields["url"] else {
-                process.reapBlocking(grace: .seconds(5))
+                await process.reap(grace: .seconds(5))
                 throw CommandFailure("camrig serve --enroll did not start")
             }
-            self.url = url.hasSuffix("/") ? String(url.dropLast()) : url
+            return Service(process: process, url: url.hasSuffix("/") ? String(url.dropLast()) : url, directory: directory)
         }
 
         func token(uses: Int) throws -> String {
@@ -136,7 +151,7 @@ struct EnrollBenchmark: AsyncParsableCommand {
     }
 
     static func fromTokens(agents count: Int, scratch: URL, options: BenchOptions) async throws -> (enrolled: Double, settled: Double, photo: Double) {
-        let service = try Service(folder: scratch)
+        let service = try await Service.start(folder: scratch)
         defer { service.stop() }
         let token = try service.token(uses: count)
         let client = try ServiceClient(url: service.url, directory: service.directory, identityName: "coordinator")
@@ -185,10 +200,14 @@ struct EnrollBenchmark: AsyncParsableCommand {
             try await Task.sleep(for: .milliseconds(50))
         }
         let job: CaptureJob = try await client.post("/api/v1/captures/photo", PhotoRequest(quality: "speed"))
+        let requested = ContinuousClock.now
         while true {
             let current: CaptureJob = try await client.get("/api/v1/jobs/\(job.id)")
             if current.captureId != nil { break }
             if current.state == .failed { throw CommandFailure("the photo failed: \(current.error ?? "")") }
+            guard ContinuousClock.now - requested < .seconds(180) else {
+                throw CommandFailure("photo job \(job.id) of \(count) cameras: no capture within 180 s (state \(current.state))")
+            }
             try await Task.sleep(for: .milliseconds(20))
         }
         return (enrolled, settled, (ContinuousClock.now - started).seconds)
@@ -199,7 +218,7 @@ struct EnrollBenchmark: AsyncParsableCommand {
     /// request (GET /api/v1/whoami) over the same client.
     static func rate(enrollments: Int, clients: Int, scratch: URL) async throws -> (enrolments: Double, baseline: Double, durableWrites: Double) {
         // Members nobody listens for (port 9): the service's attempts to reach them are refused at once.
-        let service = try Service(folder: scratch)
+        let service = try await Service.start(folder: scratch)
         defer { service.stop() }
         let token = try service.token(uses: enrollments)
         let requests = try (0..<enrollments).map { index in

@@ -205,8 +205,11 @@ struct PhaseBenchmark: AsyncParsableCommand {
             var photoTrue: [Double] = []
             var photoCoordinator: [Double] = []
             var incompletePhotos = 0
-            for _ in 0..<photos {
-                let report = try await session.capturePhoto(into: DiscardingSink())
+            for index in 0..<photos {
+                // A 320×240 photo is gathered within a second or two; a minute turns a lost one into an error.
+                let report = try await withDeadline(.seconds(60), "photo \(index + 1) of \(photos) on \(agents) agents (phase lock \(phaseLock ? "on" : "off"))") {
+                    try await session.capturePhoto(into: DiscardingSink())
+                }
                 guard let set = report.manifest.sets.first, set.complete, let span = truth.read().trueSpan(of: set, in: report.manifest) else {
                     incompletePhotos += 1
                     continue
@@ -220,7 +223,13 @@ struct PhaseBenchmark: AsyncParsableCommand {
             var incompleteSets = 0
             if recordSeconds > 0 {
                 options.say("  lock \(phaseLock ? "on" : "off"): recording \(recordSeconds) s")
-                let report = try await session.record(duration: .milliseconds(Int64(recordSeconds * 1000)), into: DiscardingSink())
+                // The recording's duration, and two minutes for it to stop and its sets to be matched.
+                let duration = Duration.milliseconds(Int64(recordSeconds * 1000))
+                let report = try await withDeadline(
+                    duration + .seconds(120), "a recording of \(recordSeconds) s on \(agents) agents (phase lock \(phaseLock ? "on" : "off")) to end"
+                ) {
+                    try await session.record(duration: duration, into: DiscardingSink())
+                }
                 let logs = truth.read()
                 let manifest = report.manifest
                 for set in manifest.sets {

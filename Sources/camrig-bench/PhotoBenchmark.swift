@@ -73,6 +73,18 @@ struct PhotoBenchmark: AsyncParsableCommand {
         var notes: [String]
     }
 
+    /// What one pass's `FetchResults` brought back, measured as it came.
+    struct FetchedPhotos: Sendable {
+        var resultIDs: [String] = []
+        var psnrs: [Double] = []
+        var captureStages: [Double] = []
+        var processing: [Double] = []
+        var merged = 0
+        var notes: Set<String> = []
+        /// The photos' format (the last one's).
+        var format: String?
+    }
+
     struct Result: BenchResult {
         var scenario = "photo"
         var machine: MachineDescription
@@ -154,12 +166,7 @@ struct PhotoBenchmark: AsyncParsableCommand {
             }
             // A prepared camera's stream is running before the first photo.
             if prepared { try await Task.sleep(for: .milliseconds(300)) }
-            var psnrs: [Double] = []
             var latencies: [Double] = []
-            var captureStages: [Double] = []
-            var processing: [Double] = []
-            var merged = 0
-            var notes: Set<String> = []
             let session = "bench-photo-\(level)-\(prepared)"
             for shot in 0..<photos {
                 for (index, truth) in truths.enumerated() {
@@ -176,28 +183,39 @@ struct PhotoBenchmark: AsyncParsableCommand {
             }
             var fetch = WireFetchResults()
             fetch.sessionID = session
-            var acknowledge = WireAcknowledgeResults()
-            for try await message in client.stream(.fetchResults(fetch)) {
-                guard case .photoResult(let result) = message.envelope.body, let image = message.payload else { continue }
-                acknowledge.resultIds.append(result.resultID)
-                guard let truth = truths.first(where: { $0.identity.uniqueID == result.deviceID }),
-                    PixelFormat(rawValue: result.pixelFormat) == .yuyv,
-                    let header = SyntheticFrameHeader.decode(image, format: .yuyv),
-                    let deviceFormat = try truth.formats().first(where: { $0.pixelFormat == .yuyv && $0.dimensions == result.dimensions.dimensions })
-                else { throw CommandFailure("a \(level) photo is not a YUYV frame of the synthetic scene") }
-                format = deviceFormat.id
-                let reference = truth.noiseFreeFrame(format: deviceFormat, header: header, trueTime: header.timestamp)
-                psnrs.append(PhotoProcessing.psnr(image, against: reference, from: SyntheticScene.embeddedDataRows * Int(deviceFormat.bytesPerLine), stride: 2))
-                captureStages.append(Double(result.resolved.captureDurationNs) / 1e6)
-                processing.append(Double(result.resolved.processingDurationNs) / 1e6)
-                merged = max(merged, Int(result.resolved.framesMerged))
-                if !result.resolved.note.isEmpty { notes.insert(result.resolved.note) }
+            // Every photo is in the spool already (each was answered TriggerFired): fetching and measuring
+            // them takes seconds, even in a debug build; the bound turns a stream that never ends into an error.
+            let fetched = try await withDeadline(
+                .seconds(60 + 5 * photos * cameras), "agent \(client.endpoint): the \(level) photos of session \(session) (FetchResults) to end"
+            ) { [fetch] in
+                var fetched = FetchedPhotos()
+                for try await message in client.stream(.fetchResults(fetch)) {
+                    guard case .photoResult(let result) = message.envelope.body, let image = message.payload else { continue }
+                    fetched.resultIDs.append(result.resultID)
+                    guard let truth = truths.first(where: { $0.identity.uniqueID == result.deviceID }),
+                        PixelFormat(rawValue: result.pixelFormat) == .yuyv,
+                        let header = SyntheticFrameHeader.decode(image, format: .yuyv),
+                        let deviceFormat = try truth.formats().first(where: { $0.pixelFormat == .yuyv && $0.dimensions == result.dimensions.dimensions })
+                    else { throw CommandFailure("a \(level) photo is not a YUYV frame of the synthetic scene") }
+                    fetched.format = deviceFormat.id
+                    let reference = truth.noiseFreeFrame(format: deviceFormat, header: header, trueTime: header.timestamp)
+                    fetched.psnrs.append(
+                        PhotoProcessing.psnr(image, against: reference, from: SyntheticScene.embeddedDataRows * Int(deviceFormat.bytesPerLine), stride: 2))
+                    fetched.captureStages.append(Double(result.resolved.captureDurationNs) / 1e6)
+                    fetched.processing.append(Double(result.resolved.processingDurationNs) / 1e6)
+                    fetched.merged = max(fetched.merged, Int(result.resolved.framesMerged))
+                    if !result.resolved.note.isEmpty { fetched.notes.insert(result.resolved.note) }
+                }
+                return fetched
             }
+            if let fetchedFormat = fetched.format { format = fetchedFormat }
+            var acknowledge = WireAcknowledgeResults()
+            acknowledge.resultIds = fetched.resultIDs
             _ = try await client.request(.acknowledgeResults(acknowledge))
             rows.append(Row(
-                quality: level.description, prepared: prepared, photos: psnrs.count, psnrDecibels: Distribution(psnrs), latencyMilliseconds: Distribution(latencies),
-                captureStageMilliseconds: Distribution(captureStages), processingMilliseconds: Distribution(processing), framesMerged: merged,
-                notes: notes.sorted()))
+                quality: level.description, prepared: prepared, photos: fetched.psnrs.count, psnrDecibels: Distribution(fetched.psnrs),
+                latencyMilliseconds: Distribution(latencies), captureStageMilliseconds: Distribution(fetched.captureStages),
+                processingMilliseconds: Distribution(fetched.processing), framesMerged: fetched.merged, notes: fetched.notes.sorted()))
         }
         var burstRows: [BurstRow] = []
         if burst > 0 {
@@ -257,6 +275,11 @@ struct PhotoBenchmark: AsyncParsableCommand {
         try await Task.sleep(for: .milliseconds(500))
         let session = "bench-burst-\(responsive)-\(deferred)"
         let burst = self.burst
+        // A burst photo's TriggerFired may wait for the photos queued before it on its camera to be
+        // processed (quality merging, seconds each in a debug build): two minutes, and 20 s per photo of
+        // the burst. Its camera's next request waits for it (or its capture stage) a little longer, so
+        // that the photo's own deadline, which names it, fires first.
+        let photoTimeout = Duration.seconds(120 + 20 * burst)
         let perCamera = try await withThrowingTaskGroup(of: (intervals: [Double], total: Double).self) { group in
             for device in devices {
                 group.addTask { [settings] in
@@ -269,26 +292,33 @@ struct PhotoBenchmark: AsyncParsableCommand {
                         requested.append(.now)
                         let stream = client.stream(.capturePhoto(capture))
                         pending.append(Task {
-                            var signalled = false
-                            for try await message in stream {
-                                switch message.envelope.body {
-                                case .photoStage(let stage) where responsive && stage.stage == .didFinishCapture:
-                                    ready.continuation.yield()
-                                    signalled = true
-                                case .triggerFired:
-                                    if !signalled { ready.continuation.yield() }
-                                    ready.continuation.finish()
-                                    return
-                                case .error(let error):
-                                    ready.continuation.finish()
-                                    throw CommandFailure("\(device): a burst photo failed: \(error.message)")
-                                default: continue
+                            // However this task ends (TriggerFired, an error, the stream ending or failing,
+                            // the deadline), the wait for `ready` below ends too.
+                            defer { ready.continuation.finish() }
+                            try await withDeadline(photoTimeout, "\(device): burst photo \(shot + 1) of \(burst) (session \(session)) to be fired") {
+                                var signalled = false
+                                for try await message in stream {
+                                    switch message.envelope.body {
+                                    case .photoStage(let stage) where responsive && stage.stage == .didFinishCapture:
+                                        ready.continuation.yield()
+                                        signalled = true
+                                    case .triggerFired:
+                                        if !signalled { ready.continuation.yield() }
+                                        return
+                                    case .error(let error):
+                                        throw CommandFailure("\(device): a burst photo failed: \(error.message)")
+                                    default: continue
+                                    }
                                 }
                             }
-                            ready.continuation.finish()
                         })
-                        for await _ in ready.stream { break }
+                        try await withDeadline(
+                            photoTimeout + .seconds(30), "\(device): burst photo \(shot + 1) of \(burst) (session \(session)) to be captured or fired"
+                        ) {
+                            for await _ in ready.stream { break }
+                        }
                     }
+                    // Each task ends by its photo's deadline at the latest.
                     for task in pending { try await task.value }
                     let total = (ContinuousClock.now - start).microseconds / 1000
                     let intervals = zip(requested.dropFirst(), requested).map { ($0 - $1).microseconds / 1000 }
@@ -308,16 +338,24 @@ struct PhotoBenchmark: AsyncParsableCommand {
         }
         var fetch = WireFetchResults()
         fetch.sessionID = session
-        var acknowledge = WireAcknowledgeResults()
-        var processing: [Double] = []
-        var merged = 0
-        for try await message in client.stream(.fetchResults(fetch)) {
-            guard case .photoResult(let result) = message.envelope.body else { continue }
-            acknowledge.resultIds.append(result.resultID)
-            guard !result.resolved.deferredProxy else { continue }
-            processing.append(Double(result.resolved.processingDurationNs) / 1e6)
-            merged = max(merged, Int(result.resolved.framesMerged))
+        // Every photo (and, deferred, its proxy) is in the spool already: fetching them takes seconds.
+        let (resultIDs, processing, merged) = try await withDeadline(
+            .seconds(60 + 5 * 2 * burst * devices.count), "agent \(client.endpoint): the burst photos of session \(session) (FetchResults) to end"
+        ) { [fetch] in
+            var resultIDs: [String] = []
+            var processing: [Double] = []
+            var merged = 0
+            for try await message in client.stream(.fetchResults(fetch)) {
+                guard case .photoResult(let result) = message.envelope.body else { continue }
+                resultIDs.append(result.resultID)
+                guard !result.resolved.deferredProxy else { continue }
+                processing.append(Double(result.resolved.processingDurationNs) / 1e6)
+                merged = max(merged, Int(result.resolved.framesMerged))
+            }
+            return (resultIDs, processing, merged)
         }
+        var acknowledge = WireAcknowledgeResults()
+        acknowledge.resultIds = resultIDs
         _ = try await client.request(.acknowledgeResults(acknowledge))
         for device in devices {
             var release = WirePreparePhotoSettings()
@@ -375,13 +413,21 @@ func measurePhotoLatency(
             }
             var fetch = WireFetchResults()
             fetch.sessionID = session
-            var acknowledge = WireAcknowledgeResults()
-            var stages: [Double] = []
-            for try await message in client.stream(.fetchResults(fetch)) {
-                guard case .photoResult(let result) = message.envelope.body else { continue }
-                acknowledge.resultIds.append(result.resultID)
-                stages.append(Double(result.resolved.captureDurationNs) / 1e6)
+            // Every photo is in the spool already (each was answered TriggerFired): fetching them takes seconds.
+            let (resultIDs, stages) = try await withDeadline(
+                .seconds(60 + 5 * photos), "\(label) (agent \(client.endpoint)): the \(level) photos of session \(session) (FetchResults) to end"
+            ) { [fetch] in
+                var resultIDs: [String] = []
+                var stages: [Double] = []
+                for try await message in client.stream(.fetchResults(fetch)) {
+                    guard case .photoResult(let result) = message.envelope.body else { continue }
+                    resultIDs.append(result.resultID)
+                    stages.append(Double(result.resolved.captureDurationNs) / 1e6)
+                }
+                return (resultIDs, stages)
             }
+            var acknowledge = WireAcknowledgeResults()
+            acknowledge.resultIds = resultIDs
             _ = try await client.request(.acknowledgeResults(acknowledge))
             rows.append(PhotoLatencyRow(
                 quality: level.description, prepared: prepared, photos: latencies.count, latencyMilliseconds: Distribution(latencies),

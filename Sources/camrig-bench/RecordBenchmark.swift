@@ -148,11 +148,16 @@ struct RecordBenchmark: AsyncParsableCommand {
             let store = try CaptureStore(root: out.appendingPathComponent(mode))
             options.say("\(mode): recording \(seconds) s")
             let duration = Duration.milliseconds(Int64(seconds * 1000))
+            // What follows the recording's end (the frames converted here, the hosts' files closed) takes a
+            // while at 1080p in a debug build: four times the duration, and five minutes more.
+            let recordingTimeout = duration * 4 + .seconds(300)
             let cpuBefore = cpu()
             do {
                 if mode == "stream" {
                     let started = ContinuousClock.now
-                    let report = try await session.record(duration: duration, into: store)
+                    let report = try await withDeadline(recordingTimeout, "\(mode): a streamed recording of \(seconds) s from \(hosts) hosts to end") {
+                        try await session.record(duration: duration, into: store)
+                    }
                     let cpuAfter = cpu()
                     let manifest = report.manifest
                     let frames = manifest.cameras.map(\.framesDelivered)
@@ -167,7 +172,11 @@ struct RecordBenchmark: AsyncParsableCommand {
                     var hostOptions = HostRecordingOptions()
                     hostOptions.codec = RecordingCodec(rawValue: mode) ?? .auto
                     hostOptions.offload = false
-                    let report = try await session.recordOnHosts(duration: duration, options: hostOptions, into: store)
+                    let report = try await withDeadline(
+                        recordingTimeout, "\(mode): an on-host recording of \(seconds) s on \(hosts) hosts to end"
+                    ) { [hostOptions] in
+                        try await session.recordOnHosts(duration: duration, options: hostOptions, into: store)
+                    }
                     let cpuAfter = cpu()
                     let stopped = ContinuousClock.now
                     let handle = CaptureHandle(id: report.manifest.id, kind: .recording, location: report.directory)
@@ -178,8 +187,8 @@ struct RecordBenchmark: AsyncParsableCommand {
                     let frames = tracks.map(\.frames)
                     let perHost = min(Dictionary(grouping: tracks, by: \.agent).values.map { $0.flatMap(\.files).reduce(UInt64(0)) { $0 + $1.size } }.max() ?? 0, 1_000_000_000)
                     options.say("\(mode): baselines, \(perHost / 1_000_000) MB from every host at once, raw TCP then TLS")
-                    let tcp = try await Self.rawTransfer(rig: rig, bytes: perHost, tls: false)
-                    let tlsRate = try await Self.rawTransfer(rig: rig, bytes: perHost, tls: true)
+                    let tcp = try await Self.rawTransfer(rig: rig, bytes: perHost, tls: false, linkMbit: linkMbit)
+                    let tlsRate = try await Self.rawTransfer(rig: rig, bytes: perHost, tls: true, linkMbit: linkMbit)
                     rows.append(Row(
                         mode: "on host", codec: tracks.first?.codec ?? mode, framesPerCamera: frames, gapsPerCamera: tracks.map(\.gaps),
                         sets: manifest.summary.sets, completeSets: manifest.summary.completeSets,
@@ -213,7 +222,7 @@ struct RecordBenchmark: AsyncParsableCommand {
         let inputs = await session.inputs
         let span = min(seconds, 10)
         let before = cpu()
-        await withTaskGroup(of: Void.self) { group in
+        try await withThrowingTaskGroup(of: Void.self) { group in
             for input in inputs {
                 group.addTask {
                     guard let client = try? input.agent.client() else { return }
@@ -223,19 +232,31 @@ struct RecordBenchmark: AsyncParsableCommand {
                     preview.maxFramesPerSecond = 0.2
                     preview.maxWidth = 64
                     start.preview = preview
-                    let deadline = ContinuousClock.now + .milliseconds(Int64(span * 1000))
-                    var streamID = ""
-                    do {
-                        for try await frame in client.stream(.startStream(start)) {
-                            if case .streamStarted(let started) = frame.envelope.body { streamID = started.streamID }
-                            if ContinuousClock.now >= deadline { break }
-                        }
-                    } catch {}
-                    var stop = WireStopStream()
-                    stop.streamID = streamID
-                    _ = try? await client.request(.stopStream(stop))
+                    let stopAt = ContinuousClock.now + .milliseconds(Int64(span * 1000))
+                    // The stream is stopped at `stopAt` by a task of its own (a preview frame comes only every
+                    // five seconds, so the loop cannot be the one to notice the time), and read until it ends;
+                    // a minute more is left for the camera to start and the stream to end once stopped.
+                    try await withDeadline(
+                        .milliseconds(Int64(span * 1000)) + .seconds(60),
+                        "agent \(input.agent.name), \(input.deviceID): the preview stream to end after StopStream at \(span) s"
+                    ) { [start] in
+                        do {
+                            for try await frame in client.stream(.startStream(start)) {
+                                guard case .streamStarted(let started) = frame.envelope.body else { continue }
+                                var stop = WireStopStream()
+                                stop.streamID = started.streamID
+                                // Not awaited here: the reply comes over this stream's connection, which this
+                                // loop keeps reading. Should the stop fail, the deadline ends the wait.
+                                Task { [stop] in
+                                    try? await Task.sleep(until: stopAt)
+                                    _ = try? await client.request(.stopStream(stop))
+                                }
+                            }
+                        } catch {}  // a stream that fails counts as the camera alone all the same, as it always did
+                    }
                 }
             }
+            try await group.waitForAll()
         }
         let after = cpu()
         await session.stop()
@@ -303,8 +324,9 @@ struct RecordBenchmark: AsyncParsableCommand {
     }
 
     /// Every host sends `bytes` at once to a receiver on this side of the links (Python's sockets, and its
-    /// ssl with the rig's certificates for TLS); returns the aggregate MB/s.
-    static func rawTransfer(rig: NetworkedRig, bytes: UInt64, tls: Bool) async throws -> Double {
+    /// ssl with the rig's certificates for TLS), each over its link of `linkMbit`; returns the aggregate MB/s.
+    /// Bounded: a receiver that does not start, or a transfer that does not finish, is killed and fails it.
+    static func rawTransfer(rig: NetworkedRig, bytes: UInt64, tls: Bool, linkMbit: Int) async throws -> Double {
         let port = 7600 + Int.random(in: 0..<300)
         let certificate = rig.work.appendingPathComponent("tls/agent-1.pem").path
         let key = rig.work.appendingPathComponent("tls/agent-1-key.pem").path
@@ -351,13 +373,41 @@ struct RecordBenchmark: AsyncParsableCommand {
         let server = try ChildProcess.spawn(python, ["-c", receiver], stdout: .descriptor(output.fileHandleForWriting.fileDescriptor), stderr: .null)
         try output.fileHandleForWriting.close()
         let reader = output.fileHandleForReading
-        _ = try await onDedicatedThread("raw-transfer-ready") { reader.availableData }
-        let senders = try rig.members.map { member in
-            let command = rig.network.command(on: member.host, python, ["-c", sender])
-            return try ChildProcess.spawn(command.executable.path, command.arguments, stdout: .null, stderr: .null)
+        do {
+            // Python starts and binds in a second or two; the read returns once the receiver is killed.
+            _ = try await withDeadline(.seconds(60), "the \(tls ? "TLS" : "TCP") receiver on \(rig.network.gateway):\(port) (Python) to say ready") {
+                try await onDedicatedThread("raw-transfer-ready") { reader.availableData }
+            }
+        } catch {
+            await server.reap(grace: .zero)
+            throw error
         }
-        for sender in senders { _ = await sender.exit() }
-        _ = await server.exit()
+        let senders: [(name: String, process: ChildProcess)]
+        do {
+            senders = try rig.members.map { member in
+                let command = rig.network.command(on: member.host, python, ["-c", sender])
+                return (member.name, try ChildProcess.spawn(command.executable.path, command.arguments, stdout: .null, stderr: .null))
+            }
+        } catch {
+            await server.reap(grace: .zero)
+            throw error
+        }
+        // Each host sends over its own link, and one Python process receives from all of them: the bytes at
+        // the link's rate three times over, or every host's bytes at 20 MB/s (Python's TLS on a busy
+        // machine), whichever is longer, plus two minutes. A sender or the receiver still running then is
+        // killed, and the transfer fails saying which.
+        let linkSeconds = Double(bytes) * 8 / (Double(linkMbit) * 1e6)
+        let receiverSeconds = Double(bytes) * Double(rig.members.count) / 20e6
+        let grace = Duration.seconds(120 + max(3 * linkSeconds, receiverSeconds))
+        let until = ContinuousClock.now + grace
+        var stuck: [String] = []
+        for (name, sender) in senders {
+            if await sender.reap(grace: max(.zero, until - ContinuousClock.now)) == .signalled(SIGKILL) { stuck.append("the sender on \(name)") }
+        }
+        if await server.reap(grace: max(.seconds(10), until - ContinuousClock.now)) == .signalled(SIGKILL) { stuck.append("the receiver") }
+        guard stuck.isEmpty else {
+            throw CommandFailure("raw \(tls ? "TLS" : "TCP") transfer of \(bytes) bytes from every host: \(stuck.joined(separator: ", ")) did not finish within \(describeTimeout(grace)); killed")
+        }
         let text = try await onDedicatedThread("raw-transfer-result") { String(decoding: reader.readDataToEndOfFile(), as: UTF8.self) }
         return Double(text.trimmingCharacters(in: .whitespacesAndNewlines)) ?? .nan
     }

@@ -143,7 +143,13 @@ struct ScaleBenchmark: AsyncParsableCommand {
         for number in 1...2 {
             options.say("synchronized photo \(number) of 2")
             photoStart = HostClock.monotonicNow()
-            let report = try await session.capturePhoto(into: store)
+            // Gathering a photo of every camera into the store takes seconds per thousand cameras in a debug
+            // build: two minutes, and a tenth of a second per camera.
+            let report = try await withDeadline(
+                .seconds(120) + .milliseconds(100 * agents * cameras), "synchronized photo \(number) of 2 across \(agents * cameras) cameras"
+            ) {
+                try await session.capturePhoto(into: store)
+            }
             // A photo missing from the set is reported with its camera's reason, not only counted.
             for camera in report.manifest.cameras where camera.framesDelivered == 0 {
                 FileHandle.standardError.write(Data("photo \(number): no photo from \(camera.name): \(camera.error ?? "no reason given")\n".utf8))

@@ -251,33 +251,44 @@ struct SoakBenchmark: AsyncParsableCommand {
                 continue
             }
             let recording = round % recordEvery == 0
-            let capture = Task { () -> String? in
-                do {
-                    // Every camera whose agent is up now (one that is down is not asked, and its
-                    // absence is no lost result).
-                    let session = try await openSession(
-                        pool: pool, size: Dimensions(width: 640, height: 480), fps: 15, skippingAbsentAgents: true, logger: logger)
+            let recordSeconds = self.recordSeconds
+            // A capture that has not ended after a minute is counted as hung, cancelled and left behind.
+            let outcome: String?
+            do {
+                outcome = try await withDeadline(.seconds(60), "capture \(round) (\(recording ? "recording" : "photo"))") { () -> String? in
                     do {
-                        try await session.commitConfiguration()
-                        if recording {
-                            _ = try await session.record(duration: .milliseconds(Int64(recordSeconds * 1000)), into: store)
-                        } else {
-                            _ = try await session.capturePhoto(into: store)
+                        // Every camera whose agent is up now (one that is down is not asked, and its
+                        // absence is no lost result).
+                        let session = try await openSession(
+                            pool: pool, size: Dimensions(width: 640, height: 480), fps: 15, skippingAbsentAgents: true, logger: logger)
+                        do {
+                            try await session.commitConfiguration()
+                            if recording {
+                                _ = try await session.record(duration: .milliseconds(Int64(recordSeconds * 1000)), into: store)
+                            } else {
+                                _ = try await session.capturePhoto(into: store)
+                            }
+                        } catch {
+                            await session.stop()
+                            throw error
                         }
-                    } catch {
                         await session.stop()
-                        throw error
+                        return nil
+                    } catch {
+                        return Self.reasonClass("\(error)")
                     }
-                    await session.stop()
-                    return nil
-                } catch {
-                    return Self.reasonClass("\(error)")
                 }
+            } catch {
+                // The capture returns its failures; only the deadline throws.
+                options.say("  \(error)")
+                hung += 1
+                outcome = nil
             }
-            // A capture that has not ended after a minute is counted as hung and left behind.
-            let outcome = await Self.first(of: capture, orAfter: .seconds(60))
-            if outcome == "hung" { hung += 1 } else if let outcome { skipped[outcome, default: 0] += 1 }
-            if let report = try? await collector.collect() { collectedLater += report.collected }
+            if let outcome { skipped[outcome, default: 0] += 1 }
+            // Usually done in a moment; what is not collected now is collected by a later round.
+            if let report = try? await withDeadline(.seconds(180), "collecting what the agents hold, after capture \(round)", { try await collector.collect() }) {
+                collectedLater += report.collected
+            }
             if round % 20 == 0 {
                 options.say(String(format: "  %.1f min: %d captures", (ContinuousClock.now - start).seconds / 60, round))
             }
@@ -289,8 +300,10 @@ struct SoakBenchmark: AsyncParsableCommand {
         options.say("faults over: restoring every host and collecting what the agents hold")
         try await injector.healAll()
         let stillDown = await pool.waitUntilReady(clockSamples: 4, timeout: .seconds(60))
-        for _ in 0..<30 {
-            let report = try await collector.collect()
+        for attempt in 1...30 {
+            let report = try await withDeadline(.seconds(180), "collecting what the agents hold after the faults (attempt \(attempt) of 30)") {
+                try await collector.collect()
+            }
             collectedLater += report.collected
             if report.waiting == 0 { break }
             try await Task.sleep(for: .seconds(2))
@@ -337,25 +350,6 @@ struct SoakBenchmark: AsyncParsableCommand {
         }
         let leftOnHosts = driver.hostFolders.map(HostRecordingDriver.entries(under:)).reduce(0, +)
         return HostRecordingAccounting(runs: runs, audits: audits, leftOnHosts: leftOnHosts, multipartUploadsLeft: uploadsLeft, finalRecoverRuns: finalRuns)
-    }
-
-    /// `task`'s value, or "hung" when it has not ended after `timeout` (the task is left running).
-    ///
-    /// Not a task group: a group waits for all its children, and a hung capture must be left behind, not
-    /// waited for. The two racing Tasks end on their own (the sleeper after `timeout`, the other with `task`).
-    static func first(of task: Task<String?, Never>, orAfter timeout: Duration) async -> String? {
-        let box = NIOLockedValueBox<CheckedContinuation<String?, Never>?>(nil)
-        return await withCheckedContinuation { continuation in
-            box.withLockedValue { $0 = continuation }
-            Task {
-                let value = await task.value
-                box.withLockedValue { $0.take() }?.resume(returning: value)
-            }
-            Task {
-                try? await Task.sleep(for: timeout)
-                box.withLockedValue { $0.take() }?.resume(returning: "hung")
-            }
-        }
     }
 
     /// A failure's message without the ids that make every one different.
@@ -435,8 +429,13 @@ struct SoakBenchmark: AsyncParsableCommand {
         a.duplicates += seen.values.filter { $0 > 1 }.map { $0 - 1 }.reduce(0, +)
         for agent in pool.agents {
             guard let client = try? agent.client() else { continue }
-            for try await frame in client.stream(.fetchResults(WireFetchResults())) {
-                if case .photoResult = frame.envelope.body { a.leftInSpools += 1 }
+            // Listing a spool takes a moment; a minute turns a stream that never ends into an error.
+            a.leftInSpools += try await withDeadline(.seconds(60), "agent \(agent.name): the results left in its spool (FetchResults) to end") {
+                var left = 0
+                for try await frame in client.stream(.fetchResults(WireFetchResults())) {
+                    if case .photoResult = frame.envelope.body { left += 1 }
+                }
+                return left
             }
         }
         return a

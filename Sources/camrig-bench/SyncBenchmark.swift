@@ -156,7 +156,10 @@ struct SyncBenchmark: AsyncParsableCommand {
         var coordinatorSkews: [Double] = []
         var incomplete = 0
         for index in 0..<triggers {
-            let report = try await session.capturePhoto(into: store)
+            // A 640×480 photo is gathered within a second or two; a minute turns a lost one into an error.
+            let report = try await withDeadline(.seconds(60), "[\(label)] photo \(index + 1) of \(triggers) across \(agents) agents") {
+                try await session.capturePhoto(into: store)
+            }
             try? FileManager.default.removeItem(at: report.directory)
             guard let set = report.manifest.sets.first, set.complete else {
                 incomplete += 1

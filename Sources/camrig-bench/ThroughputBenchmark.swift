@@ -168,56 +168,73 @@ struct ThroughputBenchmark: AsyncParsableCommand {
 
     /// Locks `device`, sets `formatID` (1920×1080 YUYV) at `framesPerSecond`, and counts what arrives for `seconds`
     /// after a second of warm-up, with the CPU time `cpuSeconds` reports used over that time.
+    ///
+    /// The stream, its stop and its end are bounded together: a second of warm-up, `seconds`, and a minute
+    /// for the camera to start and the stream to end once stopped. A stop that fails (its reply lost, the
+    /// agent gone) leaves the stream running; the deadline turns that into an error instead of a hang.
     static func stream(
         _ client: AgentClient, device: String, formatID: String = "YUYV-1920x1080", framesPerSecond: Int, seconds: Double,
-        cpuSeconds: () -> Double? = { nil }
+        cpuSeconds: @escaping @Sendable () -> Double? = { nil }
     ) async throws -> (frames: Int, bytes: Int, seconds: Double, dropped: UInt64, sample: [UInt8], cpuSeconds: Double?) {
         _ = try await configureDevice(client, device: device, formatID: formatID, frameDuration: FrameDuration(framesPerSecond: UInt32(framesPerSecond))!)
         var start = WireStartStream()
         start.deviceID = device
         start.maxQueuedFrames = 4
-        let warmUp = ContinuousClock.now + .seconds(1)
-        var measuring: ContinuousClock.Instant?
+        let timeout = Duration.seconds(1) + .milliseconds(Int64(seconds * 1000)) + .seconds(60)
+        let measured = try await withDeadline(timeout, "agent \(client.endpoint), \(device): the stream of \(seconds) s (and a second of warm-up) to end after StopStream") { [start] in
+            let warmUp = ContinuousClock.now + .seconds(1)
+            var measured = MeasuredStream()
+            var measuring: ContinuousClock.Instant?
+            var streamID = ""
+            for try await message in client.stream(.startStream(start)) {
+                switch message.envelope.body {
+                case .streamStarted(let started): streamID = started.streamID
+                case .videoFrame(let frame):
+                    let now = ContinuousClock.now
+                    guard let payload = message.payload else { continue }
+                    if measured.sample.isEmpty { measured.sample = Array(payload.readableBytesView) }
+                    guard let since = measuring else {
+                        if now >= warmUp {
+                            measuring = now
+                            measured.start = now
+                            measured.cpuAtStart = cpuSeconds()
+                        }
+                        continue
+                    }
+                    guard measured.end == nil else { continue }
+                    measured.frames += 1
+                    measured.bytes += payload.readableBytes
+                    measured.dropped += frame.droppedBefore
+                    if now - since >= .milliseconds(Int64(seconds * 1000)) {
+                        measured.end = now
+                        measured.cpuAtEnd = cpuSeconds()
+                        var stop = WireStopStream()
+                        stop.streamID = streamID
+                        // Not awaited here: the reply comes over this stream's connection, which this loop
+                        // must keep reading. Should the stop fail, the deadline ends the wait.
+                        Task { _ = try? await client.request(.stopStream(stop)) }
+                    }
+                case .streamEnded: break
+                default: continue
+                }
+            }
+            return measured
+        }
+        guard let measuring = measured.start, let end = measured.end else { throw CommandFailure("the stream ended before the measurement did") }
+        let cpu = measured.cpuAtStart.flatMap { start in measured.cpuAtEnd.map { $0 - start } }
+        return (measured.frames, measured.bytes, (end - measuring).seconds, measured.dropped, measured.sample, cpu)
+    }
+
+    /// What `stream` counted, as the stream came.
+    struct MeasuredStream: Sendable {
+        var start: ContinuousClock.Instant?
         var end: ContinuousClock.Instant?
         var frames = 0
         var bytes = 0
         var dropped: UInt64 = 0
         var sample: [UInt8] = []
-        var streamID = ""
         var cpuAtStart: Double?
         var cpuAtEnd: Double?
-        for try await message in client.stream(.startStream(start)) {
-            switch message.envelope.body {
-            case .streamStarted(let started): streamID = started.streamID
-            case .videoFrame(let frame):
-                let now = ContinuousClock.now
-                guard let payload = message.payload else { continue }
-                if sample.isEmpty { sample = Array(payload.readableBytesView) }
-                if measuring == nil {
-                    if now >= warmUp {
-                        measuring = now
-                        cpuAtStart = cpuSeconds()
-                    }
-                    continue
-                }
-                guard end == nil else { continue }
-                frames += 1
-                bytes += payload.readableBytes
-                dropped += frame.droppedBefore
-                if now - measuring! >= .milliseconds(Int64(seconds * 1000)) {
-                    end = now
-                    cpuAtEnd = cpuSeconds()
-                    var stop = WireStopStream()
-                    stop.streamID = streamID
-                    Task { _ = try? await client.request(.stopStream(stop)) }
-                }
-            case .streamEnded: break
-            default: continue
-            }
-        }
-        guard let measuring, let end else { throw CommandFailure("the stream ended before the measurement did") }
-        let cpu = cpuAtStart.flatMap { start in cpuAtEnd.map { $0 - start } }
-        return (frames, bytes, (end - measuring).seconds, dropped, sample, cpu)
     }
 }
 
