@@ -1,3 +1,4 @@
+import CamRigTestSupport
 import Foundation
 import Testing
 
@@ -89,6 +90,34 @@ struct PackageLayerTests {
                 #expect(!closure.contains(backend), "\(program) links \(backend), a camera host's backend, through \(closure.sorted())")
             }
         }
+    }
+
+    @Test("image and video codecs come in only through the image and media targets")
+    func codecsThroughTheirTargets() {
+        let owners = ["CTurboJPEG": "CamRigImage", "CZlib": "CamRigImage", "CMediaFile": "CamRigMedia"]
+        for (name, target) in Self.targets where target.kind != "testTarget" {
+            for dependency in target.local {
+                guard let owner = owners[dependency] else { continue }
+                #expect(name == owner, "\(name) depends on \(dependency), which only \(owner) wraps")
+            }
+        }
+    }
+
+    @Test("the built coordinator programs load no camera backend's library; the agent loads libv4l2 (ldd)")
+    func builtProgramsLinkNoBackend() async throws {
+        func libraries(_ program: String) async throws -> String {
+            let run = try await Executables.runTool("/usr/bin/ldd", [Executables.url(program).path], timeout: 30)
+            #expect(run.status == 0, "ldd \(program): \(run.stderr)")
+            return run.stdout
+        }
+        for program in ["camrig", "camrig-service"] {
+            let loaded = try await libraries(program)
+            for backend in ["libv4l2", "libv4lconvert", "libcamera"] {
+                #expect(!loaded.contains(backend), "\(program) loads \(backend):\n\(loaded)")
+            }
+            #expect(loaded.contains("libturbojpeg"), "\(program) reads and writes JPEG through CamRigImage:\n\(loaded)")
+        }
+        #expect(try await libraries("camrig-agent").contains("libv4l2"), "the agent serves V4L2 cameras through libv4l2")
     }
 
     @Test("the object store is a generic S3 client: it links no capture, device or wire code")
