@@ -119,7 +119,16 @@ public actor RigService {
     private var staleDevices: Set<String> = []
     /// Agents whose spool figures must be asked for (connected since the last answer).
     private var spoolUnknown: Set<String> = []
+    /// Agents with a result spool (capability `capture`).
+    private var spooling: Set<String> = []
+    /// Bumped for an agent at every event that changes its cameras: a device list asked for before the
+    /// event and answered after it is not taken (it may undo what the event said).
+    private var heard: [String: UInt64] = [:]
     private var lastSpoolPoll = ContinuousClock.now - .seconds(60)
+    /// The last time everything was read again, pushed or not: the safety net under lost events.
+    private var lastFullLook = ContinuousClock.now
+    /// How often everything is read again even from agents that push their state.
+    static let fullLookInterval: Duration = .seconds(60)
     /// Frames each camera dropped in the captures this service made.
     public internal(set) var droppedFrames: [String: Int] = [:]
     public nonisolated let started = Date()
@@ -296,16 +305,23 @@ public actor RigService {
         switch event {
         case .connected(let agent, let capabilities):
             if capabilities.contains(WireProtocol.Capability.stateEvents) { pushing.insert(agent) } else { pushing.remove(agent) }
-            staleDevices.insert(agent)
-            spoolUnknown.insert(agent)
+            if capabilities.contains(WireProtocol.Capability.capture) {
+                spooling.insert(agent)
+                spoolUnknown.insert(agent)
+            } else {
+                spooling.remove(agent)
+                spoolUnknown.remove(agent)
+            }
+            camerasChanged(on: agent)
             forgetPhases(of: agent)
-        case .disconnected(let agent):
+        case .disconnected(let agent), .unheard(let agent):
             pushing.remove(agent)
-            staleDevices.insert(agent)
+            camerasChanged(on: agent)
             forgetPhases(of: agent)
         case .event(let agent, let event):
             switch event.kind {
             case .deviceChanged:
+                heard[agent, default: 0] += 1
                 // The description as it is now: taken as it came, unless the device is not listed yet.
                 if case .device(let description)? = event.detail,
                     let index = devices.firstIndex(where: { $0.agentID == agent && $0.deviceID == description.uniqueID })
@@ -315,7 +331,7 @@ public actor RigService {
                     staleDevices.insert(agent)
                 }
             case .deviceConnected, .deviceDisconnected, .leaseLost:
-                staleDevices.insert(agent)
+                camerasChanged(on: agent)
             case .spoolStatus, .spoolNearFull:
                 spools[agent] = event.spool
                 spoolUnknown.remove(agent)
@@ -325,6 +341,12 @@ public actor RigService {
                 break
             }
         }
+    }
+
+    /// `agent`'s cameras are listed again at the next look, and a list asked for before now is not taken.
+    private func camerasChanged(on agent: String) {
+        heard[agent, default: 0] += 1
+        staleDevices.insert(agent)
     }
 
     /// The phases of `agent`'s cameras are read again at the next look (it connected or left: what it
@@ -375,6 +397,13 @@ public actor RigService {
         // without `state-events`) are asked as before: devices every look, spools every 5 s.
         let connected = pool.agents.filter { $0.snapshot.status == .connected }
         let asked = Set(connected.map(\.name)).subtracting(pushing)
+        if ContinuousClock.now - lastFullLook >= Self.fullLookInterval {
+            // The safety net: an event lost on the way (a watcher that fell far behind) is made good here.
+            lastFullLook = ContinuousClock.now
+            staleDevices.formUnion(connected.map(\.name))
+            spoolUnknown.formUnion(spooling)
+            phases = [:]
+        }
         await refreshDevices(of: staleDevices.union(asked))
         var spoolsToAsk = spoolUnknown
         if ContinuousClock.now - lastSpoolPoll >= .seconds(5) {
@@ -439,6 +468,8 @@ public actor RigService {
             return statuses
         }
         for (name, status) in statuses {
+            // Figures pushed while the question was out are newer than its answer.
+            guard !pushing.contains(name) || spoolUnknown.contains(name) else { continue }
             spools[name] = status
             if status != nil { spoolUnknown.remove(name) }
         }
@@ -446,19 +477,29 @@ public actor RigService {
 
     /// Lists every connected agent's cameras.
     func refreshDevices() async {
-        devices = await RigDiscovery.devices(in: pool).devices
-        staleDevices = []
+        await refreshDevices(of: Set(pool.agents.map(\.name)))
     }
 
-    /// Lists the cameras of the agents among `names` again, keeping the others' lists; an agent that is
-    /// not connected has none.
+    /// Lists the cameras of the agents among `names` again, keeping the others' lists. An agent that is
+    /// not connected has none. A connected agent that did not answer, or whose cameras changed while
+    /// the question was out (`heard`), keeps the list it had and is asked again at the next look.
     private func refreshDevices(of names: Set<String>) async {
         guard !names.isEmpty else { return }
         let agents = pool.agents
-        let fresh = await RigDiscovery.devices(of: agents.filter { names.contains($0.name) }).devices
+        let asked = agents.filter { names.contains($0.name) }
+        let before = heard
         staleDevices.subtract(names)
+        let (fresh, failures) = await RigDiscovery.devices(of: asked)
+        let failed = Set(failures.map(\.agent))
+        var kept: Set<ObjectIdentifier> = []
+        for agent in asked where failed.contains(agent.name) || heard[agent.name] != before[agent.name] {
+            guard agent.snapshot.status == .connected else { continue }
+            kept.insert(ObjectIdentifier(agent))
+            staleDevices.insert(agent.name)
+        }
         devices = agents.flatMap { agent in
-            names.contains(agent.name) ? fresh.filter { $0.agentID == agent.name } : devices.filter { $0.agentID == agent.name }
+            let listed = names.contains(agent.name) && !kept.contains(ObjectIdentifier(agent)) ? fresh : devices
+            return listed.filter { $0.agent === agent }
         }
     }
 

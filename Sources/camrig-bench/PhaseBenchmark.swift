@@ -207,7 +207,7 @@ struct PhaseBenchmark: AsyncParsableCommand {
             var incompletePhotos = 0
             for index in 0..<photos {
                 // A 320×240 photo is gathered within a second or two; a minute turns a lost one into an error.
-                let report = try await withDeadline(.seconds(60), "photo \(index + 1) of \(photos) on \(agents) agents (phase lock \(phaseLock ? "on" : "off"))") {
+                let report = try await withDeadline(.seconds(60) + .milliseconds(100 * agents), "photo \(index + 1) of \(photos) on \(agents) agents (phase lock \(phaseLock ? "on" : "off"))") {
                     try await session.capturePhoto(into: DiscardingSink())
                 }
                 guard let set = report.manifest.sets.first, set.complete, let span = truth.read().trueSpan(of: set, in: report.manifest) else {

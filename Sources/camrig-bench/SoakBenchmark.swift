@@ -252,10 +252,12 @@ struct SoakBenchmark: AsyncParsableCommand {
             }
             let recording = round % recordEvery == 0
             let recordSeconds = self.recordSeconds
-            // A capture that has not ended after a minute is counted as hung, cancelled and left behind.
+            // A capture that has not ended a minute after it should have (a recording's span) is counted as
+            // hung, cancelled and left behind.
             let outcome: String?
+            let bound = Duration.seconds(60) + (recording ? .seconds(recordSeconds) : .zero)
             do {
-                outcome = try await withDeadline(.seconds(60), "capture \(round) (\(recording ? "recording" : "photo"))") { () -> String? in
+                outcome = try await withDeadline(bound, "capture \(round) (\(recording ? "recording" : "photo"))") { () -> String? in
                     do {
                         // Every camera whose agent is up now (one that is down is not asked, and its
                         // absence is no lost result).

@@ -157,7 +157,7 @@ struct SyncBenchmark: AsyncParsableCommand {
         var incomplete = 0
         for index in 0..<triggers {
             // A 640×480 photo is gathered within a second or two; a minute turns a lost one into an error.
-            let report = try await withDeadline(.seconds(60), "[\(label)] photo \(index + 1) of \(triggers) across \(agents) agents") {
+            let report = try await withDeadline(.seconds(60) + .milliseconds(100 * agents), "[\(label)] photo \(index + 1) of \(triggers) across \(agents) agents") {
                 try await session.capturePhoto(into: store)
             }
             try? FileManager.default.removeItem(at: report.directory)

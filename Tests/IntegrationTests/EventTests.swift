@@ -109,7 +109,9 @@ struct EventTests {
         defer { agent.stop() }
         let pool = try LibcameraTests.pool([agent], pki: pki)
         let heard = PoolEventBox()
-        let listener = Task { for await event in pool.watch() { heard.append(event) } }
+        // Watched before the pool starts (LibcameraTests.session starts it), so the first connection is heard.
+        let watched = pool.watch()
+        let listener = Task { for await event in watched { heard.append(event) } }
         defer { listener.cancel() }
         let session = try await LibcameraTests.session(pool, fps: 15)
         let camera = "synthetic:SYN0001"
@@ -126,7 +128,8 @@ struct EventTests {
 
         // A phase lock's status every second while held.
         _ = try await session.lockPhase()
-        _ = await session.waitForPhaseLock(timeout: .seconds(20))
+        let settled = await session.waitForPhaseLock(timeout: .seconds(20))
+        try #require(settled.allSatisfy { $0.status.state == .locked }, "the camera did not lock: \(settled.map(\.status))")
         let before = heard.events(.phaseStatus).count
         try await Task.sleep(for: .seconds(3))
         let statuses = heard.events(.phaseStatus).dropFirst(before)
@@ -161,7 +164,9 @@ struct EventTests {
         await client.close()
 
         await pool.stop()
-        #expect(heard.all.contains { if case .disconnected(agent: "agent-1") = $0 { true } else { false } })
+        #expect(try await eventually(timeout: .seconds(5), pollingEvery: .milliseconds(50)) {
+            heard.all.contains { if case .disconnected(agent: "agent-1") = $0 { true } else { false } }
+        }, "the disconnection was not heard: \(heard.kinds)")
     }
 }
 
@@ -179,6 +184,7 @@ final class PoolEventBox: Sendable {
             switch $0 {
             case .connected: "connected"
             case .disconnected: "disconnected"
+            case .unheard: "unheard"
             case .event(_, let event): "\(event.kind)"
             }
         }

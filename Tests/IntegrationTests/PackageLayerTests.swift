@@ -84,6 +84,8 @@ struct PackageLayerTests {
 
     @Test("the coordinator's programs and the layers they link (storage, the service, the command line) link no camera backend")
     func coordinatorProgramsLinkNoBackend() {
+        // Read right: the command line reaches the coordinator and the stores.
+        #expect(Self.closure(of: "camrig").targets.isSuperset(of: ["CamRigCoordinator", "CamRigStorage", "CamRigImage", "CamRigWire"]))
         for program in ["camrig", "camrig-service", "CamRigStorage", "CamRigService", "CamRigViews", "CamRigServiceClient"] {
             let closure = Self.closure(of: program).targets
             for backend in ["CamRigDevices", "CamRigAgent", "CLibV4L2", "CLibcamera", "CLibcameraSystem"] {

@@ -10,6 +10,10 @@ public final class AgentEvents: Sendable {
         var requestID: UInt64
         var kinds: Set<WireEventKind>
         var write: @Sendable (WireFrame) -> Void
+
+        func takes(_ kind: WireEventKind) -> Bool {
+            kinds.contains(kind) || (kinds.isEmpty && !AgentEvents.namedOnly.contains(kind))
+        }
     }
 
     private let subscriptions = NIOLockedValueBox<[Subscription]>([])
@@ -28,12 +32,16 @@ public final class AgentEvents: Sendable {
 
     /// Whether any subscription takes events of `kind` (so that building one nobody reads can be skipped).
     func wants(_ kind: WireEventKind) -> Bool {
-        subscriptions.withLockedValue { $0.contains { $0.kinds.isEmpty || $0.kinds.contains(kind) } }
+        subscriptions.withLockedValue { $0.contains { $0.takes(kind) } }
     }
 
     func connectionClosed(_ connection: UInt64) {
         subscriptions.withLockedValue { $0.removeAll { $0.connection == connection } }
     }
+
+    /// Kinds sent only to subscriptions that name them (capability `state-events`): a subscription to
+    /// every kind (`kinds` empty), as clients made before these kinds existed, does not get them.
+    static let namedOnly: Set<WireEventKind> = [.deviceChanged, .spoolStatus, .phaseStatus]
 
     /// Sends `event` to every subscription that wants its kind.
     func publish(_ event: WireEvent) {
@@ -42,7 +50,7 @@ public final class AgentEvents: Sendable {
             event.time.nanoseconds = clock.now()
             event.time.clock = .agentMonotonic
         }
-        for subscription in subscriptions.withLockedValue({ $0 }) where subscription.kinds.isEmpty || subscription.kinds.contains(event.kind) {
+        for subscription in subscriptions.withLockedValue({ $0 }) where subscription.takes(event.kind) {
             subscription.write(WireFrame(requestID: subscription.requestID, .event(event)))
         }
     }

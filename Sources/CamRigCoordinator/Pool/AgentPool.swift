@@ -17,8 +17,11 @@ public final class AgentPool: Sendable {
 
     /// What a watcher of the pool hears (`watch()`).
     public enum Event: Sendable {
-        /// The agent (by the id it announced) connected, announcing these capabilities.
+        /// The agent (by the id it announced) connected, announcing these capabilities; its events are
+        /// subscribed to (without `state-events` among them when that failed: ask it instead).
         case connected(agent: String, capabilities: [String])
+        /// Its events stopped while it stays connected: ask it for what it would have pushed.
+        case unheard(agent: String)
         /// Its connection closed; it is being connected again.
         case disconnected(agent: String)
         /// An event its agent sent (PROTOCOL.md, "Events").
@@ -46,11 +49,12 @@ public final class AgentPool: Sendable {
     }
 
     /// Every agent's connections and events, from each agent's next connection on: call it before
-    /// `start()` to hear every connection. Each agent's connections subscribe to its events (all kinds)
-    /// once the pool is watched. The stream keeps the newest 4096 events its consumer has not taken, and
-    /// ends when its consumer stops (cancelled or gone).
+    /// `start()` to hear every connection. Each agent's connections subscribe to its events once the pool
+    /// is watched (`RemoteAgent.watchedKinds`). The stream keeps the newest 65 536 events its consumer has
+    /// not taken (a consumer that falls further behind loses the oldest: it should look at the whole rig
+    /// again now and then), and ends when its consumer stops (cancelled or gone).
     public func watch() -> AsyncStream<Event> {
-        let (stream, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .bufferingNewest(4096))
+        let (stream, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .bufferingNewest(65_536))
         let (id, agents) = state.withLockedValue { state in
             let id = state.nextWatcher
             state.nextWatcher += 1

@@ -210,20 +210,50 @@ public final class RemoteAgent: Sendable {
         watcher.withLockedValue { $0 = sink }
     }
 
-    /// Passes the agent's events to `sink` until the connection closes. An agent that refuses the
-    /// subscription, or one without the `events` capability, is just not heard from; either way this
-    /// returns only when the connection has closed, so the connection's other children run on.
+    /// The events a watched pool subscribes to: what a view of the rig needs (capability `state-events`
+    /// for the last three; an agent without it sends the others).
+    static let watchedKinds: [WireEventKind] = [
+        .deviceConnected, .deviceDisconnected, .leaseLost, .spoolNearFull, .deviceChanged, .spoolStatus, .phaseStatus,
+    ]
+
+    /// Subscribes to the agent's events, tells `sink` of the connection once the subscription is in place
+    /// (what the agent pushes from then on reaches the watcher), and passes the events on until the
+    /// connection closes.
+    ///
+    /// The connection is announced with the agent's capabilities, less `state-events` when the
+    /// subscription could not be made: a watcher then asks that agent for what it would have pushed. If
+    /// the events stop while the connection stays, `sink` hears `.unheard`. Returns only once the
+    /// connection has closed, so the connection's other children run on whatever happens here.
     private func listen(_ client: AgentClient, agent: String, _ sink: @Sendable (AgentPool.Event) -> Void) async {
-        if client.welcome.capabilities.contains(WireProtocol.Capability.events) {
-            do {
-                // Events are few and small; a deep buffer, drained at once, so they never hold up the connection.
-                for try await message in client.stream(.subscribe(WireSubscribe()), buffering: .init(lowWatermark: 64, highWatermark: 256)) {
-                    if case .event(let event) = message.envelope.body { sink(.event(agent: agent, event)) }
-                }
-            } catch {
-                logger.debug("agent events ended", metadata: ["agent": "\(agent)", "reason": "\(error)"])
-            }
+        let capabilities = client.welcome.capabilities
+        guard capabilities.contains(WireProtocol.Capability.events) else {
+            sink(.connected(agent: agent, capabilities: capabilities.filter { $0 != WireProtocol.Capability.stateEvents }))
+            await client.closed
+            return
         }
+        var subscribe = WireSubscribe()
+        subscribe.kinds = Self.watchedKinds
+        // Events are few and small; a deep buffer, drained at once, so they never hold up the connection.
+        var messages = client.stream(.subscribe(subscribe), buffering: .init(lowWatermark: 64, highWatermark: 256)).makeAsyncIterator()
+        do {
+            guard case .ok? = try await messages.next()?.envelope.body else {
+                throw AgentClientError(.protocolViolation, agent: agent, "answered Subscribe with something other than Ok")
+            }
+        } catch {
+            logger.notice("agent events cannot be subscribed to; asking it instead", metadata: ["agent": "\(agent)", "reason": "\(error)"])
+            sink(.connected(agent: agent, capabilities: capabilities.filter { $0 != WireProtocol.Capability.stateEvents }))
+            await client.closed
+            return
+        }
+        sink(.connected(agent: agent, capabilities: capabilities))
+        do {
+            while let message = try await messages.next() {
+                if case .event(let event) = message.envelope.body { sink(.event(agent: agent, event)) }
+            }
+        } catch {
+            logger.debug("agent events ended", metadata: ["agent": "\(agent)", "reason": "\(error)"])
+        }
+        if !Task.isCancelled { sink(.unheard(agent: agent)) }
         await client.closed
     }
 
@@ -255,7 +285,6 @@ public final class RemoteAgent: Sendable {
                 backoff.reset()
                 let sink = watcher.withLockedValue { $0 }
                 let agentID = client.welcome.agentID
-                sink?(.connected(agent: agentID, capabilities: client.welcome.capabilities))
                 // Until the connection drops or the pool stops; then close it, which ends every child.
                 await withTaskGroup(of: Void.self) { group in
                     group.addTask { await client.closed }
