@@ -39,6 +39,9 @@ public actor RigService {
         public var lockTolerance: Duration = .microseconds(100)
         /// How often the rig is looked at.
         public var supervisionInterval: Duration = .seconds(1)
+        /// How often everything is read again from agents that push their state: the safety net under an
+        /// event lost on the way.
+        public var fullLookInterval: Duration = .seconds(60)
         /// How long after a failed session build the next is tried.
         public var rebuildBackoff: Duration = .seconds(5)
         /// Samples of clock history kept per agent (one per supervision pass).
@@ -127,8 +130,6 @@ public actor RigService {
     private var lastSpoolPoll = ContinuousClock.now - .seconds(60)
     /// The last time everything was read again, pushed or not: the safety net under lost events.
     private var lastFullLook = ContinuousClock.now
-    /// How often everything is read again even from agents that push their state.
-    static let fullLookInterval: Duration = .seconds(60)
     /// Frames each camera dropped in the captures this service made.
     public internal(set) var droppedFrames: [String: Int] = [:]
     public nonisolated let started = Date()
@@ -397,7 +398,7 @@ public actor RigService {
         // without `state-events`) are asked as before: devices every look, spools every 5 s.
         let connected = pool.agents.filter { $0.snapshot.status == .connected }
         let asked = Set(connected.map(\.name)).subtracting(pushing)
-        if ContinuousClock.now - lastFullLook >= Self.fullLookInterval {
+        if ContinuousClock.now - lastFullLook >= configuration.fullLookInterval {
             // The safety net: an event lost on the way (a watcher that fell far behind) is made good here.
             lastFullLook = ContinuousClock.now
             staleDevices.formUnion(connected.map(\.name))
