@@ -98,13 +98,13 @@ public final class RemoteAgent: Sendable {
         var clockTransport: ClockTransport?
         /// Why the coordinator closed the live connection itself (its certificate now refused), for the status.
         var closedBecause: String?
+        /// Where this agent's connections and events go while its pool is watched (`AgentPool.watch()`).
+        var watcher: (@Sendable (AgentPool.Event) -> Void)?
 
         var clockSettled: Bool { estimator.estimate?.isSettled() ?? false }
     }
 
     private let state: NIOLockedValueBox<State>
-    /// Where this agent's connections and events go while its pool is watched (`AgentPool.watch()`).
-    private let watcher = NIOLockedValueBox<(@Sendable (AgentPool.Event) -> Void)?>(nil)
 
     public init(endpoint: AgentEndpoint, security: ClientSecurity, timing: Timing = .init(), clockConfiguration: ClockEstimator.Configuration = .init(), logger: Logger) {
         self.endpoint = endpoint
@@ -207,7 +207,7 @@ public final class RemoteAgent: Sendable {
     /// From the next connection on, tells `sink` of this agent's connections and of the events its agent
     /// sends (every kind, subscribed on each connection).
     func watch(_ sink: @escaping @Sendable (AgentPool.Event) -> Void) {
-        watcher.withLockedValue { $0 = sink }
+        state.withLockedValue { $0.watcher = sink }
     }
 
     /// The events a watched pool subscribes to: what a view of the rig needs (capability `state-events`
@@ -283,7 +283,7 @@ public final class RemoteAgent: Sendable {
                 }
                 logger.info("agent connected", metadata: ["agent": "\(client.welcome.agentID)", "address": "\(endpoint)"])
                 backoff.reset()
-                let sink = watcher.withLockedValue { $0 }
+                let sink = state.withLockedValue { $0.watcher }
                 let agentID = client.welcome.agentID
                 // Until the connection drops or the pool stops; then close it, which ends every child.
                 await withTaskGroup(of: Void.self) { group in
