@@ -5,7 +5,8 @@ import Foundation
 
 /// A real `camrig-agent` process on loopback, started on a free port.
 ///
-/// Its log (standard error) goes to a file that `log()` reads; `stop()` sends SIGTERM and waits.
+/// Its log (standard error) goes to a file that `log()` reads. Nothing here blocks a thread: `start` and `stop`
+/// await the process, and `terminate()` (for a `defer`) leaves the waiting to the process's own thread.
 public final class AgentProcess: @unchecked Sendable {
     /// The child process.
     public let process: ChildProcess
@@ -22,33 +23,42 @@ public final class AgentProcess: @unchecked Sendable {
     /// `host:port`, as `camrig --agent` takes it.
     public var address: String { "\(host):\(port)" }
 
-    /// Starts the agent with `arguments` plus `--listen 127.0.0.1:0` and waits for its `listening` line.
-    /// Unless `arguments` name a `--spool-dir` or a `--config`, the agent gets a temporary spool of its own, removed with it.
+    /// Starts the agent with `arguments` plus `--listen 127.0.0.1:0` and waits, without holding a thread, for its
+    /// `listening` line. Unless `arguments` name a `--spool-dir` or a `--config`, the agent gets a temporary spool
+    /// of its own, removed with it.
     /// - Parameter launcher: a program that runs the agent, and its arguments before the agent's path (the
     ///   libcamera tests start an agent built in the Debian 13 root through `scripts/in-libcamera-root`);
     ///   `agent` is then that agent's path.
-    public init(_ arguments: [String], startupTimeout: Double = 20, launcher: (program: URL, arguments: [String], agent: URL)? = nil) throws {
-        logFile = URL(fileURLWithPath: NSTemporaryDirectory() + "camrig-agent-\(UUID().uuidString).log")
+    public static func start(
+        _ arguments: [String], startupTimeout: Double = 20, launcher: (program: URL, arguments: [String], agent: URL)? = nil
+    ) async throws -> AgentProcess {
+        let logFile = URL(fileURLWithPath: NSTemporaryDirectory() + "camrig-agent-\(UUID().uuidString).log")
         var arguments = arguments
         // A test that names the spool, or passes a configuration file that may, keeps its choice.
-        if arguments.contains("--spool-dir") || arguments.contains("--config") {
-            ownSpool = nil
-        } else {
+        var ownSpool: URL?
+        if !(arguments.contains("--spool-dir") || arguments.contains("--config")) {
             let spool = URL(fileURLWithPath: NSTemporaryDirectory() + "camrig-spool-\(UUID().uuidString)")
             arguments += ["--spool-dir", spool.path]
             ownSpool = spool
         }
         do {
             let agentArguments = ["--listen", "127.0.0.1:0"] + arguments
-            local = try LocalAgentProcess.startBlocking(
+            let local = try await LocalAgentProcess.start(
                 executable: launcher?.program ?? Executables.url("camrig-agent"),
                 arguments: launcher.map { $0.arguments + [$0.agent.path] + agentArguments } ?? agentArguments,
                 logFile: logFile,
                 timeout: .milliseconds(Int64(startupTimeout * 1000))
             )
+            return AgentProcess(local: local, logFile: logFile, ownSpool: ownSpool)
         } catch let error as LocalAgentError {
             throw AgentProcessError(error.message)
         }
+    }
+
+    private init(local: LocalAgentProcess, logFile: URL, ownSpool: URL?) {
+        self.local = local
+        self.logFile = logFile
+        self.ownSpool = ownSpool
         process = local.process
         host = "127.0.0.1"
         port = local.endpoint.port
@@ -64,16 +74,32 @@ public final class AgentProcess: @unchecked Sendable {
     public var isRunning: Bool { process.isRunning }
 
     /// SIGKILL: a crash, with no chance to clean up.
-    public func crash() { local.crash() }
+    public func crash() async {
+        process.send(SIGKILL)
+        await process.exit()
+    }
 
-    /// SIGTERM, then wait (SIGKILL after `timeout`). Returns the exit status.
+    /// SIGTERM, then waits without holding a thread (SIGKILL after `timeout`). Returns the exit status.
     @discardableResult
-    public func stop(timeout: Double = 10) -> Int32 { local.stopBlocking(timeout: .milliseconds(Int64(timeout * 1000))) }
+    public func stop(timeout: Double = 10) async -> Int32 {
+        await local.stop(timeout: .milliseconds(Int64(timeout * 1000)))
+    }
+
+    /// SIGTERM and return at once, for a test's `defer`: the process is reaped off the cooperative pool (SIGKILL
+    /// after ten seconds), and its log and private spool are removed once it has exited.
+    public func terminate() {
+        process.terminate()
+    }
 
     deinit {
-        process.send(SIGKILL)
-        try? FileManager.default.removeItem(at: logFile)
-        if let ownSpool { try? FileManager.default.removeItem(at: ownSpool) }
+        // Whatever the test did, the agent ends; its files go once it has, without blocking whoever let go of it.
+        let (local, logFile, ownSpool) = (local, logFile, ownSpool)
+        local.process.terminate()
+        Task.detached {
+            await local.stop(timeout: .seconds(10))
+            try? FileManager.default.removeItem(at: logFile)
+            if let ownSpool { try? FileManager.default.removeItem(at: ownSpool) }
+        }
     }
 }
 
@@ -100,10 +126,10 @@ extension AgentProcess {
     /// certificate, started with `arguments` besides `--tls-dir`. Stop the agent and remove the PKI when done.
     public static func secured(
         _ arguments: [String] = [], launcher: (program: URL, arguments: [String], agent: URL)? = nil
-    ) throws -> (TestPKI, AgentProcess) {
+    ) async throws -> (TestPKI, AgentProcess) {
         let pki = try TestPKI()
         do {
-            return (pki, try AgentProcess(["--tls-dir", pki.path] + arguments, launcher: launcher))
+            return (pki, try await AgentProcess.start(["--tls-dir", pki.path] + arguments, launcher: launcher))
         } catch {
             pki.remove()
             throw error

@@ -14,9 +14,9 @@ public struct ObjectStoreServer: Sendable {
     public let environment: [String: String]
 
     /// Starts a store in a new folder (or the one at `directory`, with its objects).
-    public static func start(in directory: URL? = nil) throws -> ObjectStoreServer {
+    public static func start(in directory: URL? = nil) async throws -> ObjectStoreServer {
         let folder = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("camrig-s3-\(UUID().uuidString.prefix(8))")
-        let started = try ToolRunner.run(root.appendingPathComponent("scripts/object-store").path, ["start", folder.path], timeout: 120)
+        let started = try await ToolRunner.run(root.appendingPathComponent("scripts/object-store").path, ["start", folder.path], timeout: 120)
         guard started.status == 0 else {
             throw ServerFailure(description: "scripts/object-store start \(folder.path) failed (\(started.status)):\n\(started.stderr)\n\(started.stdout)")
         }
@@ -27,26 +27,33 @@ public struct ObjectStoreServer: Sendable {
     }
 
     /// Stops every process of the store (its objects stay in `directory` for `start(in:)`).
-    public func stop() throws {
+    public func stop() async throws {
+        let stopped = try await ToolRunner.run(Self.root.appendingPathComponent("scripts/object-store").path, ["stop", directory.path], timeout: 60)
+        guard stopped.status == 0 else { throw ServerFailure(description: "scripts/object-store stop failed:\n\(stopped.stderr)") }
+    }
+
+    /// `stop` for a synchronous callback that must not return before the store is gone: it blocks its thread.
+    @available(*, noasync, message: "blocks a thread of the cooperative pool: use `try await stop()`")
+    public func stopBlocking() throws {
         let stopped = try ToolRunner.run(Self.root.appendingPathComponent("scripts/object-store").path, ["stop", directory.path], timeout: 60)
         guard stopped.status == 0 else { throw ServerFailure(description: "scripts/object-store stop failed:\n\(stopped.stderr)") }
     }
 
     /// Stops the store and removes its folder.
-    public func remove() throws {
-        try stop()
+    public func remove() async throws {
+        try await stop()
         try? FileManager.default.removeItem(at: directory)
     }
 
     /// Runs `body` with a new store, removed afterwards whatever happens.
     public static func with<T>(_ body: (ObjectStoreServer) async throws -> T) async throws -> T {
-        let server = try start()
+        let server = try await start()
         do {
             let result = try await body(server)
-            try server.remove()
+            try await server.remove()
             return result
         } catch {
-            try? server.remove()
+            try? await server.remove()
             throw error
         }
     }

@@ -120,8 +120,8 @@ struct PhotoPipelineTests {
     }
 
     /// Runs one of LibRaw's tools and returns what it printed; fails the test when it does not exit with 0.
-    func run(_ tool: String, _ arguments: [String]) throws -> String {
-        let result = try Executables.runTool("/usr/bin/\(tool)", arguments)
+    func run(_ tool: String, _ arguments: [String]) async throws -> String {
+        let result = try await Executables.runTool("/usr/bin/\(tool)", arguments)
         try #require(result.status == 0, "\(tool) \(arguments.joined(separator: " ")) failed: \(result.stderr)")
         return result.stdout + result.stderr
     }
@@ -137,11 +137,11 @@ struct PhotoPipelineTests {
         let path = directory.appendingPathComponent("photo.dng").path
         try Data(file.readableBytesView).write(to: URL(fileURLWithPath: path))
 
-        let identified = try run("raw-identify", ["-v", path])
+        let identified = try await run("raw-identify", ["-v", path])
         #expect(identified.contains("1280x720") || identified.contains("1280 x 720"), "raw-identify: \(identified)")
         #expect(identified.contains("RGGB"), "raw-identify names the CFA pattern: \(identified)")
         // unprocessed_raw writes the raw values as a 16-bit PGM beside the file.
-        _ = try run("unprocessed_raw", ["-q", path])
+        _ = try await run("unprocessed_raw", ["-q", path])
         let pgm = try [UInt8](Data(contentsOf: URL(fileURLWithPath: path + ".pgm")))
         let header = "P5\n1280 720\n"
         #expect(pgm.starts(with: Array(header.utf8)), "a 1280x720 PGM")

@@ -92,14 +92,14 @@ struct RevocationTests {
     }
 
     @Test("openssl reads the list and verifies its signature with the rig's CA")
-    func opensslAgrees() throws {
+    func opensslAgrees() async throws {
         try #require(
             FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl"), "openssl is installed by ./scripts/bootstrap and ./scripts/test")
         let pki = try TestPKI()
         defer { pki.remove() }
         let viewer = try #require(try pki.directory.entries().first { $0.name == "viewer-1" })
         try pki.directory.revoke(name: "viewer-1", reason: .superseded)
-        let result = try ToolRunner.run(
+        let result = try await ToolRunner.run(
             "/usr/bin/openssl", ["crl", "-in", pki.directory.revocationListPath, "-CAfile", pki.directory.caCertificatePath, "-noout", "-text"])
         // openssl crl prints "verify OK" on standard error and the list on standard output.
         let text = result.stdout + result.stderr

@@ -10,14 +10,14 @@ import Testing
 @Suite("Agent and CLI over TLS", .serialized, .timeLimit(.minutes(5)))
 struct AgentProcessTests {
     @Test("camrig ping reaches a camrig-agent over TLS and reports its id, protocol version and round trips")
-    func pingOverTLS() throws {
-        let (pki, agent) = try AgentProcess.secured(["--identity", "agent-1"])
+    func pingOverTLS() async throws {
+        let (pki, agent) = try await AgentProcess.secured(["--identity", "agent-1"])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
 
-        let result = try Executables.run("camrig", ["ping", "--agent", agent.address, "--tls-dir", pki.path, "--count", "3", "--interval-ms", "0", "--json"])
+        let result = try await Executables.run("camrig", ["ping", "--agent", agent.address, "--tls-dir", pki.path, "--count", "3", "--interval-ms", "0", "--json"])
         #expect(result.status == 0, "stderr: \(result.stderr)")
         let json = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
         let agentInfo = try #require(json["agent"] as? [String: Any])
@@ -28,7 +28,7 @@ struct AgentProcessTests {
         #expect(rtts.count == 3)
         #expect(rtts.allSatisfy { $0 > 0 && $0 < 1_000_000 })
 
-        let text = try Executables.run("camrig", ["ping", "--agent", agent.address, "--tls-dir", pki.path, "--count", "1"])
+        let text = try await Executables.run("camrig", ["ping", "--agent", agent.address, "--tls-dir", pki.path, "--count", "1"])
         #expect(text.status == 0)
         #expect(text.stdout.contains("agent agent-1 at \(agent.address): protocol 1"))
         #expect(agent.log().contains("client ready"))
@@ -36,9 +36,9 @@ struct AgentProcessTests {
 
     @Test("requests from a task on the connection's event loop are written and answered there, errors included")
     func requestsOnTheEventLoop() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1"])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
         let client = try await AgentClient.connect(
@@ -68,9 +68,9 @@ struct AgentProcessTests {
 
     @Test("a viewer certificate is accepted and the agent tells the client its role")
     func viewer() async throws {
-        let (pki, agent) = try AgentProcess.secured([])
+        let (pki, agent) = try await AgentProcess.secured([])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
         let client = try await AgentClient.connect(
@@ -93,9 +93,9 @@ struct AgentProcessTests {
 
     @Test("an agent survives hostile clients while serving a good one, with flat memory")
     func survivesBadClients() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--log-level", "notice"])
+        let (pki, agent) = try await AgentProcess.secured(["--log-level", "notice"])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
         let good = try await AgentClient.connect(
@@ -166,8 +166,8 @@ struct AgentProcessTests {
         defer { pki.remove() }
         try pki.issueExpired(name: "expired", role: .coordinator)
         try pki.issueFromOtherCA(name: "stranger", role: .coordinator)
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1"])
-        defer { agent.stop() }
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path, "--identity", "agent-1"])
+        defer { agent.terminate() }
 
         let exchange = try await RawPeer.exchange(port: agent.port, transport: .tls(directory: pki.directory, name: name), chunks: [RawPeer.hello])
         #expect(exchange.closedByAgent)
@@ -181,43 +181,43 @@ struct AgentProcessTests {
     }
 
     @Test("camrig ping explains a refused or expired certificate and exits non-zero")
-    func pingWithBadCertificates() throws {
+    func pingWithBadCertificates() async throws {
         let pki = try TestPKI()
         defer { pki.remove() }
         try pki.issueExpired(name: "expired", role: .coordinator)
         try pki.issueFromOtherCA(name: "stranger", role: .coordinator)
-        let agent = try AgentProcess(["--tls-dir", pki.path])
-        defer { agent.stop() }
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path])
+        defer { agent.terminate() }
 
-        let expired = try Executables.run("camrig", ["ping", "--agent", agent.address, "--tls-dir", pki.path, "--identity", "expired"])
+        let expired = try await Executables.run("camrig", ["ping", "--agent", agent.address, "--tls-dir", pki.path, "--identity", "expired"])
         #expect(expired.status != 0)
         #expect(expired.stderr.contains("certificate 'expired' expired at"))
 
-        let stranger = try Executables.run("camrig", ["ping", "--agent", agent.address, "--tls-dir", pki.path, "--identity", "stranger", "--timeout", "3"])
+        let stranger = try await Executables.run("camrig", ["ping", "--agent", agent.address, "--tls-dir", pki.path, "--identity", "stranger", "--timeout", "3"])
         #expect(stranger.status != 0)
         #expect(stranger.stderr.contains("agent \(agent.address)"), "stderr: \(stranger.stderr)")
 
-        let unreachable = try Executables.run("camrig", ["ping", "--agent", "127.0.0.1:1", "--tls-dir", pki.path, "--identity", "coordinator"])
+        let unreachable = try await Executables.run("camrig", ["ping", "--agent", "127.0.0.1:1", "--tls-dir", pki.path, "--identity", "coordinator"])
         #expect(unreachable.status != 0)
         #expect(unreachable.stderr.contains("cannot connect"))
     }
 
     @Test("plaintext needs --insecure on both sides, and the agent warns about it")
-    func insecure() throws {
-        let refused = try Executables.run("camrig-agent", ["--listen", "127.0.0.1:0"], timeout: 10)
+    func insecure() async throws {
+        let refused = try await Executables.run("camrig-agent", ["--listen", "127.0.0.1:0"], timeout: 10)
         #expect(refused.status != 0)
         #expect(refused.stderr.contains("TLS is required"))
 
-        let agent = try AgentProcess(["--insecure", "--agent-id", "bench-agent"])
-        defer { agent.stop() }
-        let ping = try Executables.run("camrig", ["ping", "--agent", agent.address, "--insecure", "--count", "1", "--json"])
+        let agent = try await AgentProcess.start(["--insecure", "--agent-id", "bench-agent"])
+        defer { agent.terminate() }
+        let ping = try await Executables.run("camrig", ["ping", "--agent", agent.address, "--insecure", "--count", "1", "--json"])
         #expect(ping.status == 0, "stderr: \(ping.stderr)")
         #expect(ping.stdout.contains("\"id\" : \"bench-agent\""))
         #expect(agent.log().contains("WITHOUT TLS"))
 
         let pki = try TestPKI()
         defer { pki.remove() }
-        let mismatched = try Executables.run("camrig", ["ping", "--agent", agent.address, "--tls-dir", pki.path, "--timeout", "3"])
+        let mismatched = try await Executables.run("camrig", ["ping", "--agent", agent.address, "--tls-dir", pki.path, "--timeout", "3"])
         #expect(mismatched.status != 0)
     }
 
@@ -225,13 +225,13 @@ struct AgentProcessTests {
     func gracefulShutdown() async throws {
         let pki = try TestPKI()
         defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path])
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path])
         let client = try await AgentClient.connect(
             to: AgentEndpoint(host: agent.host, port: agent.port),
             security: .tls(try MutualTLS.client(directory: pki.directory))
         )
         _ = try await client.ping()
-        let status = agent.stop()
+        let status = await agent.stop()
         #expect(status == 0)
         await client.closed
         let error = await #expect(throws: AgentClientError.self) { try await client.ping() }
@@ -242,8 +242,8 @@ struct AgentProcessTests {
 @Suite("camrig-agent --list-devices", .timeLimit(.minutes(3)))
 struct ListDevicesTests {
     @Test("synthetic cameras: formats with frame-rate ranges and controls, as JSON and as text")
-    func synthetic() throws {
-        let result = try Executables.run("camrig-agent", ["--list-devices", "--synthetic", "2", "--json"])
+    func synthetic() async throws {
+        let result = try await Executables.run("camrig-agent", ["--list-devices", "--synthetic", "2", "--json"])
         #expect(result.status == 0, "stderr: \(result.stderr)")
         let json = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
         let devices = try #require(json["devices"] as? [[String: Any]])
@@ -261,19 +261,19 @@ struct ListDevicesTests {
         #expect((power["menu"] as? [[String: Any]])?.count == 3)
         #expect(power["value"] as? Int == 1)
 
-        let text = try Executables.run("camrig-agent", ["--list-devices", "--synthetic", "1"])
+        let text = try await Executables.run("camrig-agent", ["--list-devices", "--synthetic", "1"])
         #expect(text.stdout.contains("interval: discrete 1/120 s (120 fps)"))
         #expect(text.stdout.contains("interval: stepwise 1/60 s - 6/60 s with step 1/60 s (10-60 fps)"))
         #expect(text.stdout.contains("0x00980900 Brightness (integer): min=0 max=255 step=1 default=128 value=128"))
     }
 
     @Test("nodes that are not cameras are skipped with the reason")
-    func notCameras() throws {
+    func notCameras() async throws {
         let directory = NSTemporaryDirectory() + "camrig-nodes-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         _ = FileManager.default.createFile(atPath: directory + "/video7", contents: Data("not a device".utf8))
-        let result = try Executables.run("camrig-agent", ["--list-devices", "--v4l2", directory + "/video*", "--json"])
+        let result = try await Executables.run("camrig-agent", ["--list-devices", "--v4l2", directory + "/video*", "--json"])
         #expect(result.status == 0)
         let json = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
         #expect((json["devices"] as? [Any])?.isEmpty == true)
@@ -297,17 +297,17 @@ struct ListV4L2DevicesTests {
     }()
 
     /// Runs v4l2-ctl through libv4l2 (-w) with the emulator's sysfs shim and libv4l2's conversion off.
-    func v4l2ctl(_ arguments: [String]) throws -> String {
+    func v4l2ctl(_ arguments: [String]) async throws -> String {
         var environment = ProcessInfo.processInfo.environment
         environment["LD_PRELOAD"] = Self.shim
         environment["CAMRIG_V4L2_SHIM_NO_CONVERSION"] = "1"
-        return try ToolRunner.run("/usr/bin/v4l2-ctl", ["-w"] + arguments, environment: environment).stdout
+        return try await ToolRunner.run("/usr/bin/v4l2-ctl", ["-w"] + arguments, environment: environment).stdout
     }
 
     @Test(
         "formats, sizes and controls match what v4l2-ctl reads from the same device: discrete (video51), stepwise (video52) and continuous (video53) frame sizes",
         .enabled(if: unavailable == nil, "\(unavailable ?? "")"), arguments: [51, 52, 53])
-    func matchesV4L2Ctl(node: Int) throws {
+    func matchesV4L2Ctl(node: Int) async throws {
         // The emulator gives every format of videoN the same kind of frame sizes: N % 3 == 0 discrete,
         // 1 stepwise, 2 continuous.
         let directory = ProcessInfo.processInfo.environment["CAMRIG_V4L2_EMULATOR_DIR"] ?? "/dev/shm/camrig-v4l2"
@@ -317,24 +317,24 @@ struct ListV4L2DevicesTests {
         _ = FileManager.default.createFile(atPath: path, contents: nil)
         defer { for suffix in ["", ".state", ".lock"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
 
-        let result = try Executables.run("camrig-agent", ["--list-devices", "--v4l2", path, "--json"])
+        let result = try await Executables.run("camrig-agent", ["--list-devices", "--v4l2", path, "--json"])
         #expect(result.status == 0, "stderr: \(result.stderr)")
         let json = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
         let device = try #require((json["devices"] as? [[String: Any]])?.first)
         let formats = try #require(device["formats"] as? [[String: Any]])
         let controls = try #require(device["controls"] as? [[String: Any]])
 
-        let controlText = try v4l2ctl(["-d", path, "--list-ctrls"])
+        let controlText = try await v4l2ctl(["-d", path, "--list-ctrls"])
         let reported = Set(controlText.matches(of: /0x([0-9a-f]{8})/).compactMap { UInt32($0.1, radix: 16) })
         let ours = Set(controls.filter { $0["type"] as? String != "class" }.compactMap { ($0["id"] as? NSNumber)?.uint32Value })
         #expect(!reported.isEmpty)
         #expect(ours == reported)
 
-        let formatText = try v4l2ctl(["-d", path, "--list-formats"])
+        let formatText = try await v4l2ctl(["-d", path, "--list-formats"])
         let fourccs = Set(formatText.matches(of: /'([A-Z0-9 ]{4})'/).map { String($0.1) })
         #expect(Set(formats.compactMap { $0["fourcc"] as? String }) == fourccs)
 
-        let sizeText = try v4l2ctl(["-d", path, "--list-framesizes", "YUYV"])
+        let sizeText = try await v4l2ctl(["-d", path, "--list-framesizes", "YUYV"])
         let ourSizes = formats.compactMap { $0["id"] as? String }.filter { $0.hasPrefix("YUYV-") }
         if node % 3 == 0 {
             let sizes = Set(sizeText.matches(of: /Discrete (\d+)x(\d+)/).map { "YUYV-\($0.1)x\($0.2)" })
@@ -361,7 +361,7 @@ struct ListV4L2DevicesTests {
             #expect(onGrid, "\(ourSizes)")
             #expect(ourSizes.contains("YUYV-\(maxW)x\(maxH)"))
         }
-        let intervalText = try v4l2ctl(["-d", path, "--list-frameintervals", "width=640,height=480,pixelformat=YUYV"])
+        let intervalText = try await v4l2ctl(["-d", path, "--list-frameintervals", "width=640,height=480,pixelformat=YUYV"])
         let yuyv = try #require(formats.first { $0["id"] as? String == "YUYV-640x480" })
         #expect((yuyv["frame_rate_ranges"] as? [Any])?.count == intervalText.matches(of: /Interval: Discrete/).count)
         // Stepwise and continuous intervals, on every kind of node.

@@ -34,7 +34,7 @@ struct CaptureTests {
         defer { try? FileManager.default.removeItem(atPath: spool) }
         let arguments = ["--tls-dir", pki.path, "--synthetic", "1", "--spool-dir", spool]
 
-        var agent = try AgentProcess(arguments)
+        var agent = try await AgentProcess.start(arguments)
         var client = try await agent.connect(pki)
         var captured: [String] = []
         for _ in 0..<3 { captured += try await capture(client).resultIds }
@@ -43,11 +43,11 @@ struct CaptureTests {
         inFlight.deviceID = "synthetic:SYN0001"
         inFlight.sessionID = "s1"
         async let lost = try? client.request(.capturePhoto(inFlight))
-        agent.crash()
+        await agent.crash()
         _ = await lost
         #expect(captured.count == 3)
 
-        agent = try AgentProcess(arguments)
+        agent = try await AgentProcess.start(arguments)
         client = try await agent.connect(pki)
         let offered = try await fetch(client)
         let ids = offered.map(\.0.resultID)
@@ -62,20 +62,20 @@ struct CaptureTests {
         acknowledge.resultIds = ids
         _ = try await client.request(.acknowledgeResults(acknowledge))
         #expect(try await fetch(client).isEmpty)
-        agent.stop()
+        await agent.stop()
 
-        agent = try AgentProcess(arguments)
+        agent = try await AgentProcess.start(arguments)
         client = try await agent.connect(pki)
         #expect(try await fetch(client).isEmpty, "acknowledged results are gone for good")
         await client.close()
-        agent.stop()
+        await agent.stop()
     }
 
     @Test("a trigger fires at its time, its photo was exposed after it, and a late one is refused")
     func triggers() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1"])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
         let client = try await agent.connect(pki)
@@ -111,9 +111,9 @@ struct CaptureTests {
 
     @Test("a START_STREAM trigger starts the stream at T: only frames exposed from T on are sent")
     func streamAtT() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1"])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
         let client = try await agent.connect(pki)
@@ -174,9 +174,9 @@ struct CaptureTests {
 
     @Test("a full spool refuses new captures and keeps the old ones")
     func spoolFull() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1", "--spool-size-mb", "1"])
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1", "--spool-size-mb", "1"])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
         let client = try await agent.connect(pki)
@@ -191,8 +191,8 @@ struct CaptureTests {
     func qualityLevels() async throws {
         let pki = try TestPKI()
         defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
-        defer { agent.stop() }
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path, "--synthetic", "1"])
+        defer { agent.terminate() }
         let client = try await agent.connect(pki)
         // The agent's camera as it draws the scene (seed 1), for the noise-free truth.
         let camera = SyntheticCamera(SyntheticCameraConfiguration(serial: "SYN0001", seed: 1))
@@ -237,8 +237,8 @@ struct CaptureTests {
     func outputTypes() async throws {
         let pki = try TestPKI()
         defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
-        defer { agent.stop() }
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path, "--synthetic", "1"])
+        defer { agent.terminate() }
         let client = try await agent.connect(pki)
         for output in [WirePhotoOutputType.jpeg, .dng] {
             var capture = WireCapturePhoto()
@@ -265,7 +265,7 @@ struct CaptureTests {
 
     @Test("camrig capture --photo --quality quality --jpeg: the photo is a JPEG file and the manifest says how each agent made it")
     func captureCommandQuality() async throws {
-        let rig = try CommandLineRig(cameras: 1)
+        let rig = try await CommandLineRig(cameras: 1)
         defer { rig.remove() }
         let result = try await rig.camrig(["capture", "--photo", "--quality", "quality", "--jpeg", "--json"])
         try #require(result.status == 0, "camrig capture: \(result.stderr)")
@@ -292,8 +292,8 @@ struct CaptureTests {
     func preparedSettings() async throws {
         let pki = try TestPKI()
         defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
-        defer { agent.stop() }
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path, "--synthetic", "1"])
+        defer { agent.terminate() }
         let client = try await agent.connect(pki)
         let device = "synthetic:SYN0001"
         var speed = WirePhotoSettings()
@@ -373,8 +373,8 @@ struct CaptureTests {
     func fastCapturePrioritization() async throws {
         let pki = try TestPKI()
         defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
-        defer { agent.stop() }
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path, "--synthetic", "1"])
+        defer { agent.terminate() }
         let client = try await agent.connect(pki)
         for fast in [true, false] {
             let session = "fast-\(fast)"

@@ -11,9 +11,9 @@ import Testing
 struct CertificateReloadTests {
     @Test("a revoked viewer is cut off on SIGHUP and refused after, naming why; the coordinator's connection carries on")
     func revokeAndReload() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--identity", "agent-1"])
+        let (pki, agent) = try await AgentProcess.secured(["--identity", "agent-1"])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
         // The viewer keeps its own copy of its pair, as a lost laptop would.
@@ -59,9 +59,9 @@ struct CertificateReloadTests {
 
     @Test("a renewed agent certificate is presented to new connections after SIGHUP, with open ones kept; a forged crl.pem is refused and the old set stays")
     func renewAndReload() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--identity", "agent-1"])
+        let (pki, agent) = try await AgentProcess.secured(["--identity", "agent-1"])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
         let endpoint = AgentEndpoint(host: agent.host, port: agent.port)

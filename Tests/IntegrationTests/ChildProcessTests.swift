@@ -68,7 +68,7 @@ struct ChildProcessTests {
         var started: Set<pid_t> = []
         let running = try await eventually(timeout: .seconds(120), pollingEvery: .milliseconds(100)) {
             started = Self.descendants(of: pid)
-            return Self.namespaces(of: pid).count == 2 && started.count >= 5
+            return await Self.namespaces(of: pid).count == 2 && started.count >= 5
         }
         killed.send(SIGKILL)
         await killed.exit()
@@ -76,10 +76,12 @@ struct ChildProcessTests {
         try #require(running, "camrig-bench never got its namespaces and children up; it said:\n\(said.suffix(2000))")
 
         let clean = try await eventually(timeout: .seconds(10), pollingEvery: .milliseconds(50)) {
-            Self.namespaces(of: pid).isEmpty && Self.bridges(of: pid).isEmpty && started.allSatisfy { !Self.alive($0) }
+            let (namespaces, bridges) = (await Self.namespaces(of: pid), await Self.bridges(of: pid))
+            return namespaces.isEmpty && bridges.isEmpty && started.allSatisfy { !Self.alive($0) }
         }
+        let (namespaces, bridges) = (await Self.namespaces(of: pid), await Self.bridges(of: pid))
         #expect(clean, """
-            left behind: namespaces \(Self.namespaces(of: pid)), bridges \(Self.bridges(of: pid)), \
+            left behind: namespaces \(namespaces), bridges \(bridges), \
             processes \(started.filter(Self.alive).map { "\($0) \(Self.command($0))" })
             """)
     }
@@ -124,15 +126,15 @@ struct ChildProcessTests {
     }
 
     /// The harness's namespaces for the process `pid` (`camrig-PID-…`).
-    static func namespaces(of pid: pid_t) -> [String] {
-        let listed = (try? ToolRunner.run("/usr/sbin/ip", ["netns", "list"]).stdout) ?? ""
+    static func namespaces(of pid: pid_t) async -> [String] {
+        let listed = ((try? await ToolRunner.run("/usr/sbin/ip", ["netns", "list"]))?.stdout) ?? ""
         return listed.split(separator: "\n").compactMap { $0.split(separator: " ").first.map(String.init) }
             .filter { $0.hasPrefix("camrig-\(pid)-") }
     }
 
     /// The harness's bridges for the process `pid` (`crb<pid in hex>g…`).
-    static func bridges(of pid: pid_t) -> [String] {
-        let listed = (try? ToolRunner.run("/usr/sbin/ip", ["-o", "link", "show", "type", "bridge"]).stdout) ?? ""
+    static func bridges(of pid: pid_t) async -> [String] {
+        let listed = ((try? await ToolRunner.run("/usr/sbin/ip", ["-o", "link", "show", "type", "bridge"]))?.stdout) ?? ""
         return listed.split(separator: "\n").compactMap { line in
             let fields = line.split(separator: ":", maxSplits: 2)
             return fields.count >= 2 ? fields[1].trimmingCharacters(in: .whitespaces) : nil

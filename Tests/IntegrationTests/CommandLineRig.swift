@@ -15,9 +15,9 @@ struct CommandLineRig {
     var rigFile: String { work + "/rig.yaml" }
     var captures: String { work + "/captures" }
 
-    init(cameras: Int) throws {
+    init(cameras: Int) async throws {
         pki = try TestPKI(agents: ["agent-1"])
-        agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "\(cameras)"])
+        agent = try await AgentProcess.start(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "\(cameras)"])
         work = NSTemporaryDirectory() + "camrig-cli-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
         try "tls_dir: \(pki.path)\nagents:\n  - 127.0.0.1:\(agent.port)\n".write(toFile: rigFile, atomically: true, encoding: .utf8)
@@ -40,7 +40,7 @@ struct CommandLineRig {
     }
 
     func remove() {
-        agent.stop()
+        agent.terminate()
         pki.remove()
         try? FileManager.default.removeItem(atPath: work)
     }

@@ -9,8 +9,8 @@ import Testing
 struct ConnectionFloodTests {
     @Test("idle and trickling connections from many addresses, reopened as fast as they are closed, do not keep the coordinator out")
     func floodDoesNotLockOut() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
-        defer { _ = agent.stop(); pki.remove() }
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1"])
+        defer { agent.terminate(); pki.remove() }
         // 150 silent connections from 50 addresses and 40 trickling a ClientHello from 20 more: far beyond
         // the 32 unauthenticated places, and beyond the 64 connections that once locked everyone out.
         let idle = ConnectionFlood(port: agent.port, addresses: 50, perAddress: 3)
@@ -49,8 +49,8 @@ struct ConnectionFloodTests {
 
     @Test("one address may hold only its share of unauthenticated connections")
     func perAddressShare() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--max-unauthenticated-per-address", "2"])
-        defer { _ = agent.stop(); pki.remove() }
+        let (pki, agent) = try await AgentProcess.secured(["--max-unauthenticated-per-address", "2"])
+        defer { agent.terminate(); pki.remove() }
         let flood = ConnectionFlood(port: agent.port, addresses: 1, perAddress: 6, trickle: true)
         defer { flood.stop() }
         #expect(try await eventually(timeout: .seconds(5)) { flood.result.closedByAgent >= 8 }, "\(flood.result)")

@@ -67,7 +67,7 @@ struct DeferredCaptureTests {
         let spool = NSTemporaryDirectory() + "camrig-deferred-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: spool) }
         let arguments = ["--tls-dir", pki.path, "--synthetic", "1", "--spool-dir", spool]
-        var agent = try AgentProcess(arguments)
+        var agent = try await AgentProcess.start(arguments)
         var client = try await agent.connect(pki)
         try await configurePhotoOutput(client, responsive: true, deferred: true)
 
@@ -80,10 +80,10 @@ struct DeferredCaptureTests {
         #expect(!photoID.isEmpty && stages.allSatisfy { $0.photoID == photoID })
         #expect(fired.resultIds == [photoID + ".proxy"], "the firing reports the proxy")
         // The agent dies at once, before it has been idle long enough to make the final itself.
-        agent.crash()
+        await agent.crash()
         await client.close()
 
-        agent = try AgentProcess(arguments)
+        agent = try await AgentProcess.start(arguments)
         client = try await agent.connect(pki)
         var finalize = WireFinalizePhotos()
         finalize.photoIds = [photoID]
@@ -113,7 +113,7 @@ struct DeferredCaptureTests {
         #expect(unknown?.code == .notFound)
         try await acknowledge(client, results.map(\.0.resultID))
         await client.close()
-        agent.stop()
+        await agent.stop()
     }
 
     @Test("a deferred photo whose saved frames are damaged is set aside, and its proxy is delivered as its final, saying why; the agent keeps serving")
@@ -123,19 +123,19 @@ struct DeferredCaptureTests {
         let spool = NSTemporaryDirectory() + "camrig-deferred-bad-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: spool) }
         let arguments = ["--tls-dir", pki.path, "--synthetic", "1", "--spool-dir", spool]
-        var agent = try AgentProcess(arguments)
+        var agent = try await AgentProcess.start(arguments)
         var client = try await agent.connect(pki)
         try await configurePhotoOutput(client, responsive: false, deferred: true)
         let (stages, _) = try await capture(client, session: "bad")
         let photoID = try #require(stages.first?.photoID)
-        agent.crash()
+        await agent.crash()
         await client.close()
         // Half of the saved file is lost.
         let saved = URL(fileURLWithPath: spool + "/deferred/\(photoID).photo")
         let bytes = try Data(contentsOf: saved)
         try bytes.prefix(bytes.count / 2).write(to: saved)
 
-        agent = try AgentProcess(arguments)
+        agent = try await AgentProcess.start(arguments)
         client = try await agent.connect(pki)
         var finalize = WireFinalizePhotos()
         finalize.photoIds = [photoID]
@@ -152,15 +152,15 @@ struct DeferredCaptureTests {
         #expect(final.0.resolved.note.contains("cannot be read") && final.0.resolved.note.contains("delivered as its proxy"), "\(final.0.resolved.note)")
         _ = try await capture(client, session: "after")
         await client.close()
-        agent.stop()
+        await agent.stop()
     }
 
     @Test("capture readiness events: not ready while a capture stage runs, then, without responsive capture, while the photo is processed; ready after")
     func captureReadiness() async throws {
         let pki = try TestPKI()
         defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
-        defer { agent.stop() }
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path, "--synthetic", "1"])
+        defer { agent.terminate() }
         let client = try await agent.connect(pki)
         let watcher = try await agent.connect(pki)
         var subscribe = WireSubscribe()
@@ -190,8 +190,8 @@ struct DeferredCaptureTests {
     func finalWhenIdle() async throws {
         let pki = try TestPKI()
         defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
-        defer { agent.stop() }
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path, "--synthetic", "1"])
+        defer { agent.terminate() }
         let client = try await agent.connect(pki)
         try await configurePhotoOutput(client, responsive: false, deferred: true)
         let (stages, fired) = try await capture(client, session: "idle")
@@ -211,8 +211,8 @@ struct DeferredCaptureTests {
     func responsiveCapture() async throws {
         let pki = try TestPKI()
         defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
-        defer { agent.stop() }
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path, "--synthetic", "1"])
+        defer { agent.terminate() }
         let client = try await agent.connect(pki)
         for responsive in [false, true] {
             try await configurePhotoOutput(client, responsive: responsive, deferred: false)
@@ -239,7 +239,7 @@ struct DeferredCaptureTests {
 struct DeferredCommandTests {
     @Test("camrig capture --deferred stores proxies and says finals are to come; camrig captures finalize replaces them with the merged finals, keeping the proxies beside them")
     func captureAndFinalize() async throws {
-        let rig = try CommandLineRig(cameras: 2)
+        let rig = try await CommandLineRig(cameras: 2)
         defer { rig.remove() }
         let captured = try await rig.camrig(["capture", "--photo", "--quality", "quality", "--deferred", "--json"])
         try #require(captured.status == 0, "camrig capture: \(captured.stderr)")
@@ -303,8 +303,8 @@ struct BracketTests {
     func bracketOnAgent() async throws {
         let pki = try TestPKI()
         defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
-        defer { agent.stop() }
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path, "--synthetic", "1"])
+        defer { agent.terminate() }
         let client = try await agent.connect(pki)
         var capture = WireCapturePhoto()
         capture.deviceID = DeferredCaptureTests.device
@@ -337,7 +337,7 @@ struct BracketTests {
 
     @Test("camrig capture --bracket -2,0,2: the set holds each camera's first image and lists the others under it")
     func bracketCommand() async throws {
-        let rig = try CommandLineRig(cameras: 2)
+        let rig = try await CommandLineRig(cameras: 2)
         defer { rig.remove() }
         let refused = try await rig.camrig(["capture", "--photo", "--bracket", "-2,x"], timeout: 30)
         #expect(refused.status != 0 && refused.stderr.contains("--bracket"))
@@ -370,7 +370,7 @@ struct BracketTests {
 struct PhotoOutputCommandTests {
     @Test("camrig device set changes one photo output setting and keeps the others; a capture follows it, and --no-deferred turns deferral off")
     func deviceSetPhotoOutput() async throws {
-        let rig = try CommandLineRig(cameras: 1)
+        let rig = try await CommandLineRig(cameras: 1)
         defer { rig.remove() }
         let camera = "agent-1/synthetic:SYN0001"
         func state() async throws -> [String: Any] {

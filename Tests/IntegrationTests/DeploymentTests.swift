@@ -39,8 +39,8 @@ struct DeploymentTests {
           synthetic: 3
         """.write(toFile: config, atomically: true, encoding: .utf8)
         // AgentProcess adds --listen 127.0.0.1:0, which must win over the file's port 1.
-        let agent = try AgentProcess(["--config", config, "--synthetic", "2"])
-        defer { agent.stop() }
+        let agent = try await AgentProcess.start(["--config", config, "--synthetic", "2"])
+        defer { agent.terminate() }
         let client = try await AgentClient.connect(
             to: AgentEndpoint(host: agent.host, port: agent.port),
             security: .tls(try MutualTLS.client(directory: pki.directory))
@@ -62,31 +62,31 @@ struct DeploymentTests {
     }
 
     @Test("systemd-analyze verify accepts the agent's unit", .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze"), "no systemd-analyze"))
-    func systemdUnit() throws {
-        try Self.verify(unit: "camrig-agent.service", program: "/usr/local/bin/camrig-agent", builtAs: "camrig-agent")
+    func systemdUnit() async throws {
+        try await Self.verify(unit: "camrig-agent.service", program: "/usr/local/bin/camrig-agent", builtAs: "camrig-agent")
     }
 
     /// Runs systemd-analyze verify on deploy/`unit`, its ExecStart's `program` pointed at the built binary
     /// (verify checks that it exists), and expects no complaint about the unit.
-    static func verify(unit: String, program: String, builtAs binary: String) throws {
+    static func verify(unit: String, program: String, builtAs binary: String) async throws {
         let directory = NSTemporaryDirectory() + "camrig-unit-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let text = try String(contentsOf: deploy.appendingPathComponent(unit), encoding: .utf8)
             .replacingOccurrences(of: program + " ", with: Executables.url(binary).path + " ")
         try text.write(toFile: directory + "/" + unit, atomically: true, encoding: .utf8)
-        let result = try Executables.runTool("/usr/bin/systemd-analyze", ["verify", directory + "/" + unit])
+        let result = try await Executables.runTool("/usr/bin/systemd-analyze", ["verify", directory + "/" + unit])
         #expect(result.status == 0, "\(result.stderr)")
         #expect(!result.stderr.contains(unit + ":"), "warnings about the unit: \(result.stderr)")
     }
 
     @Test("systemd-analyze verify accepts the coordinator service's unit", .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze"), "no systemd-analyze"))
-    func coordinatorUnit() throws {
-        try Self.verify(unit: "camrig-coordinator.service", program: "/usr/local/bin/camrig", builtAs: "camrig")
+    func coordinatorUnit() async throws {
+        try await Self.verify(unit: "camrig-coordinator.service", program: "/usr/local/bin/camrig", builtAs: "camrig")
     }
 
     @Test("the coordinator unit's command and its options file use options camrig serve has, and the example rig file names a service")
-    func coordinatorOptions() throws {
+    func coordinatorOptions() async throws {
         let unit = try String(contentsOf: Self.deploy.appendingPathComponent("camrig-coordinator.service"), encoding: .utf8)
         let defaults = try String(contentsOf: Self.deploy.appendingPathComponent("camrig-coordinator.default"), encoding: .utf8)
             .split(separator: "\n").filter { !$0.hasPrefix("#") }.joined(separator: "\n")
@@ -94,7 +94,7 @@ struct DeploymentTests {
         #expect(execStart.contains("camrig serve"))
         let flags = (execStart + " " + defaults).split(whereSeparator: { " \"\n=".contains($0) }).filter { $0.hasPrefix("--") }
         #expect(flags.count >= 4)
-        let help = try Executables.run("camrig", ["serve", "--help"])
+        let help = try await Executables.run("camrig", ["serve", "--help"])
         for flag in Set(flags) { #expect(help.stdout.contains(String(flag)), "camrig serve has no \(flag)") }
         let rig = try String(contentsOf: Self.deploy.appendingPathComponent("rig.yaml"), encoding: .utf8)
         #expect(rig.contains("# service: https://"))

@@ -42,9 +42,9 @@ struct DeviceLeaseTests {
 
     @Test("list, discovery query and describe return the agent's devices with formats, ranges and controls")
     func describe() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "2"])
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "2"])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
         let client = try await agent.connect(pki, as: "viewer-1")
@@ -83,8 +83,8 @@ struct DeviceLeaseTests {
         let pki = try TestPKI()
         defer { pki.remove() }
         try pki.directory.issue(name: "coordinator-2", role: .coordinator)
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--synthetic", "1"])
-        defer { agent.stop() }
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path, "--synthetic", "1"])
+        defer { agent.terminate() }
         let device = "synthetic:SYN0001"
         let first = try await agent.connect(pki, as: "coordinator")
         let second = try await agent.connect(pki, as: "coordinator-2")
@@ -131,9 +131,9 @@ struct DeviceLeaseTests {
 
     @Test("a lease not renewed expires; a viewer may not lock")
     func expiryAndViewers() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1"])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
         let device = "synthetic:SYN0001"

@@ -42,9 +42,9 @@ struct EventTests {
 
     @Test("a lease that is not renewed is reported lost; a late trigger is reported")
     func leaseLostAndLateTrigger() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1"])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
         let watcher = try await agent.connect(pki, as: "viewer-1")
@@ -83,8 +83,8 @@ struct EventTests {
         for suffix in ["", ".state", ".lock", ".unplugged"] { try? FileManager.default.removeItem(atPath: node + suffix) }
         defer { for suffix in ["", ".state", ".lock", ".unplugged"] { try? FileManager.default.removeItem(atPath: node + suffix) } }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--v4l2", node])
-        defer { agent.stop() }
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path, "--v4l2", node])
+        defer { agent.terminate() }
         let client = try await agent.connect(pki, as: "viewer-1")
         let received = try await events(client, kinds: [.deviceConnected, .deviceDisconnected], count: 2, within: 6) {
             _ = FileManager.default.createFile(atPath: node, contents: nil)
@@ -105,8 +105,8 @@ struct EventTests {
     func stateEvents() async throws {
         let pki = try TestPKI(agents: ["agent-1"])
         defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "1"])
-        defer { agent.stop() }
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "1"])
+        defer { agent.terminate() }
         let pool = try LibcameraTests.pool([agent], pki: pki)
         let heard = PoolEventBox()
         // Watched before the pool starts (LibcameraTests.session starts it), so the first connection is heard.

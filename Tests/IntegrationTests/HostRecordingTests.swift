@@ -21,23 +21,23 @@ struct HostRecordingTests {
         var captures: String { work + "/captures" }
         let extraArguments: [[String]]
 
-        init(_ agentArguments: [[String]]) throws {
+        init(_ agentArguments: [[String]]) async throws {
             let names = agentArguments.indices.map { "agent-\($0 + 1)" }
             pki = try TestPKI(agents: names)
             work = NSTemporaryDirectory() + "camrig-hostrec-\(UUID().uuidString)"
             spools = names.map { "\(NSTemporaryDirectory())camrig-hostrec-spool-\($0)-\(UUID().uuidString)" }
             extraArguments = agentArguments
             agents = []
-            for index in names.indices { agents.append(try Self.start(index, names: names, pki: pki, spools: spools, arguments: agentArguments)) }
+            for index in names.indices { agents.append(try await Self.start(index, names: names, pki: pki, spools: spools, arguments: agentArguments)) }
         }
 
-        static func start(_ index: Int, names: [String], pki: TestPKI, spools: [String], arguments: [[String]]) throws -> AgentProcess {
-            try AgentProcess(["--tls-dir", pki.path, "--identity", names[index], "--spool-dir", spools[index]] + arguments[index])
+        static func start(_ index: Int, names: [String], pki: TestPKI, spools: [String], arguments: [[String]]) async throws -> AgentProcess {
+            try await AgentProcess.start(["--tls-dir", pki.path, "--identity", names[index], "--spool-dir", spools[index]] + arguments[index])
         }
 
         /// Agent `index` again (after a crash), on the same spool.
-        func restart(_ index: Int) throws {
-            agents[index] = try Self.start(index, names: agents.indices.map { "agent-\($0 + 1)" }, pki: pki, spools: spools, arguments: extraArguments)
+        func restart(_ index: Int) async throws {
+            agents[index] = try await Self.start(index, names: agents.indices.map { "agent-\($0 + 1)" }, pki: pki, spools: spools, arguments: extraArguments)
         }
 
         var rigArguments: [String] { agents.flatMap { ["--agent", $0.address] } + ["--tls-dir", pki.path, "--out", captures] }
@@ -63,7 +63,7 @@ struct HostRecordingTests {
         }
 
         func remove() {
-            for agent in agents { agent.stop() }
+            for agent in agents { agent.terminate() }
             pki.remove()
             for spool in spools { try? FileManager.default.removeItem(atPath: spool) }
             try? FileManager.default.removeItem(atPath: work)
@@ -75,8 +75,8 @@ struct HostRecordingTests {
     }
 
     /// `ffprobe`'s count of the frames it decodes, and each packet's time in milliseconds.
-    static func probe(_ file: URL) throws -> (frames: Int, codec: String, milliseconds: [Int64]) {
-        let count = try ToolRunner.run(
+    static func probe(_ file: URL) async throws -> (frames: Int, codec: String, milliseconds: [Int64]) {
+        let count = try await ToolRunner.run(
             "/usr/bin/ffprobe", ["-v", "error", "-count_frames", "-select_streams", "v:0", "-show_entries", "stream=nb_read_frames,codec_name", "-of", "default=nw=1", file.path])
         #expect(count.status == 0, "ffprobe \(file.lastPathComponent): \(count.stderr)")
         var fields: [String: String] = [:]
@@ -84,21 +84,21 @@ struct HostRecordingTests {
             let parts = line.split(separator: "=", maxSplits: 1)
             if parts.count == 2 { fields[String(parts[0])] = String(parts[1]) }
         }
-        let packets = try ToolRunner.run("/usr/bin/ffprobe", ["-v", "error", "-show_entries", "packet=pts", "-of", "csv=p=0", file.path])
+        let packets = try await ToolRunner.run("/usr/bin/ffprobe", ["-v", "error", "-show_entries", "packet=pts", "-of", "csv=p=0", file.path])
         let pts = packets.stdout.split(separator: "\n").compactMap { Int64($0.trimmingCharacters(in: .whitespaces)) }
         return (Int(fields["nb_read_frames"] ?? "") ?? -1, fields["codec_name"] ?? "", pts)
     }
 
     /// `ffmpeg` decoding the whole file prints no error.
-    static func decodesCleanly(_ file: URL) throws -> String {
-        let result = try ToolRunner.run("/usr/bin/ffmpeg", ["-v", "error", "-i", file.path, "-f", "null", "-"], timeout: 120)
+    static func decodesCleanly(_ file: URL) async throws -> String {
+        let result = try await ToolRunner.run("/usr/bin/ffmpeg", ["-v", "error", "-i", file.path, "-f", "null", "-"], timeout: 120)
         return result.status == 0 ? result.stderr : "exit \(result.status): \(result.stderr)"
     }
 
     /// Checks every camera's files against its frame table and the manifest: ffprobe's frame count and
     /// packet times equal the table's frames and rig-clock times (to Matroska's millisecond), and ffmpeg
     /// decodes each file without an error.
-    static func checkFiles(_ manifest: CaptureManifest, in folder: URL) throws {
+    static func checkFiles(_ manifest: CaptureManifest, in folder: URL) async throws {
         let recording = try #require(manifest.hostRecording)
         for track in recording.tracks {
             let table = try RecordedFrameTable(parsing: String(contentsOf: folder.appendingPathComponent("\(track.stem).frames.csv"), encoding: .utf8))
@@ -111,10 +111,10 @@ struct HostRecordingTests {
             var frames = 0
             for video in track.videos {
                 let url = folder.appendingPathComponent(video.name)
-                let probed = try probe(url)
+                let probed = try await probe(url)
                 frames += probed.frames
                 times += probed.milliseconds
-                #expect(try decodesCleanly(url) == "", "\(video.name) decodes without an error")
+                await #expect(try decodesCleanly(url) == "", "\(video.name) decodes without an error")
             }
             #expect(frames == track.frames, "\(track.stem): ffprobe counts \(frames) frames, the manifest \(track.frames)")
             let tableTimes = stored.map { ($0.rigTimeNs + 500_000) / 1_000_000 }
@@ -140,7 +140,7 @@ struct HostRecordingTests {
     func recordsOffloadsAndExports() async throws {
         let node = try Self.emulatorNode(51)
         defer { if let node { for suffix in ["", ".state", ".lock", ".timing"] { try? FileManager.default.removeItem(atPath: node + suffix) } } }
-        let rig = try Rig([["--synthetic", "1"], node.map { ["--v4l2", $0] } ?? ["--synthetic", "1", "--synthetic-seed", "2"]])
+        let rig = try await Rig([["--synthetic", "1"], node.map { ["--v4l2", $0] } ?? ["--synthetic", "1", "--synthetic-seed", "2"]])
         defer { rig.remove() }
         let result = try await rig.camrig(["record", "--duration", "2", "--fps", "30", "--size", "640x480", "--json"])
         #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)")
@@ -153,7 +153,7 @@ struct HostRecordingTests {
         #expect(recording.tracks.allSatisfy { $0.state == "complete" && $0.files.allSatisfy(\.offloaded) })
         #expect(manifest.summary.completeSets == 60, "every grid instant has a frame of both cameras: \(manifest.summary)")
         #expect(manifest.sets.first?.complete == true, "set 0 is complete: the synthetic camera started on grid instant 0")
-        try Self.checkFiles(manifest, in: folder)
+        try await Self.checkFiles(manifest, in: folder)
         #expect(rig.held(0).isEmpty && rig.held(1).isEmpty, "the hosts deleted what was offloaded: \(rig.held(0)) \(rig.held(1))")
         // The sets' frames point into the files.
         let set = try #require(manifest.sets.dropFirst(10).first)
@@ -166,7 +166,8 @@ struct HostRecordingTests {
         #expect(exported.status == 0, "\(exported.stdout)\n\(exported.stderr)")
         let files = try FileManager.default.contentsOfDirectory(atPath: videos).filter { $0.hasSuffix(".mkv") }.sorted()
         #expect(files.count == 2)
-        let counts = try files.map { try Self.probe(URL(fileURLWithPath: videos + "/" + $0)).frames }
+        var counts: [Int] = []
+        for file in files { counts.append(try await Self.probe(URL(fileURLWithPath: videos + "/" + file)).frames) }
         #expect(counts == [40, 40], "both cameras' videos cover sets 5…44: \(counts)")
 
         // Frames for photogrammetry tools: a folder per set, an image per camera.
@@ -183,7 +184,7 @@ struct HostRecordingTests {
 
     @Test("a host with four cameras records each, one file each, every one from grid instant 0")
     func camerasOnOneHost() async throws {
-        let rig = try Rig([["--synthetic", "4"]])
+        let rig = try await Rig([["--synthetic", "4"]])
         defer { rig.remove() }
         let result = try await rig.camrig(["record", "--duration", "1", "--fps", "30", "--size", "640x480", "--json"])
         #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)")
@@ -196,12 +197,12 @@ struct HostRecordingTests {
         let first = try #require(manifest.sets.first)
         #expect(first.complete && first.frames.count == 4, "set 0 has every camera's frame: \(first.frames.map(\.camera))")
         #expect(tracks.allSatisfy { $0.state == "complete" && $0.frames == 30 }, "\(tracks.map { ($0.state, $0.frames) })")
-        try Self.checkFiles(manifest, in: folder)
+        try await Self.checkFiles(manifest, in: folder)
     }
 
     @Test("a camera that delivers MJPEG is recorded as it comes (copy); a codec it cannot take is refused before anything starts, naming the host")
     func copiesCompressedFrames() async throws {
-        let rig = try Rig([["--synthetic", "1"]])
+        let rig = try await Rig([["--synthetic", "1"]])
         defer { rig.remove() }
         let refused = try await rig.camrig(["record", "--duration", "1", "--fps", "30", "--size", "640x480", "--pixel-format", "MJPG", "--codec", "ffv1"])
         #expect(refused.status != 0)
@@ -215,13 +216,13 @@ struct HostRecordingTests {
         #expect(track.codec == "copy")
         #expect(track.frames == 30 && track.gaps == 0, "\(track)")
         #expect(manifest.sets.first?.complete == true, "the camera's first frame is on grid instant 0")
-        try Self.checkFiles(manifest, in: folder)
-        #expect(try Self.probe(folder.appendingPathComponent(track.videos[0].name)).codec == "mjpeg")
+        try await Self.checkFiles(manifest, in: folder)
+        #expect(try await Self.probe(folder.appendingPathComponent(track.videos[0].name)).codec == "mjpeg")
     }
 
     @Test("a recording a host has no room for is refused before it starts, naming the host and the room it has")
     func refusesWhatDoesNotFit() async throws {
-        let rig = try Rig([["--synthetic", "1"], ["--synthetic", "1", "--synthetic-seed", "2", "--recording-space-mb", "2"]])
+        let rig = try await Rig([["--synthetic", "1"], ["--synthetic", "1", "--synthetic-seed", "2", "--recording-space-mb", "2"]])
         defer { rig.remove() }
         let result = try await rig.camrig(["record", "--duration", "30", "--fps", "30", "--size", "640x480", "--codec", "raw"])
         #expect(result.status != 0)
@@ -233,7 +234,7 @@ struct HostRecordingTests {
 
     @Test("an agent killed with -9 mid-recording closes its file at the next start: playable up to its last cluster, the frame table marks what was lost, and captures offload fetches it")
     func agentKilledMidRecording() async throws {
-        let rig = try Rig([["--synthetic", "1"], ["--synthetic", "1", "--synthetic-seed", "2"]])
+        let rig = try await Rig([["--synthetic", "1"], ["--synthetic", "1", "--synthetic-seed", "2"]])
         defer { rig.remove() }
         let recording = try ChildProcess.spawn(
             Executables.url("camrig").path, ["record", "--duration", "6", "--fps", "30", "--size", "640x480", "--segment-mb", "2", "--json"] + rig.rigArguments,
@@ -247,13 +248,13 @@ struct HostRecordingTests {
             return videos.count >= 3 && bytes > 6_000_000
         }
         #expect(writing, "agent-2 began writing")
-        rig.agents[1].crash()
+        await rig.agents[1].crash()
         await recording.exit()
         #expect(recording.terminationStatus == 0, "the recording ends, with agent-1's part")
 
         let (before, _) = try await rig.manifest()
         #expect(before.state == .offloading, "agent-2's files are still to come")
-        try rig.restart(1)
+        try await rig.restart(1)
         let closed = try await eventually(timeout: .seconds(30)) { rig.agents[1].log().contains("closed a recording cut short") }
         #expect(closed, "the next start closed the file: \(rig.agents[1].log())")
         let offload = try await rig.camrig(["captures", "offload", before.id, "--json"])
@@ -263,7 +264,7 @@ struct HostRecordingTests {
         #expect(track.state == "cut_short")
         #expect(track.frames >= 30 && track.frames < 180, "\(track.frames) frames survived")
         #expect(manifest.state == .incomplete)
-        try Self.checkFiles(manifest, in: folder)
+        try await Self.checkFiles(manifest, in: folder)
         let table = try RecordedFrameTable(parsing: String(contentsOf: folder.appendingPathComponent("\(track.stem).frames.csv"), encoding: .utf8))
         #expect(table.rows.last?.flags == "lost", "the grid instants the agent never reached are listed as lost")
         #expect(track.videos.count >= 3, "the recording spans several segments: \(track.videos.map(\.name))")
@@ -272,7 +273,7 @@ struct HostRecordingTests {
 
     @Test("the coordinator killed mid-recording loses nothing: the hosts finish, and captures recover fetches every file")
     func coordinatorKilledMidRecording() async throws {
-        let rig = try Rig([["--synthetic", "1"], ["--synthetic", "1", "--synthetic-seed", "2"]])
+        let rig = try await Rig([["--synthetic", "1"], ["--synthetic", "1", "--synthetic-seed", "2"]])
         defer { rig.remove() }
         let recording = try ChildProcess.spawn(
             Executables.url("camrig").path, ["record", "--duration", "3", "--fps", "30", "--size", "640x480", "--segment-seconds", "1"] + rig.rigArguments,
@@ -297,13 +298,13 @@ struct HostRecordingTests {
         #expect(manifest.state == .complete, "\(recovered.stdout)")
         #expect(manifest.hostRecording?.tracks.allSatisfy { $0.state == "complete" && $0.frames == 90 } == true, "\(String(describing: manifest.hostRecording?.tracks))")
         #expect(manifest.hostRecording?.tracks.allSatisfy { $0.videos.count == 3 } == true, "a file a second: \(String(describing: manifest.hostRecording?.tracks.map { $0.videos.map(\.name) }))")
-        try Self.checkFiles(manifest, in: folder)
+        try await Self.checkFiles(manifest, in: folder)
         #expect(rig.held(0).isEmpty && rig.held(1).isEmpty)
     }
 
     @Test("files left on the hosts are offloaded later; a copy that does not match its checksum is thrown away and fetched again")
     func offloadLaterAndChecksum() async throws {
-        let rig = try Rig([["--synthetic", "1"]])
+        let rig = try await Rig([["--synthetic", "1"]])
         defer { rig.remove() }
         let result = try await rig.camrig(["record", "--duration", "1", "--fps", "30", "--size", "640x480", "--no-offload", "--json"])
         #expect(result.status == 0, "\(result.stderr)")
@@ -322,7 +323,7 @@ struct HostRecordingTests {
         #expect(again.status == 0, "\(again.stdout)\n\(again.stderr)")
         let (manifest, _) = try await rig.manifest()
         #expect(manifest.state == .complete)
-        try Self.checkFiles(manifest, in: folder)
+        try await Self.checkFiles(manifest, in: folder)
         #expect(rig.held(0).isEmpty)
     }
 }

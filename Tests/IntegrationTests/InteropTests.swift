@@ -26,14 +26,14 @@ struct InteropTests {
     }
 
     @Test("a Python client written from the specification completes hello and pings over TLS", .enabled(if: unavailable == nil, "\(unavailable ?? "")"))
-    func pythonClient() throws {
-        let (pki, agent) = try AgentProcess.secured([])
+    func pythonClient() async throws {
+        let (pki, agent) = try await AgentProcess.secured([])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
         for identity in ["coordinator", "viewer-1"] {
-            let result = try Executables.runTool(Self.python, [Self.script, "--agent", agent.address, "--tls-dir", pki.path, "--identity", identity, "--count", "3", "--json"])
+            let result = try await Executables.runTool(Self.python, [Self.script, "--agent", agent.address, "--tls-dir", pki.path, "--identity", identity, "--count", "3", "--json"])
             #expect(result.status == 0, "stderr: \(result.stderr)")
             let json = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
             #expect(json["agent_id"] as? String == "agent-1")

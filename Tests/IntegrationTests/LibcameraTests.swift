@@ -88,10 +88,10 @@ struct LibcameraTests {
     }
 
     @Test("--list-devices shows both virtual cameras from libcamera: model, position, NV12 sizes and FrameDurationLimits as frame-rate ranges")
-    func listing() throws {
+    func listing() async throws {
         let scratch = try Scratch()
         defer { scratch.remove() }
-        let run = try Executables.runTool(
+        let run = try await Executables.runTool(
             Self.launcher.path, ["--virtual-cameras", scratch.yaml.path, Self.agent.path, "--list-devices", "--json"], timeout: 60)
         #expect(run.status == 0, "\(run.stderr)")
         let listing = try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any]
@@ -128,8 +128,8 @@ struct LibcameraTests {
         // Both cameras with a range, so that 20 fps is a rate both take.
         let scratch = try Scratch(Self.cameras.replacingOccurrences(of: "frame_rates: [30, 30]", with: "frame_rates: [10, 30]"))
         defer { scratch.remove() }
-        let (pki, agent) = try AgentProcess.secured([], launcher: scratch.launcher)
-        defer { agent.stop(); pki.remove() }
+        let (pki, agent) = try await AgentProcess.secured([], launcher: scratch.launcher)
+        defer { agent.terminate(); pki.remove() }
         let pool = try Self.pool([agent], pki: pki)
         let session = try await Self.session(pool, fps: 20)
         let out = scratch.directory.appendingPathComponent("captures")
@@ -195,8 +195,8 @@ struct LibcameraTests {
     func photos() async throws {
         let scratch = try Scratch()
         defer { scratch.remove() }
-        let (pki, agent) = try AgentProcess.secured([], launcher: scratch.launcher)
-        defer { agent.stop(); pki.remove() }
+        let (pki, agent) = try await AgentProcess.secured([], launcher: scratch.launcher)
+        defer { agent.terminate(); pki.remove() }
         let pool = try Self.pool([agent], pki: pki)
         let session = try await Self.session(pool, fps: 30)
         let out = scratch.directory.appendingPathComponent("captures")
@@ -242,10 +242,10 @@ struct LibcameraTests {
         defer { scratch.remove() }
         let pki = try TestPKI(agents: ["agent-1", "agent-2"])
         defer { pki.remove() }
-        let libcamera = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1"], launcher: scratch.launcher)
-        defer { libcamera.stop() }
-        let v4l2 = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-2", "--v4l2", node.path])
-        defer { v4l2.stop() }
+        let libcamera = try await AgentProcess.start(["--tls-dir", pki.path, "--identity", "agent-1"], launcher: scratch.launcher)
+        defer { libcamera.terminate() }
+        let v4l2 = try await AgentProcess.start(["--tls-dir", pki.path, "--identity", "agent-2", "--v4l2", node.path])
+        defer { v4l2.terminate() }
         let pool = try Self.pool([libcamera, v4l2], pki: pki)
         let session = try await Self.session(pool, fps: 30)
         let grid = try await session.lockPhase()
@@ -285,19 +285,19 @@ struct LibcameraTests {
     }
 
     @Test("camrig device get and set work on a libcamera camera as on any other: the frame rate and a raw control by libcamera's id set and read back; an exposure it has no control for refused, naming the camera")
-    func deviceCommands() throws {
+    func deviceCommands() async throws {
         let scratch = try Scratch()
         defer { scratch.remove() }
-        let (pki, agent) = try AgentProcess.secured(["--identity", "agent-1"], launcher: scratch.launcher)
-        defer { agent.stop(); pki.remove() }
+        let (pki, agent) = try await AgentProcess.secured(["--identity", "agent-1"], launcher: scratch.launcher)
+        defer { agent.terminate(); pki.remove() }
         let rigFile = try Self.rigFile(in: scratch, agent: agent, pki: pki)
-        func camrig(_ arguments: [String]) throws -> Executables.Result {
-            try Executables.run("camrig", arguments + ["--rig", rigFile], timeout: 60)
+        func camrig(_ arguments: [String]) async throws -> Executables.Result {
+            try await Executables.run("camrig", arguments + ["--rig", rigFile], timeout: 60)
         }
         let camera = "agent-1/libcamera:camrig-virtual-a"
-        let set = try camrig(["device", "set", camera, "format=NV12-1280x720", "fps=24", "0x271b=0"])
+        let set = try await camrig(["device", "set", camera, "format=NV12-1280x720", "fps=24", "0x271b=0"])
         #expect(set.status == 0, "camrig device set: \(set.stderr)")
-        let got = try camrig(["device", "get", camera, "--json"])
+        let got = try await camrig(["device", "get", camera, "--json"])
         try #require(got.status == 0, "camrig device get: \(got.stderr)")
         let device = try SessionTests.object(got.stdout)
         let state = try #require(device["state"] as? [String: Any], "\(got.stdout)")
@@ -307,7 +307,7 @@ struct LibcameraTests {
         let faceDetect = try #require(controls.first { $0["name"] as? String == "FaceDetectMode" })
         #expect(faceDetect["value"] as? Int == 0)
 
-        let refused = try camrig(["device", "set", camera, "exposure=locked", "exposure-duration=1/100"])
+        let refused = try await camrig(["device", "set", camera, "exposure=locked", "exposure-duration=1/100"])
         #expect(refused.status != 0)
         #expect(refused.stderr.contains("libcamera:camrig-virtual-a"), "\(refused.stderr)")
     }
@@ -316,8 +316,8 @@ struct LibcameraTests {
     func recordsOnTheHost() async throws {
         let scratch = try Scratch()
         defer { scratch.remove() }
-        let (pki, agent) = try AgentProcess.secured(["--identity", "agent-1"], launcher: scratch.launcher)
-        defer { agent.stop(); pki.remove() }
+        let (pki, agent) = try await AgentProcess.secured(["--identity", "agent-1"], launcher: scratch.launcher)
+        defer { agent.terminate(); pki.remove() }
         let rigFile = try Self.rigFile(in: scratch, agent: agent, pki: pki)
         let captures = scratch.directory.appendingPathComponent("captures")
         let result = try await ToolRunner.run(
@@ -331,7 +331,7 @@ struct LibcameraTests {
         #expect(recording.tracks.count == 2)
         #expect(recording.tracks.allSatisfy { $0.codec == "mjpeg" && $0.state == "complete" && $0.files.allSatisfy(\.offloaded) }, "\(recording.tracks)\n\(result.stderr)")
         #expect(recording.tracks.allSatisfy { $0.frames >= 55 && $0.gaps <= 5 }, "\(recording.tracks.map { ($0.frames, $0.gaps) })")
-        try HostRecordingTests.checkFiles(manifest, in: store.root.appendingPathComponent(entry.directory))
+        try await HostRecordingTests.checkFiles(manifest, in: store.root.appendingPathComponent(entry.directory))
     }
 }
 

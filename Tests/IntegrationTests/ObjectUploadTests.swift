@@ -65,13 +65,13 @@ struct ObjectUploadTests {
             upload.partStored = { number in
                 sent.withLockedValue { $0.append(number) }
                 // The store goes away after the second part.
-                if number == 2 { try? server.stop() }
+                if number == 2 { try? server.stopBlocking() }
             }
             await #expect(throws: ObjectStoreError.self) { _ = try await upload.run(with: client) }
             #expect(sent.withLockedValue { $0 } == [1, 2])
             #expect(FileManager.default.fileExists(atPath: state.path), "the upload's id is kept for the next run")
 
-            _ = try ObjectStoreServer.start(in: server.directory)
+            _ = try await ObjectStoreServer.start(in: server.directory)
             sent.withLockedValue { $0 = [] }
             let stored = try await upload.run(with: client)
             #expect(sent.withLockedValue { $0 } == [3, 4], "only the parts the store lacked were sent again")
@@ -107,7 +107,7 @@ struct ObjectUploadTests {
             // Swift's s3api answers an unknown key as a wrong signature (SignatureDoesNotMatch), AWS with InvalidAccessKeyId.
             #expect(unknownRefusal?.kind == .accessDenied && unknownRefusal?.description.contains("AWS_ACCESS_KEY_ID") == true)
 
-            try server.stop()
+            try await server.stop()
             let gone = try S3Client(try server.location(bucket: "refused"), timeout: .seconds(5))
             defer { Task { await gone.shutdown() } }
             let unreachable = await #expect(throws: ObjectStoreError.self) { try await gone.createBucket() }

@@ -92,8 +92,8 @@ struct PhaseLockTests {
     func locksThroughRateError() async throws {
         let node = try Node(30, timing: "seed=30\nrate_ppm=100\nstartup_delay_us=35000\nstartup_jitter_us=2000\ntimestamp_jitter_us=20\nframe_duration_control=vblank\n")
         defer { node.remove() }
-        let (pki, agent) = try AgentProcess.secured(["--v4l2", node.path, "--simulate-clock-offset-us=1500", "--simulate-clock-drift-ppm=30"])
-        defer { agent.stop(); pki.remove() }
+        let (pki, agent) = try await AgentProcess.secured(["--v4l2", node.path, "--simulate-clock-offset-us=1500", "--simulate-clock-drift-ppm=30"])
+        defer { agent.terminate(); pki.remove() }
         let (pool, session) = try await Self.session(agent, pki: pki)
         let grid = try await session.lockPhase()
         let settled = await session.waitForPhaseLock(timeout: .seconds(20))
@@ -120,8 +120,8 @@ struct PhaseLockTests {
         let steady = try Node(33, timing: "seed=33\nrate_ppm=5\nstartup_delay_us=40000\nstartup_jitter_us=100\ntimestamp_jitter_us=5\n")
         let erratic = try Node(36, timing: "seed=36\nrate_ppm=5\nstartup_delay_us=40000\nstartup_jitter_us=25000\ntimestamp_jitter_us=5\n")
         defer { steady.remove(); erratic.remove() }
-        let (pki, agent) = try AgentProcess.secured(["--v4l2", steady.path, "--v4l2", erratic.path])
-        defer { agent.stop(); pki.remove() }
+        let (pki, agent) = try await AgentProcess.secured(["--v4l2", steady.path, "--v4l2", erratic.path])
+        defer { agent.terminate(); pki.remove() }
         let (pool, session) = try await Self.session(agent, pki: pki)
         // The steady webcam's start-up varies by 100 µs and a restart itself can be late by as much on a
         // busy machine: a tolerance of 250 µs is what restarting can promise it.
@@ -150,8 +150,8 @@ struct PhaseLockTests {
         let first = try Node(39, timing: "seed=39\nrate_ppm=-40\nstartup_delay_us=30000\ntimestamp_jitter_us=10\nframe_duration_control=vblank\n")
         let second = try Node(42, timing: "seed=42\nrate_ppm=60\nstartup_delay_us=50000\ntimestamp_jitter_us=10\nframe_duration_control=vblank\n")
         defer { first.remove(); second.remove() }
-        let (pki, agent) = try AgentProcess.secured(["--v4l2", first.path, "--v4l2", second.path])
-        defer { agent.stop(); pki.remove() }
+        let (pki, agent) = try await AgentProcess.secured(["--v4l2", first.path, "--v4l2", second.path])
+        defer { agent.terminate(); pki.remove() }
         let (pool, session) = try await Self.session(agent, pki: pki)
         try await session.lockPhase()
         let settled = await session.waitForPhaseLock(timeout: .seconds(20))
@@ -178,8 +178,8 @@ struct PhaseLockTests {
         let second = try Node(48, timing: "seed=48\nrate_ppm=-45\nstartup_delay_us=55000\ntimestamp_jitter_us=10\nframe_duration_control=vblank\n")
         defer { first.remove(); second.remove() }
         // The agent's clock is the machine's, so the emulator's truth log reads against its timestamps directly.
-        let (pki, agent) = try AgentProcess.secured(["--v4l2", first.path, "--v4l2", second.path])
-        defer { agent.stop(); pki.remove() }
+        let (pki, agent) = try await AgentProcess.secured(["--v4l2", first.path, "--v4l2", second.path])
+        defer { agent.terminate(); pki.remove() }
         let out = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-phase-\(UInt32.random(in: 0...UInt32.max))")
         defer { try? FileManager.default.removeItem(at: out) }
         let (pool, session) = try await Self.session(agent, pki: pki)
@@ -223,8 +223,8 @@ struct PhaseLockTests {
         let node = try Node(54, timing: "seed=54\nrate_ppm=120\nstartup_delay_us=30000\ntimestamp_jitter_us=10\nframe_duration_control=vblank\n")
         defer { node.remove() }
         // The agent's clock is the machine's: the truth log reads against the coordinator's grid directly.
-        let (pki, agent) = try AgentProcess.secured(["--v4l2", node.path])
-        defer { agent.stop(); pki.remove() }
+        let (pki, agent) = try await AgentProcess.secured(["--v4l2", node.path])
+        defer { agent.terminate(); pki.remove() }
         let out = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-phase-killed-\(UInt32.random(in: 0...UInt32.max))").path
         defer { try? FileManager.default.removeItem(atPath: out) }
         let rig = ["--agent", agent.address, "--tls-dir", pki.path, "--out", out]

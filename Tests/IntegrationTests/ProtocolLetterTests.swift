@@ -42,8 +42,8 @@ struct ProtocolLetterTests {
 
     @Test("a frame larger than the client announced ends the stream with FRAME_TOO_LARGE and counts it dropped, rather than going silent")
     func frameTooLarge() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
-        defer { agent.stop(); pki.remove() }
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1"])
+        defer { agent.terminate(); pki.remove() }
         let client = try await agent.connect(pki, maxFrameLength: WireProtocol.minimumMaxFrameLength)
         var configure = WireConfigure()
         configure.deviceID = device
@@ -71,7 +71,7 @@ struct ProtocolLetterTests {
 
     @Test("an agent shutting down ends open streams with StreamEnded(SHUTTING_DOWN) before its Goodbye")
     func shutdownEndsStreams() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1"])
         defer { pki.remove() }
         let client = try await agent.connect(pki)
         var start = WireStartStream()
@@ -82,7 +82,7 @@ struct ProtocolLetterTests {
             for try await message in client.stream(.startStream(start)) {
                 if case .videoFrame = message.envelope.body {
                     frames += 1
-                    if frames == 5 { Task.detached { _ = agent.stop() } }
+                    if frames == 5 { Task.detached { await agent.stop() } }
                 }
                 if case .streamEnded(let end) = message.envelope.body { ended = end }
             }
@@ -95,8 +95,8 @@ struct ProtocolLetterTests {
 
     @Test("a trigger naming a device the agent does not have is refused at once, as CapturePhoto is")
     func triggerUnknownDevice() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
-        defer { agent.stop(); pki.remove() }
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1"])
+        defer { agent.terminate(); pki.remove() }
         let client = try await agent.connect(pki)
         var trigger = WireScheduleTrigger()
         trigger.triggerID = "t-unknown"
@@ -112,8 +112,8 @@ struct ProtocolLetterTests {
 
     @Test("acknowledging a result the agent never stored is NOT_FOUND naming it; repeating a real acknowledgement is Ok")
     func acknowledgeUnknown() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
-        defer { agent.stop(); pki.remove() }
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1"])
+        defer { agent.terminate(); pki.remove() }
         let client = try await agent.connect(pki)
         var photo = WireCapturePhoto()
         photo.deviceID = device
@@ -139,8 +139,8 @@ struct ProtocolLetterTests {
 
     @Test("max_photo_dimensions is a request: the largest supported size within it (binned), or the smallest with a note saying so")
     func photoDimensions() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
-        defer { agent.stop(); pki.remove() }
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1"])
+        defer { agent.terminate(); pki.remove() }
         let client = try await agent.connect(pki)
         for (index, (requested, made)) in [((320, 240), (320, 240)), ((100, 100), (320, 240)), ((4000, 3000), (640, 480))].enumerated() {
             var photo = WireCapturePhoto()
@@ -173,8 +173,8 @@ struct ProtocolLetterTests {
 
     @Test("reusing the request id of an open stream is a fatal INVALID_REQUEST_ID")
     func requestIDOfOpenStream() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
-        defer { agent.stop(); pki.remove() }
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1"])
+        defer { agent.terminate(); pki.remove() }
         var start = WireStartStream()
         start.deviceID = device
         var ping = WirePing()
@@ -191,8 +191,8 @@ struct ProtocolLetterTests {
 
     @Test("a second OpenClockChannel revokes the first key: probes under it go unanswered")
     func secondClockChannelRevokesFirst() async throws {
-        let (pki, agent) = try AgentProcess.secured([])
-        defer { agent.stop(); pki.remove() }
+        let (pki, agent) = try await AgentProcess.secured([])
+        defer { agent.terminate(); pki.remove() }
         let client = try await agent.connect(pki)
         guard case .clockChannel(let first) = try await client.request(.openClockChannel(WireOpenClockChannel())).frame.envelope.body,
             case .clockChannel(let second) = try await client.request(.openClockChannel(WireOpenClockChannel())).frame.envelope.body
@@ -219,8 +219,8 @@ struct ProtocolLetterTests {
 
     @Test("a viewer's GetSpoolStatus and GetPhaseStatus are answered, as §2 lets a viewer send them; a Lock is not")
     func viewerStatusRequests() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
-        defer { agent.stop(); pki.remove() }
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1"])
+        defer { agent.terminate(); pki.remove() }
         let viewer = try await AgentClient.connect(
             to: AgentEndpoint(host: agent.host, port: agent.port),
             security: .tls(try MutualTLS.client(directory: pki.directory, identityName: "viewer-1")))

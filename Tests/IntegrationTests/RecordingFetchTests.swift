@@ -12,9 +12,9 @@ import Testing
 struct RecordingFetchTests {
     @Test("a client announcing the smallest frame limit fetches a recorded file whole, in chunks that fit it; an acknowledgement repeated is Ok; the room for recordings follows what the host holds")
     func fetchAtTheSmallestFrameLimit() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1", "--recording-space-mb", "500"])
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1", "--recording-space-mb", "500"])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
         let limit = WireProtocol.minimumMaxFrameLength
@@ -90,9 +90,9 @@ struct RecordingFetchTests {
     }
     @Test("StopRecording ends a recording at the instant nearest it: the tracks close complete, short of their planned length")
     func stopEndsARecording() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1"])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
         let client = try await agent.connect(pki)
@@ -121,9 +121,9 @@ struct RecordingFetchTests {
     }
     @Test("a StartRecording with absurd times is refused as an invalid argument, and the agent serves on")
     func absurdTimesAreRefused() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1"])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
         let client = try await agent.connect(pki)

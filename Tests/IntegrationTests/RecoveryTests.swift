@@ -85,9 +85,9 @@ struct RecoveryTests {
         defer { pki.remove() }
         let spool = NSTemporaryDirectory() + "camrig-spool-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: spool) }
-        let first = try AgentProcess(Self.agent("agent-1", pki))
-        defer { first.stop() }
-        var second = try AgentProcess(Self.agent("agent-2", pki, spool: spool))
+        let first = try await AgentProcess.start(Self.agent("agent-1", pki))
+        defer { first.terminate() }
+        var second = try await AgentProcess.start(Self.agent("agent-2", pki, spool: spool))
         let out = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-recover-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: out) }
         let store = try CaptureStore(root: out)
@@ -110,9 +110,9 @@ struct RecoveryTests {
         #expect(try await store.catalog.list().first?.missing == 1)
 
         // The agent is killed and comes back with its spool; a new coordinator connects to both.
-        second.crash()
-        second = try AgentProcess(Self.agent("agent-2", pki, spool: spool))
-        defer { second.stop() }
+        await second.crash()
+        second = try await AgentProcess.start(Self.agent("agent-2", pki, spool: spool))
+        defer { second.terminate() }
         sink.failing.withLockedValue { $0 = nil }
         let again = try await SessionTests.readyPool([first, second], pki: pki)
         let collected = try await MissingResultCollector(pool: again, sink: sink, logger: Logger(label: "test")).collect()
@@ -142,24 +142,24 @@ struct RecoveryTests {
         defer { pki.remove() }
         let spool = NSTemporaryDirectory() + "camrig-spool-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: spool) }
-        let first = try AgentProcess(Self.agent("agent-1", pki))
-        defer { first.stop() }
-        var second = try AgentProcess(Self.agent("agent-2", pki, spool: spool))
+        let first = try await AgentProcess.start(Self.agent("agent-1", pki))
+        defer { first.terminate() }
+        var second = try await AgentProcess.start(Self.agent("agent-2", pki, spool: spool))
         let out = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-recover-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: out) }
         let store = try CaptureStore(root: out)
 
         let pool = try await SessionTests.readyPool([first, second], pki: pki)
         let session = try await Self.session(pool)
-        second.crash()
+        await second.crash()
         let report = try await session.capturePhoto(into: store)
         await session.stop()
         await pool.stop()
         let missing = try #require(report.manifest.missing?.first)
         #expect(report.manifest.state == .incomplete && missing.agent == "agent-2" && missing.collectable)
 
-        second = try AgentProcess(Self.agent("agent-2", pki, spool: spool))
-        defer { second.stop() }
+        second = try await AgentProcess.start(Self.agent("agent-2", pki, spool: spool))
+        defer { second.terminate() }
         let again = try await SessionTests.readyPool([first, second], pki: pki)
         let collector = MissingResultCollector(pool: again, sink: store, logger: Logger(label: "test"))
         // Until 3 s after the trigger instant an agent may still be about to store its photo: not lost yet.
@@ -188,10 +188,10 @@ struct RecoveryTests {
     func coordinatorKilled() async throws {
         let pki = try TestPKI(agents: ["agent-1", "agent-2"])
         defer { pki.remove() }
-        let first = try AgentProcess(Self.agent("agent-1", pki))
-        defer { first.stop() }
-        let second = try AgentProcess(Self.agent("agent-2", pki))
-        defer { second.stop() }
+        let first = try await AgentProcess.start(Self.agent("agent-1", pki))
+        defer { first.terminate() }
+        let second = try await AgentProcess.start(Self.agent("agent-2", pki))
+        defer { second.terminate() }
         var collectedAny = false
         // The manifest is on disk before the triggers go out: killed at once, the agents may never fire;
         // killed later, they have fired and hold photos the coordinator had not gathered.

@@ -68,8 +68,9 @@ struct ServiceTests {
         let summary = try JSONSerialization.jsonObject(with: Data(photo.stdout.utf8)) as? [String: Any]
         #expect((summary?["cameras"] as? [Any])?.count == 2)
         #expect((summary?["directory"] as? String)?.hasPrefix(captures.path) == true, "the service stores the capture in its own --out")
-        let camera = try await #require(
-            (try JSONSerialization.jsonObject(with: Data(try Executables.run("camrig", ["devices"] + through).stdout.utf8)) as? [String: [[String: Any]]])?["devices"]?
+        let devices = try await Executables.run("camrig", ["devices"] + through)
+        let camera = try #require(
+            (try JSONSerialization.jsonObject(with: Data(devices.stdout.utf8)) as? [String: [[String: Any]]])?["devices"]?
                 .first?["name"] as? String)
         let set = try await Executables.run("camrig", ["device", "set", camera, "exposure=continuous"] + through)
         #expect(set.status == 0, "camrig device set through the service: \(set.stderr)")
@@ -98,10 +99,10 @@ struct ServiceTests {
         let pki = try TestPKI(agents: ["agent-1", "agent-2"])
         defer { pki.remove() }
         let arguments = { (name: String) in ["--tls-dir", pki.path, "--identity", name, "--synthetic", "1"] }
-        let first = try AgentProcess(arguments("agent-1"))
-        defer { first.stop() }
-        var second = try AgentProcess(arguments("agent-2"))
-        defer { second.stop() }
+        let first = try await AgentProcess.start(arguments("agent-1"))
+        defer { first.terminate() }
+        var second = try await AgentProcess.start(arguments("agent-2"))
+        defer { second.terminate() }
         let captures = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-service-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: captures) }
         let logger = Logger(label: "test")
@@ -147,9 +148,9 @@ struct ServiceTests {
 
         // agent-2 is killed and comes back on its port: the service notices both and rebuilds the session.
         let port = second.port
-        second.crash()
+        await second.crash()
         #expect(try await eventually(timeout: .seconds(20), pollingEvery: .milliseconds(100)) { await service.session?.id != firstSession || pool.agents[1].snapshot.status != .connected })
-        second = try AgentProcess(["--listen", "127.0.0.1:\(port)"] + arguments("agent-2"))
+        second = try await AgentProcess.start(["--listen", "127.0.0.1:\(port)"] + arguments("agent-2"))
         let rebuilt = try await eventually(timeout: .seconds(30), pollingEvery: .milliseconds(100)) {
             guard let session = await service.session else { return false }
             let count = await session.inputs.count
@@ -177,8 +178,8 @@ struct ServiceTests {
         let pki = try TestPKI(agents: ["agent-1"])
         defer { pki.remove() }
         // Every request the agent answers is in its log at trace level.
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "1", "--log-level", "trace"])
-        defer { agent.stop() }
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "1", "--log-level", "trace"])
+        defer { agent.terminate() }
         let captures = FileManager.default.temporaryDirectory.appendingPathComponent("camrig-service-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: captures) }
         let logger = Logger(label: "test")

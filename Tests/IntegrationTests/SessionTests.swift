@@ -32,10 +32,10 @@ struct SessionTests {
     }
 
     @Test("camrig demo: clocks estimated against the injected truth, every frame accounted for, photo skew under 1 ms, catalog matching the report")
-    func demo() throws {
+    func demo() async throws {
         let out = NSTemporaryDirectory() + "camrig-demo-test-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: out) }
-        let result = try Executables.run("camrig", ["demo", "--agents", "2", "--fps", "15", "--duration", "1", "--out", out, "--json"], timeout: 240)
+        let result = try await Executables.run("camrig", ["demo", "--agents", "2", "--fps", "15", "--duration", "1", "--out", out, "--json"], timeout: 240)
         #expect(result.status == 0, "\(result.stderr)")
         let report = try Self.object(result.stdout)
         let agents = try #require(report["agents"] as? [[String: Any]])
@@ -84,7 +84,7 @@ struct SessionTests {
             #expect(try #require(set["skew_ns"] as? Int) < 5_000_000)
         }
 
-        let listed = try Executables.run("camrig", ["captures", "list", "--out", out, "--json"])
+        let listed = try await Executables.run("camrig", ["captures", "list", "--out", out, "--json"])
         #expect(listed.status == 0, "\(listed.stderr)")
         let entries = try #require(try Self.object(listed.stdout)["captures"] as? [[String: Any]])
         #expect(Set(entries.compactMap { $0["id"] as? String }) == Set(captures.compactMap { $0["id"] as? String }))
@@ -93,7 +93,7 @@ struct SessionTests {
         #expect(catalogRecording["dropped_frames"] as? Int == recording["dropped_frames"] as? Int)
         #expect(catalogRecording["incomplete_sets"] as? Int == recording["incomplete_sets"] as? Int)
 
-        let shown = try Executables.run("camrig", ["captures", "show", try #require(recording["id"] as? String), "--out", out, "--json"])
+        let shown = try await Executables.run("camrig", ["captures", "show", try #require(recording["id"] as? String), "--out", out, "--json"])
         #expect(shown.status == 0, "\(shown.stderr)")
         #expect(try Self.object(shown.stdout)["id"] as? String == recording["id"] as? String)
     }
@@ -102,10 +102,10 @@ struct SessionTests {
     func commitRefused() async throws {
         let pki = try TestPKI(agents: ["agent-1", "agent-2"])
         defer { pki.remove() }
-        let first = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "1"])
-        defer { first.stop() }
-        let second = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-2", "--synthetic", "1"])
-        defer { second.stop() }
+        let first = try await AgentProcess.start(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "1"])
+        defer { first.terminate() }
+        let second = try await AgentProcess.start(["--tls-dir", pki.path, "--identity", "agent-2", "--synthetic", "1"])
+        defer { second.terminate() }
 
         // Someone else holds agent-2's camera.
         let other = try await second.connect(pki)
@@ -171,20 +171,20 @@ struct SessionTests {
 @Suite("Agent pool", .timeLimit(.minutes(3)))
 struct AgentPoolTests {
     @Test("one agent down: the others are reported connected with clock estimates, the down one with its reason, exit status 2")
-    func oneDown() throws {
+    func oneDown() async throws {
         let pki = try TestPKI(agents: ["agent-1"])
         defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1"])
-        defer { agent.stop() }
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path, "--identity", "agent-1"])
+        defer { agent.terminate() }
         // A port nothing listens on: the agent process just started and stopped on it.
-        let gone = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1"])
+        let gone = try await AgentProcess.start(["--tls-dir", pki.path, "--identity", "agent-1"])
         let deadPort = gone.port
-        gone.stop()
+        await gone.stop()
         let rig = NSTemporaryDirectory() + "camrig-rig-\(UUID().uuidString).yaml"
         defer { try? FileManager.default.removeItem(atPath: rig) }
         try "tls_dir: \(pki.path)\nagents:\n  - 127.0.0.1:\(agent.port)\n  - 127.0.0.1:\(deadPort)\n".write(toFile: rig, atomically: true, encoding: .utf8)
 
-        let result = try Executables.run("camrig", ["agents", "--rig", rig, "--connect-timeout", "3", "--json"], timeout: 60)
+        let result = try await Executables.run("camrig", ["agents", "--rig", rig, "--connect-timeout", "3", "--json"], timeout: 60)
         #expect(result.status == 2, "\(result.stderr)")
         let agents = try #require(try SessionTests.object(result.stdout)["agents"] as? [[String: Any]])
         #expect(agents.count == 2)
@@ -198,7 +198,7 @@ struct AgentPoolTests {
         #expect((down["reason"] as? String ?? "").contains("cannot connect"))
         #expect(down["last_seen"] == nil)
 
-        let text = try Executables.run("camrig", ["agents", "--rig", rig, "--connect-timeout", "3"], timeout: 60)
+        let text = try await Executables.run("camrig", ["agents", "--rig", rig, "--connect-timeout", "3"], timeout: 60)
         #expect(text.stdout.contains("127.0.0.1:\(deadPort): cannot connect"))
     }
 }
@@ -208,7 +208,7 @@ extension AgentPoolTests {
     func reconnects() async throws {
         let pki = try TestPKI(agents: ["agent-1"])
         defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1"])
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path, "--identity", "agent-1"])
         let port = agent.port
         var timing = RemoteAgent.Timing()
         timing.maximumBackoff = .milliseconds(500)
@@ -221,15 +221,15 @@ extension AgentPoolTests {
         pool.start()
         let remote = pool.agents[0]
         #expect(await remote.waitUntilConnected(timeout: .seconds(10)))
-        agent.crash()
+        await agent.crash()
         let sawDown = try await eventually(timeout: .seconds(5), pollingEvery: .milliseconds(25)) {
             if case .down = remote.snapshot.status { true } else { false }
         }
         #expect(sawDown, "the crashed agent was not reported down within 5 s")
         #expect(throws: AgentClientError.self) { try remote.client() }
 
-        let restarted = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--listen", "127.0.0.1:\(port)"])
-        defer { restarted.stop() }
+        let restarted = try await AgentProcess.start(["--tls-dir", pki.path, "--identity", "agent-1", "--listen", "127.0.0.1:\(port)"])
+        defer { restarted.terminate() }
         #expect(await remote.waitUntilConnected(timeout: .seconds(15)))
         #expect(remote.snapshot.connectAttempts >= 2)
         #expect(try await remote.client().ping() > .zero)
@@ -245,10 +245,10 @@ struct RecordingFailureTests {
     func agentKilled() async throws {
         let pki = try TestPKI(agents: ["agent-1", "agent-2"])
         defer { pki.remove() }
-        let first = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "1"])
-        defer { first.stop() }
-        let second = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-2", "--synthetic", "1"])
-        defer { second.stop() }
+        let first = try await AgentProcess.start(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "1"])
+        defer { first.terminate() }
+        let second = try await AgentProcess.start(["--tls-dir", pki.path, "--identity", "agent-2", "--synthetic", "1"])
+        defer { second.terminate() }
         let out = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("camrig-rec-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: out) }
 
@@ -264,7 +264,7 @@ struct RecordingFailureTests {
         let killer = Task {
             // Killed once the recording is under way: about a second of frames (2 cameras at 15 fps) spilled.
             _ = try await eventually(timeout: .seconds(10)) { fileCount(under: out, withExtension: "raw") >= 25 }
-            second.crash()
+            await second.crash()
         }
         let report = try await session.record(duration: .seconds(3), into: try CamRigStorage.CaptureStore(root: out))
         try await killer.value
@@ -308,8 +308,8 @@ struct ClockChannelTests {
     func udpEstimate() async throws {
         let pki = try TestPKI(agents: ["agent-1"])
         defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "1", "--simulate-clock-offset-us=2500"])
-        defer { agent.stop() }
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path, "--identity", "agent-1", "--synthetic", "1", "--simulate-clock-offset-us=2500"])
+        defer { agent.terminate() }
         let pool = Self.pool(agent, pki: pki)
         pool.start()
         // Two seconds of probes: enough for the lowest-round-trip filter to set aside probes delayed by a
@@ -328,20 +328,20 @@ struct ClockChannelTests {
     @Test(
         "camrig sync status right after an agent starts waits until its estimate is settled: past the first burst of probes, drift known, a simulated 2.5 ms offset within the reported bound; without the wait it says the estimate is still settling"
     )
-    func settledFromTheFirstSecond() throws {
+    func settledFromTheFirstSecond() async throws {
         let pki = try TestPKI(agents: ["agent-1"])
         defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1", "--simulate-clock-offset-us=2500"])
-        defer { agent.stop() }
-        func status(_ extra: [String]) throws -> [String: Any] {
-            let result = try Executables.run(
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path, "--identity", "agent-1", "--simulate-clock-offset-us=2500"])
+        defer { agent.terminate() }
+        func status(_ extra: [String]) async throws -> [String: Any] {
+            let result = try await Executables.run(
                 "camrig", ["sync", "status", "--agent", agent.address, "--tls-dir", pki.path, "--seconds", "0", "--json"] + extra, timeout: 60)
             #expect(result.status == 0, "\(result.stderr)")
             let agents = try #require(try SessionTests.object(result.stdout)["agents"] as? [[String: Any]])
             return try #require(agents.first)
         }
 
-        let settled = try status([])
+        let settled = try await status([])
         #expect(settled["clock_settled"] as? Bool == true)
         // The first estimate rests on a burst of 16 probes 10 ms apart; settling took more.
         #expect(try #require(settled["samples"] as? Int) > 16)
@@ -353,7 +353,7 @@ struct ClockChannelTests {
         #expect(abs(drift) <= driftUncertainty, "drift \(drift) ± \(driftUncertainty) ppm, truly 0")
         #expect(driftUncertainty < 20)
 
-        let hasty = try status(["--settle-timeout", "0"])
+        let hasty = try await status(["--settle-timeout", "0"])
         #expect(hasty["clock_settled"] as? Bool == false)
         #expect(try #require(hasty["samples"] as? Int) <= 16)
     }
@@ -362,8 +362,8 @@ struct ClockChannelTests {
     func garbage() async throws {
         let pki = try TestPKI(agents: ["agent-1"])
         defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1"])
-        defer { agent.stop() }
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path, "--identity", "agent-1"])
+        defer { agent.terminate() }
         let attacker = try TimestampingUDPSocket(host: "127.0.0.1", port: 0, receiveTimeout: .milliseconds(200))
         var target = sockaddr_storage()
         let length = try SocketAddress(ipAddress: "127.0.0.1", port: agent.port).withSockAddr { pointer, size in
@@ -395,8 +395,8 @@ struct ClockChannelTests {
     func tlsFallback() async throws {
         let pki = try TestPKI(agents: ["agent-1"])
         defer { pki.remove() }
-        let agent = try AgentProcess(["--tls-dir", pki.path, "--identity", "agent-1"])
-        defer { agent.stop() }
+        let agent = try await AgentProcess.start(["--tls-dir", pki.path, "--identity", "agent-1"])
+        defer { agent.terminate() }
         let pool = Self.pool(agent, pki: pki, udp: false)
         pool.start()
         #expect(await pool.waitUntilReady(clockSamples: 8, timeout: .seconds(20)).isEmpty)

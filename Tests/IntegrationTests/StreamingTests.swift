@@ -19,9 +19,9 @@ struct StreamingTests {
 
     @Test("frames arrive in order with their device timestamp, format and pixels; stop ends the stream with counts")
     func stream() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1"])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
         let client = try await agent.connect(pki, as: "viewer-1")
@@ -67,9 +67,9 @@ struct StreamingTests {
 
     @Test("two clients watching one device get the same frames")
     func fanOut() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1"])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
         let a = try await agent.connect(pki)
@@ -92,9 +92,9 @@ struct StreamingTests {
 
     @Test("a client that stops reading 1080p frames: agent memory stays bounded, and the stream says what was dropped")
     func slowClient() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1", "--log-level", "notice"])
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1", "--log-level", "notice"])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
         // Put the camera in 1920x1080 YUYV (4 MB frames) at 30 fps.

@@ -15,9 +15,9 @@ struct TriggerThreadTests {
 
     @Test("an agent with 64 triggers scheduled 10 s ahead has no more threads than with none; the 65th is refused")
     func sixtyFourPending() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "2"])
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "2"])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
         let client = try await agent.connect(pki)
@@ -51,9 +51,9 @@ struct TriggerThreadTests {
 
     @Test("a trigger still pending when the agent shuts down is answered SHUTTING_DOWN, not left waiting")
     func pendingAtShutdown() async throws {
-        let (pki, agent) = try AgentProcess.secured(["--synthetic", "1"])
+        let (pki, agent) = try await AgentProcess.secured(["--synthetic", "1"])
         defer {
-            agent.stop()
+            agent.terminate()
             pki.remove()
         }
         let client = try await agent.connect(pki)
@@ -68,7 +68,7 @@ struct TriggerThreadTests {
             Issue.record("expected TriggerScheduled, got \(scheduled?.envelope.messageName ?? "nothing")")
             return
         }
-        let stopper = Task.detached { agent.stop() }
+        let stopper = Task.detached { await agent.stop() }
         let answer = await #expect(throws: AgentClientError.self) { _ = try await messages.next() }
         #expect(answer?.code == .shuttingDown, "\(String(describing: answer))")
         _ = await stopper.value

@@ -196,6 +196,11 @@ public final class NetworkedRig: @unchecked Sendable {
         if ownsWork { try? FileManager.default.removeItem(at: work) }
     }
 
+    /// `shutdown` for async code: the agents are stopped and the network removed on a thread of their own.
+    public func close() async {
+        _ = try? await onDedicatedThread("camrig-networked-rig-close") { self.shutdown() }
+    }
+
     /// Every agent's log, for a failure message.
     public func logs(limit: Int = 2000) -> String { members.logs(limit: limit) }
 }
