@@ -23,9 +23,10 @@
 //                      (CTurboJPEG), DNG for raw Bayer; no device backend (the coordinator's programs link it)
 //   CamRigDevices      devices and their backends (synthetic, V4L2 through CLibV4L2, libcamera through
 //                      CLibcamera), the photo pipeline's pixel loops (CImageKernels)
+//   CamRigHTTP         the one HTTP client (S3, enrollment, the command line's client of the service):
+//                      SwiftNIO's HTTP/1.1 codec over kept-alive connections, deadlines, size limits, SNI
 //   CamRigObjectStore  S3-compatible object storage: a store's address and credentials, AWS Signature V4
-//                      (swift-crypto), requests on SwiftNIO's HTTP/1.1 codec over kept-alive connections,
-//                      resumable checksummed multipart uploads
+//                      (swift-crypto), resumable checksummed multipart uploads
 //   CamRigCapture      what a capture produces: manifests, contact sheets, the sink protocol storage implements
 //   CamRigWireModel    the only mapping between wire messages and the device model (and object store targets)
 //   CamRigStorage      capture stores (a local folder, or S3-compatible object storage) and the catalog
@@ -39,7 +40,7 @@
 //   CamRigText         plain-text tables, for the command line and the views
 //   CamRigViews        what the service's API and the command line show: the JSON views of agents, cameras,
 //                      captures, jobs and events, shared by both (no HTTP server in it)
-//   CamRigServiceClient  the command line's HTTPS client of a running service (AsyncHTTPClient)
+//   CamRigServiceClient  the command line's HTTPS client of a running service (on CamRigHTTP)
 //   CamRigService      the coordinator as a long-running service: the rig kept connected and measured,
 //                      an HTTP API and WebSocket events (Hummingbird), live previews, the web console,
 //                      operator/viewer access, metrics (swift-metrics, exported by Prometheus)
@@ -79,7 +80,6 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
-        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
     ],
     targets: [
@@ -114,12 +114,21 @@ let package = Package(
             ]
         ),
         .target(
-            name: "CamRigObjectStore",
+            name: "CamRigHTTP",
             dependencies: [
-                "CamRigFiles",
-                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ]
+        ),
+        .target(
+            name: "CamRigObjectStore",
+            dependencies: [
+                "CamRigFiles", "CamRigHTTP",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
@@ -193,13 +202,14 @@ let package = Package(
             name: "CamRigAgent",
             dependencies: [
                 "CamRigClock", "CamRigWire", "CamRigClockSocket", "CamRigSecurity", "CamRigDevices", "CamRigWireModel",
-                "CamRigCapture", "CamRigFiles", "CamRigMedia", "CamRigImage", "CamRigObjectStore", "CLinux",
+                "CamRigCapture", "CamRigFiles", "CamRigMedia", "CamRigImage", "CamRigObjectStore", "CamRigHTTP", "CLinux",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Logging", package: "swift-log"),
@@ -241,8 +251,7 @@ let package = Package(
         .target(
             name: "CamRigServiceClient",
             dependencies: [
-                "CamRigViews", "CamRigSecurity",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                "CamRigViews", "CamRigSecurity", "CamRigHTTP",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -385,14 +394,20 @@ let package = Package(
             ]
         ),
         .testTarget(
-            name: "CamRigObjectStoreTests",
+            name: "CamRigHTTPTests",
             dependencies: [
-                "CamRigObjectStore",
+                "CamRigHTTP",
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "CamRigObjectStoreTests",
+            dependencies: [
+                "CamRigObjectStore",
+                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
         .testTarget(

@@ -1,3 +1,4 @@
+import CamRigHTTP
 import Crypto
 import Foundation
 import NIOCore

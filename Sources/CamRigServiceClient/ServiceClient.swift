@@ -1,4 +1,4 @@
-import AsyncHTTPClient
+import CamRigHTTP
 import CamRigSecurity
 import CamRigViews
 import Foundation
@@ -11,7 +11,7 @@ import NIOSSL
 /// certificate (the operator role), the rig's CA as the only trust root.
 public final class ServiceClient: Sendable {
     public let url: String
-    private let client: HTTPClient
+    private let client: HTTPTransport
 
     /// A client for the service at `url` (https://HOST:PORT), presenting `identityName` (default: the
     /// directory's coordinator certificate) from `directory`.
@@ -25,9 +25,13 @@ public final class ServiceClient: Sendable {
         // The service's certificate is the coordinator's, issued by the rig's CA: it names the
         // coordinator, not necessarily the host it is reached by.
         tls.certificateVerification = .noHostnameVerification
-        var configuration = HTTPClient.Configuration(tlsConfiguration: tls)
-        configuration.timeout = .init(connect: .seconds(5), read: .seconds(60))
-        client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+        guard let components = URLComponents(string: self.url), let scheme = components.scheme, ["https", "http"].contains(scheme),
+            let host = components.host, !host.isEmpty, components.path.isEmpty
+        else {
+            throw InvalidAddress(description: "'\(url)' is not a service's address: give https://HOST[:PORT], where `camrig serve` listens")
+        }
+        client = try HTTPTransport(
+            host: host, port: components.port ?? (scheme == "https" ? 443 : 80), tls: scheme == "https" ? tls : nil, connectTimeout: .seconds(5))
     }
 
     /// `/api/v1/devices/AGENT/DEVICE`, each part percent-encoded.
@@ -39,10 +43,15 @@ public final class ServiceClient: Sendable {
     }
 
     public func shutdown() async {
-        try? await client.shutdown()
+        await client.shutdown()
     }
 
     /// An error reply of the service: its problem document's detail, agent and camera.
+    /// A `--service` that is not an http(s) address.
+    public struct InvalidAddress: Error, Sendable, CustomStringConvertible {
+        public var description: String
+    }
+
     public struct Failure: Error, Sendable, CustomStringConvertible {
         public var status: Int
         public var detail: String
@@ -70,20 +79,21 @@ public final class ServiceClient: Sendable {
     }()
 
     private func send<T: Decodable>(_ path: String, method: HTTPMethod, body: Data?, as type: T.Type) async throws -> T {
-        var request = HTTPClientRequest(url: url + path)
-        request.method = method
-        request.headers.add(name: "Content-Type", value: "application/json")
-        if let body { request.body = .bytes(ByteBuffer(data: body)) }
-        let response = try await client.execute(request, timeout: .seconds(120))
-        let bytes = try await response.body.collect(upTo: 64 * 1024 * 1024)
+        var head = HTTPRequestHead(version: .http1_1, method: method, uri: path)
+        head.headers.add(name: "Host", value: client.authority)
+        head.headers.add(name: "Accept", value: "application/json")
+        head.headers.add(name: "Content-Type", value: "application/json")
+        head.headers.add(name: "Content-Length", value: "\(body?.count ?? 0)")
+        let response = try await client.execute(
+            head, body: body.map { ByteBuffer(data: $0) }, limit: 64 * 1024 * 1024, timeout: .seconds(120), idempotent: method != .POST)
         let decoder = JSONDecoder()
         decoder.keyDecodingStrategy = .convertFromSnakeCase
-        guard (200..<300).contains(response.status.code) else {
-            let problem = try? decoder.decode(Problem.self, from: Data(buffer: bytes))
+        guard (200..<300).contains(response.status) else {
+            let problem = try? decoder.decode(Problem.self, from: Data(buffer: response.body))
             throw Failure(
-                status: Int(response.status.code), detail: problem?.detail ?? "the service at \(url) answered \(response.status)",
+                status: Int(response.status), detail: problem?.detail ?? "the service at \(url) answered HTTP \(response.status)",
                 agent: problem?.agent, device: problem?.device)
         }
-        return try decoder.decode(T.self, from: Data(buffer: bytes))
+        return try decoder.decode(T.self, from: Data(buffer: response.body))
     }
 }

@@ -125,7 +125,18 @@ struct PackageLayerTests {
     @Test("the object store is a generic S3 client: it links no capture, device or wire code")
     func objectStoreStandsAlone() {
         let closure = Self.closure(of: "CamRigObjectStore").targets
-        #expect(closure.isSubset(of: ["CamRigObjectStore", "CamRigFiles"]), "CamRigObjectStore links \(closure.sorted())")
+        #expect(closure.isSubset(of: ["CamRigObjectStore", "CamRigFiles", "CamRigHTTP"]), "CamRigObjectStore links \(closure.sorted())")
+    }
+
+    @Test("one HTTP client: the object store, the agent's enrollment and the command line's client of the service go through CamRigHTTP, and no target links another HTTP client")
+    func oneHTTPClient() {
+        #expect(Self.closure(of: "CamRigHTTP").targets == ["CamRigHTTP"], "CamRigHTTP is SwiftNIO's codec alone")
+        for user in ["CamRigObjectStore", "CamRigAgent", "CamRigServiceClient"] {
+            #expect(Self.closure(of: user).targets.contains("CamRigHTTP"), "\(user) does not use CamRigHTTP")
+        }
+        for (name, target) in Self.targets where !name.hasSuffix("Tests") {
+            #expect(!target.products.contains("AsyncHTTPClient"), "\(name) links AsyncHTTPClient beside CamRigHTTP")
+        }
     }
 
     /// The targets `name` links, directly or through others, and the products of other packages they bring.

@@ -19,11 +19,11 @@ public struct AgentEnrollment: Sendable {
     public let port: Int
     let client: EnrollmentClient
 
-    public init(url: String, directory: TLSDirectory, port: Int, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton) throws {
+    public init(url: String, directory: TLSDirectory, port: Int) throws {
         self.url = url
         self.directory = directory
         self.port = port
-        client = try EnrollmentClient(url: url, group: group)
+        client = try EnrollmentClient(url: url)
     }
 
     /// Joins the rig with `token`, asking for the certificate name `name`; `host` is the address the

@@ -1,12 +1,14 @@
+import CamRigHTTP
 import CamRigSecurity
 import Foundation
 import NIOCore
 import NIOHTTP1
-import NIOPosix
+import NIOFoundationCompat
 import NIOSSL
 import X509
 
-/// HTTPS requests to the enrollment API of `camrig serve`, one connection per request.
+/// HTTPS requests to the enrollment API of `camrig serve`, through CamRig's one HTTP client (`HTTPTransport`),
+/// one connection per request.
 ///
 /// Before the agent has the rig's CA it trusts nothing it is sent: the CA certificate is fetched without
 /// verification and accepted only if its key matches the token's pin. Every other request checks the
@@ -16,17 +18,15 @@ struct EnrollmentClient: Sendable {
     let host: String
     let port: Int
     let url: String
-    let group: any EventLoopGroup
     let timeout: TimeAmount
 
-    init(url text: String, group: any EventLoopGroup, timeout: TimeAmount = .seconds(15)) throws {
+    init(url text: String, timeout: TimeAmount = .seconds(15)) throws {
         guard let components = URLComponents(string: text), components.scheme == "https", let host = components.host, !host.isEmpty else {
             throw SecurityError("'\(text)' is not the service's address: give https://HOST[:PORT], where `camrig serve` listens")
         }
         self.host = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
         self.port = components.port ?? 8443
         self.url = text
-        self.group = group
         self.timeout = timeout
     }
 
@@ -82,88 +82,52 @@ struct EnrollmentClient: Sendable {
     func request(_ method: HTTPMethod, _ path: String, body: Data? = nil, trust: Trust) async throws -> Response {
         var configuration = TLSConfiguration.makeClientConfiguration()
         configuration.minimumTLSVersion = .tlsv12
-        let verifier: PeerCertificateVerifier?
+        let refusal = PeerVerificationRecord()
+        let verification: HTTPTransport.Verification?
         switch trust {
         case .none:
             configuration.certificateVerification = .none
-            verifier = nil
+            verification = nil
         case .rig(let ca):
             configuration.certificateVerification = .noHostnameVerification
             configuration.trustRoots = .certificates([try NIOSSLCertificate(bytes: Array(try ca.serializeAsPEM().pemString.utf8), format: .pem)])
-            verifier = PeerCertificateVerifier(trustRoot: ca, acceptedRoles: [.coordinator], revocations: nil)
+            let verifier = PeerCertificateVerifier(trustRoot: ca, acceptedRoles: [.coordinator], revocations: nil)
+            verification = { certificates, promise in
+                do {
+                    let chain = try certificates.map { try Certificate(derEncoded: try $0.toDERBytes()) }
+                    promise.completeWithTask {
+                        let outcome = await verifier.verify(chain: chain)
+                        refusal.outcome = outcome
+                        if case .accepted = outcome { return .certificateVerified }
+                        return .failed
+                    }
+                } catch {
+                    promise.succeed(.failed)
+                }
+            }
         }
-        let context = try NIOSSLContext(configuration: configuration)
-        let serverName = host.contains(":") || host.allSatisfy({ $0.isNumber || $0 == "." }) ? nil : host
-        let refusal = PeerVerificationRecord()
+        let transport = try HTTPTransport(host: host, port: port, tls: configuration, verification: verification, connectTimeout: timeout)
+        var head = HTTPRequestHead(version: .http1_1, method: method, uri: path)
+        head.headers.add(name: "Host", value: transport.authority)
+        head.headers.add(name: "Accept", value: "application/json")
+        if let body {
+            head.headers.add(name: "Content-Type", value: "application/json")
+            head.headers.add(name: "Content-Length", value: "\(body.count)")
+        }
+        let answer: HTTPTransport.Response
         do {
-            return try await exchange(method, path, body: body, context: context, serverName: serverName, verifier: verifier, refusal: refusal)
-        } catch let error as SecurityError {
-            throw error
+            answer = try await transport.execute(head, body: body.map { ByteBuffer(bytes: $0) }, limit: 1 << 20, timeout: timeout, idempotent: method == .GET)
         } catch {
+            await transport.shutdown()
             if let why = refusal.refusal {
                 throw SecurityError("the service at \(url) is not the rig's coordinator: its certificate \(why)")
             }
+            if case HTTPTransport.Failure.tooLarge = error {
+                throw SecurityError("the service at \(url) sent more than 1 MiB")
+            }
             throw SecurityError("no answer from the service at \(url): \(MutualTLS.explain(error))")
         }
-    }
-
-    private func exchange(
-        _ method: HTTPMethod, _ path: String, body: Data?, context: NIOSSLContext, serverName: String?, verifier: PeerCertificateVerifier?,
-        refusal: PeerVerificationRecord
-    ) async throws -> Response {
-        let (host, port, url) = (self.host, self.port, self.url)
-        let channel = try await ClientBootstrap(group: group)
-            .connectTimeout(timeout)
-            .connect(host: host, port: port) { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    let handler: NIOSSLClientHandler
-                    if let verifier {
-                        handler = try NIOSSLClientHandler(context: context, serverHostname: serverName) { certificates, promise in
-                            do {
-                                let chain = try certificates.map { try Certificate(derEncoded: try $0.toDERBytes()) }
-                                promise.completeWithTask {
-                                    let outcome = await verifier.verify(chain: chain)
-                                    refusal.outcome = outcome
-                                    if case .accepted = outcome { return .certificateVerified }
-                                    return .failed
-                                }
-                            } catch {
-                                promise.succeed(.failed)
-                            }
-                        }
-                    } else {
-                        handler = try NIOSSLClientHandler(context: context, serverHostname: serverName)
-                    }
-                    try channel.pipeline.syncOperations.addHandler(handler)
-                    try channel.pipeline.syncOperations.addHTTPClientHandlers()
-                    return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
-                }
-            }
-        let deadline = channel.channel.eventLoop.scheduleTask(in: timeout) { channel.channel.close(promise: nil) }
-        defer { deadline.cancel() }
-        return try await channel.executeThenClose { inbound, outbound in
-            var head = HTTPRequestHead(version: .http1_1, method: method, uri: path)
-            head.headers.add(name: "Host", value: host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)")
-            head.headers.add(name: "Connection", value: "close")
-            head.headers.add(name: "Accept", value: "application/json")
-            if let body {
-                head.headers.add(name: "Content-Type", value: "application/json")
-                head.headers.add(name: "Content-Length", value: "\(body.count)")
-            }
-            try await outbound.write(.head(head))
-            if let body { try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: body)))) }
-            try await outbound.write(.end(nil))
-            var response = Response(status: 0, body: Data())
-            for try await part in inbound {
-                switch part {
-                case .head(let head): response.status = Int(head.status.code)
-                case .body(let buffer):
-                    response.body.append(contentsOf: buffer.readableBytesView)
-                    guard response.body.count <= 1 << 20 else { throw SecurityError("the service at \(url) sent more than 1 MiB") }
-                case .end: return response
-                }
-            }
-            throw SecurityError("the service at \(url) closed the connection before answering")
-        }
+        await transport.shutdown()
+        return Response(status: Int(answer.status), body: Data(buffer: answer.body))
     }
 }

@@ -4,26 +4,34 @@ import NIOHTTP1
 import NIOPosix
 import NIOSSL
 
-/// HTTP/1.1 exchanges with one origin (the object store's endpoint) on SwiftNIO's own codec, over TLS when
-/// the endpoint is https: connections are kept alive and reused, one exchange at a time each, and as many
-/// are opened as there are exchanges at once.
+/// CamRig's one HTTP client: HTTP/1.1 exchanges with one origin on SwiftNIO's own codec, over TLS when the
+/// origin is https. Connections are kept alive and reused, one exchange at a time each, and as many are opened
+/// as there are exchanges at once. Every exchange has a deadline and a limit on the answer's size.
 ///
-/// What an S3 client needs and no more (no redirects, no proxies, no compression, no chunked uploads): that
-/// keeps camera hosts, which upload their own results, off a general HTTP client's dependencies.
-final class HTTPTransport: Sendable {
-    struct Response: Sendable {
-        var status: UInt
-        var headers: HTTPHeaders
-        var body: ByteBuffer
+/// The object store's S3 client, an agent's enrollment and the command line's client of `camrig serve` all
+/// use it. What they need and no more (no redirects, no proxies, no compression, no chunked uploads), which
+/// keeps camera hosts off a general HTTP client's dependencies. The rule for the TLS server name is here
+/// alone (`serverName(for:)`).
+public final class HTTPTransport: Sendable {
+    /// An answer: its status, headers and whole body.
+    public struct Response: Sendable {
+        public var status: UInt
+        public var headers: HTTPHeaders
+        public var body: ByteBuffer
     }
 
-    enum Failure: Error, CustomStringConvertible {
+    /// Checks the server's certificate chain (leaf first) in place of NIOSSL's own verification against the
+    /// configuration's trust roots, for a peer that must be more than trusted (the rig's coordinator, say).
+    public typealias Verification = @Sendable ([NIOSSLCertificate], EventLoopPromise<NIOSSLVerificationResult>) -> Void
+
+    /// Why an exchange failed, when it was not the network's or TLS's error.
+    public enum Failure: Error, CustomStringConvertible {
         case timedOut(TimeAmount)
         case tooLarge(Int)
         case closedBeforeAnswer
         case shutDown
 
-        var description: String {
+        public var description: String {
             switch self {
             case .timedOut(let timeout): "no answer within \(timeout.nanoseconds / 1_000_000) ms"
             case .tooLarge(let limit): "the answer is longer than \(limit) bytes"
@@ -33,9 +41,10 @@ final class HTTPTransport: Sendable {
         }
     }
 
-    let host: String
-    let port: Int
+    public let host: String
+    public let port: Int
     private let tls: NIOSSLContext?
+    private let verification: Verification?
     private let serverName: String?
     private let connectTimeout: TimeAmount
     private let group: any EventLoopGroup
@@ -50,22 +59,36 @@ final class HTTPTransport: Sendable {
     static let keptConnections = 16
     static let idleTimeout = TimeAmount.seconds(30)
 
-    init(host: String, port: Int, tls: TLSConfiguration?, connectTimeout: TimeAmount = .seconds(10)) throws {
+    /// A client of `host`:`port` (an address or a name; brackets around an IPv6 address are dropped), over TLS
+    /// with `tls` when given; `verification` replaces NIOSSL's check of the server's chain.
+    public init(
+        host: String, port: Int, tls: TLSConfiguration?, verification: Verification? = nil, connectTimeout: TimeAmount = .seconds(10)
+    ) throws {
+        let host = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
         self.host = host
         self.port = port
         self.tls = try tls.map { try NIOSSLContext(configuration: $0) }
-        // SNI carries names, never addresses.
-        serverName = host.contains(":") || host.allSatisfy({ $0.isNumber || $0 == "." }) ? nil : host
+        self.verification = verification
+        serverName = Self.serverName(for: host)
         self.connectTimeout = connectTimeout
         group = MultiThreadedEventLoopGroup.singleton
     }
 
+    /// The TLS server name (SNI) for `host`: names only, never addresses (RFC 6066, section 3).
+    public static func serverName(for host: String) -> String? {
+        host.contains(":") || host.allSatisfy({ $0.isNumber || $0 == "." }) ? nil : host
+    }
+
+    /// The `Host` header's value for this origin (an IPv6 address in brackets).
+    public var authority: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+
     /// Sends the request and reads its answer (at most `limit` bytes of body) within `timeout`.
     ///
-    /// A kept connection that the store closed while it was unused fails at once: the request goes again on
-    /// a new one (every request the S3 client makes can be repeated).
-    func execute(_ head: HTTPRequestHead, body: ByteBuffer?, limit: Int, timeout: TimeAmount) async throws -> Response {
-        if let kept = try takeIdle() {
+    /// A kept connection that the server closed while it was unused fails at once. An `idempotent` request
+    /// (one that may be repeated: every S3 call CamRig makes, a GET or a PUT) then goes again on a new
+    /// connection; any other request never goes on a kept connection, so that it is sent once.
+    public func execute(_ head: HTTPRequestHead, body: ByteBuffer?, limit: Int, timeout: TimeAmount, idempotent: Bool = true) async throws -> Response {
+        if idempotent, let kept = try takeIdle() {
             do {
                 return try await exchange(on: kept, head, body: body, limit: limit, timeout: timeout)
             } catch let failure as Failure where failure.isFinal {
@@ -74,11 +97,12 @@ final class HTTPTransport: Sendable {
                 // Asked again below on a new connection.
             }
         }
+        if !idempotent { _ = try takeIdle(keeping: true) }  // refuses when shut down
         return try await exchange(on: try await connect(), head, body: body, limit: limit, timeout: timeout)
     }
 
-    /// Closes the kept connections; later requests fail.
-    func shutdown() async {
+    /// Closes the kept connections; later requests fail. Its owner calls it once it is done.
+    public func shutdown() async {
         let connections = idle.withLockedValue { idle in
             defer { idle.connections.removeAll() }
             idle.shutDown = true
@@ -94,14 +118,15 @@ final class HTTPTransport: Sendable {
         let handler: NIOLoopBound<ResponseHandler>
     }
 
-    private func takeIdle() throws -> Connection? {
+    /// A kept connection to use (none when `keeping`, which only drops the stale ones), or nil.
+    private func takeIdle(keeping: Bool = false) throws -> Connection? {
         let now = NIODeadline.now()
         let (kept, stale) = try idle.withLockedValue { idle throws -> (Connection?, [Connection]) in
             guard !idle.shutDown else { throw Failure.shutDown }
             let isStale = { (kept: (connection: Connection, since: NIODeadline)) in now - kept.since > Self.idleTimeout || !kept.connection.channel.isActive }
             let stale = idle.connections.filter(isStale).map(\.connection)
             idle.connections.removeAll(where: isStale)
-            return (idle.connections.popLast()?.connection, stale)
+            return (keeping ? nil : idle.connections.popLast()?.connection, stale)
         }
         for connection in stale { connection.channel.close(promise: nil) }
         return kept
@@ -117,14 +142,20 @@ final class HTTPTransport: Sendable {
     }
 
     private func connect() async throws -> Connection {
-        let (tls, serverName) = (self.tls, self.serverName)
+        let (tls, serverName, verification) = (self.tls, self.serverName, self.verification)
         return try await ClientBootstrap(group: group)
             .connectTimeout(connectTimeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .connect(host: host, port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     if let tls {
-                        try channel.pipeline.syncOperations.addHandler(try NIOSSLClientHandler(context: tls, serverHostname: serverName))
+                        let handler =
+                            if let verification {
+                                try NIOSSLClientHandler(context: tls, serverHostname: serverName, customVerificationCallback: verification)
+                            } else {
+                                try NIOSSLClientHandler(context: tls, serverHostname: serverName)
+                            }
+                        try channel.pipeline.syncOperations.addHandler(handler)
                     }
                     try channel.pipeline.syncOperations.addHTTPClientHandlers()
                     let handler = ResponseHandler()

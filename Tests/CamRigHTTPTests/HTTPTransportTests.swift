@@ -5,12 +5,12 @@ import NIOHTTP1
 import NIOPosix
 import Testing
 
-@testable import CamRigObjectStore
+@testable import CamRigHTTP
 
-/// The S3 client's HTTP/1.1 transport against a real HTTP server on loopback (SwiftNIO's server codec),
-/// made to behave as stores do: keeping connections, closing kept ones without a word, answering too much,
-/// or not answering at all.
-@Suite("Object store HTTP transport", .timeLimit(.minutes(1)))
+/// CamRig's HTTP/1.1 client against a real HTTP server on loopback (SwiftNIO's server codec), made to behave
+/// as stores and services do: keeping connections, closing kept ones without a word, answering too much, or
+/// not answering at all.
+@Suite("HTTP transport", .timeLimit(.minutes(1)))
 struct HTTPTransportTests {
     /// How the server answers.
     enum Behaviour: Sendable {
@@ -188,5 +188,33 @@ struct HTTPTransportTests {
         await #expect(throws: HTTPTransport.Failure.self) {
             _ = try await waiting.execute(Self.request(.GET, "/bucket/x", port: silent.port), body: nil, limit: 1 << 20, timeout: .seconds(1))
         }
+    }
+
+    @Test("a request that may not be repeated (a POST) never goes on a kept connection: a server closing kept ones never makes it fail or arrive twice")
+    func notRepeated() async throws {
+        let server = try await Server(.closeOnSecondRequest)
+        let transport = try HTTPTransport(host: "127.0.0.1", port: server.port, tls: nil)
+        _ = try await Self.get("/first", transport, from: server)  // leaves a kept connection the server will close
+        for index in 0..<3 {
+            var head = Self.request(.POST, "/api/\(index)", port: server.port)
+            head.headers.add(name: "content-length", value: "2")
+            let response = try await transport.execute(head, body: ByteBuffer(string: "{}"), limit: 1 << 20, timeout: .seconds(10), idempotent: false)
+            #expect(String(buffer: response.body) == "POST /api/\(index) 2")
+        }
+        #expect(server.requests.withLockedValue { $0.filter { $0.hasPrefix("POST") } } == ["POST /api/0 2", "POST /api/1 2", "POST /api/2 2"])
+        #expect(server.connections.withLockedValue { $0 } == 4, "one connection for the GET, a new one for each POST")
+        await transport.shutdown()
+        await server.stop()
+    }
+
+    @Test("the TLS server name is the host's name, never an address; brackets around an IPv6 address are dropped and put back in Host")
+    func serverNames() throws {
+        #expect(HTTPTransport.serverName(for: "s3.example.com") == "s3.example.com")
+        #expect(HTTPTransport.serverName(for: "rig-coordinator") == "rig-coordinator")
+        #expect(HTTPTransport.serverName(for: "10.0.0.5") == nil)
+        #expect(HTTPTransport.serverName(for: "fd00::5") == nil)
+        let v6 = try HTTPTransport(host: "[fd00::5]", port: 8443, tls: nil)
+        #expect(v6.host == "fd00::5" && v6.authority == "[fd00::5]:8443")
+        #expect(try HTTPTransport(host: "store", port: 9000, tls: nil).authority == "store:9000")
     }
 }
