@@ -84,10 +84,11 @@ public final class HTTPTransport: Sendable {
 
     /// Sends the request and reads its answer (at most `limit` bytes of body) within `timeout`.
     ///
-    /// A kept connection that the server closed while it was unused fails at once. An `idempotent` request
-    /// (one that may be repeated: every S3 call CamRig makes, a GET or a PUT) then goes again on a new
-    /// connection; any other request never goes on a kept connection, so that it is sent once.
-    public func execute(_ head: HTTPRequestHead, body: ByteBuffer?, limit: Int, timeout: TimeAmount, idempotent: Bool = true) async throws -> Response {
+    /// A kept connection that the server closed while it was unused fails at once. A request that may be
+    /// repeated (by its method: GET, HEAD, PUT, DELETE) then goes again on a new connection; any other (a POST)
+    /// never goes on a kept connection, so that it is sent once.
+    public func execute(_ head: HTTPRequestHead, body: ByteBuffer?, limit: Int, timeout: TimeAmount) async throws -> Response {
+        let idempotent = [.GET, .HEAD, .PUT, .DELETE, .OPTIONS].contains(head.method)
         if idempotent, let kept = try takeIdle() {
             do {
                 return try await exchange(on: kept, head, body: body, limit: limit, timeout: timeout)
@@ -113,7 +114,7 @@ public final class HTTPTransport: Sendable {
 
     // MARK: Connections
 
-    private struct Connection: Sendable {
+    struct Connection: Sendable {
         let channel: any Channel
         let handler: NIOLoopBound<ResponseHandler>
     }
@@ -141,11 +142,13 @@ public final class HTTPTransport: Sendable {
         if !kept { connection.channel.close(promise: nil) }
     }
 
-    private func connect() async throws -> Connection {
+    /// A new connection (internal for the tests, which check its socket options).
+    func connect() async throws -> Connection {
         let (tls, serverName, verification) = (self.tls, self.serverName, self.verification)
         return try await ClientBootstrap(group: group)
             .connectTimeout(connectTimeout)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            // TCP_NODELAY at IPPROTO_TCP: as a socket-level option its number is SO_DEBUG, which needs CAP_NET_ADMIN.
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .connect(host: host, port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     if let tls {
@@ -209,7 +212,7 @@ extension HTTPTransport.Failure {
 }
 
 /// Collects the answer to the one request in flight on its connection.
-private final class ResponseHandler: ChannelInboundHandler, RemovableChannelHandler {
+final class ResponseHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPClientResponsePart
 
     private struct Pending {

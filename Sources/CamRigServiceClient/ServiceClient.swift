@@ -12,6 +12,8 @@ import NIOSSL
 public final class ServiceClient: Sendable {
     public let url: String
     private let client: HTTPTransport
+    /// The path the service is served under (a reverse proxy's prefix), or empty.
+    private let basePath: String
 
     /// A client for the service at `url` (https://HOST:PORT), presenting `identityName` (default: the
     /// directory's coordinator certificate) from `directory`.
@@ -26,10 +28,11 @@ public final class ServiceClient: Sendable {
         // coordinator, not necessarily the host it is reached by.
         tls.certificateVerification = .noHostnameVerification
         guard let components = URLComponents(string: self.url), let scheme = components.scheme, ["https", "http"].contains(scheme),
-            let host = components.host, !host.isEmpty, components.path.isEmpty
+            let host = components.host, !host.isEmpty, components.query == nil, components.fragment == nil
         else {
             throw InvalidAddress(description: "'\(url)' is not a service's address: give https://HOST[:PORT], where `camrig serve` listens")
         }
+        basePath = components.percentEncodedPath
         client = try HTTPTransport(
             host: host, port: components.port ?? (scheme == "https" ? 443 : 80), tls: scheme == "https" ? tls : nil, connectTimeout: .seconds(5))
     }
@@ -46,12 +49,12 @@ public final class ServiceClient: Sendable {
         await client.shutdown()
     }
 
-    /// An error reply of the service: its problem document's detail, agent and camera.
     /// A `--service` that is not an http(s) address.
     public struct InvalidAddress: Error, Sendable, CustomStringConvertible {
         public var description: String
     }
 
+    /// An error reply of the service: its problem document's detail, agent and camera.
     public struct Failure: Error, Sendable, CustomStringConvertible {
         public var status: Int
         public var detail: String
@@ -60,16 +63,17 @@ public final class ServiceClient: Sendable {
         public var description: String { detail }
     }
 
-    public func get<T: Decodable>(_ path: String, as type: T.Type = T.self) async throws -> T {
-        try await send(path, method: .GET, body: Optional<Data>.none, as: T.self)
+    /// GET `path`, answered within `timeout`.
+    public func get<T: Decodable>(_ path: String, as type: T.Type = T.self, timeout: Duration = .seconds(120)) async throws -> T {
+        try await send(path, method: .GET, body: Optional<Data>.none, timeout: TimeAmount(timeout), as: T.self)
     }
 
     public func post<T: Decodable>(_ path: String, _ body: some Encodable, as type: T.Type = T.self) async throws -> T {
-        try await send(path, method: .POST, body: try Self.encoder.encode(body), as: T.self)
+        try await send(path, method: .POST, body: try Self.encoder.encode(body), timeout: .seconds(120), as: T.self)
     }
 
     public func put<T: Decodable>(_ path: String, _ body: some Encodable, as type: T.Type = T.self) async throws -> T {
-        try await send(path, method: .PUT, body: try Self.encoder.encode(body), as: T.self)
+        try await send(path, method: .PUT, body: try Self.encoder.encode(body), timeout: .seconds(120), as: T.self)
     }
 
     static let encoder: JSONEncoder = {
@@ -78,14 +82,15 @@ public final class ServiceClient: Sendable {
         return encoder
     }()
 
-    private func send<T: Decodable>(_ path: String, method: HTTPMethod, body: Data?, as type: T.Type) async throws -> T {
-        var head = HTTPRequestHead(version: .http1_1, method: method, uri: path)
+    private func send<T: Decodable>(_ path: String, method: HTTPMethod, body: Data?, timeout: TimeAmount, as type: T.Type) async throws -> T {
+        var head = HTTPRequestHead(version: .http1_1, method: method, uri: basePath + path)
         head.headers.add(name: "Host", value: client.authority)
         head.headers.add(name: "Accept", value: "application/json")
-        head.headers.add(name: "Content-Type", value: "application/json")
-        head.headers.add(name: "Content-Length", value: "\(body?.count ?? 0)")
-        let response = try await client.execute(
-            head, body: body.map { ByteBuffer(data: $0) }, limit: 64 * 1024 * 1024, timeout: .seconds(120), idempotent: method != .POST)
+        if let body {
+            head.headers.add(name: "Content-Type", value: "application/json")
+            head.headers.add(name: "Content-Length", value: "\(body.count)")
+        }
+        let response = try await client.execute(head, body: body.map { ByteBuffer(data: $0) }, limit: 64 * 1024 * 1024, timeout: timeout)
         let decoder = JSONDecoder()
         decoder.keyDecodingStrategy = .convertFromSnakeCase
         guard (200..<300).contains(response.status) else {

@@ -2,6 +2,7 @@ import CamRigWire
 import CamRigLocalRig
 import CamRigCoordinator
 import Foundation
+import NIOConcurrencyHelpers
 
 /// A real `camrig-agent` process on loopback, started on a free port.
 ///
@@ -41,6 +42,8 @@ public final class AgentProcess: @unchecked Sendable {
             arguments += ["--spool-dir", spool.path]
             ownSpool = spool
         }
+        // An agent a test let go of may still be shutting down: it is waited for, not raced.
+        await exiting.drain()
         do {
             let agentArguments = ["--listen", "127.0.0.1:0"] + arguments
             let local = try await LocalAgentProcess.start(
@@ -85,20 +88,43 @@ public final class AgentProcess: @unchecked Sendable {
         await local.stop(timeout: .milliseconds(Int64(timeout * 1000)))
     }
 
-    /// SIGTERM and return at once, for a test's `defer`: the process is reaped off the cooperative pool (SIGKILL
-    /// after ten seconds), and its log and private spool are removed once it has exited.
-    public func terminate() {
-        process.terminate()
+    /// SIGTERM and return at once, for a test's `defer`: the process is reaped by a task of its own (SIGKILL
+    /// after ten seconds), then its log, its private spool and `removing` (folders the test named for it, say)
+    /// are removed. The next `start` waits until every agent terminated before it has exited, so that a test
+    /// never shares the machine with an agent still shutting down. Only the first call counts.
+    public func terminate(removing: [URL] = []) {
+        let (local, logFile, ownSpool) = (local, logFile, ownSpool)
+        let first = terminated.withLockedValue { terminated in
+            defer { terminated = true }
+            return !terminated
+        }
+        guard first else { return }
+        local.process.terminate()
+        Self.exiting.add(
+            Task.detached {
+                await local.stop(timeout: .seconds(10))
+                for url in [logFile] + (ownSpool.map { [$0] } ?? []) + removing { try? FileManager.default.removeItem(at: url) }
+            })
     }
 
+    private let terminated = NIOLockedValueBox(false)
+
     deinit {
-        // Whatever the test did, the agent ends; its files go once it has, without blocking whoever let go of it.
-        let (local, logFile, ownSpool) = (local, logFile, ownSpool)
-        local.process.terminate()
-        Task.detached {
-            await local.stop(timeout: .seconds(10))
-            try? FileManager.default.removeItem(at: logFile)
-            if let ownSpool { try? FileManager.default.removeItem(at: ownSpool) }
+        // Whatever the test did, the agent ends, and its files go once it has.
+        terminate()
+    }
+
+    /// Agents terminated and not yet exited.
+    private static let exiting = Exiting()
+
+    private final class Exiting: Sendable {
+        private let tasks = NIOLockedValueBox<[Task<Void, Never>]>([])
+
+        func add(_ task: Task<Void, Never>) { tasks.withLockedValue { $0.append(task) } }
+
+        /// Waits until every agent terminated so far has exited (each within its ten seconds).
+        func drain() async {
+            while let next = tasks.withLockedValue({ $0.isEmpty ? nil : $0.removeFirst() }) { await next.value }
         }
     }
 }

@@ -198,7 +198,7 @@ struct HTTPTransportTests {
         for index in 0..<3 {
             var head = Self.request(.POST, "/api/\(index)", port: server.port)
             head.headers.add(name: "content-length", value: "2")
-            let response = try await transport.execute(head, body: ByteBuffer(string: "{}"), limit: 1 << 20, timeout: .seconds(10), idempotent: false)
+            let response = try await transport.execute(head, body: ByteBuffer(string: "{}"), limit: 1 << 20, timeout: .seconds(10))
             #expect(String(buffer: response.body) == "POST /api/\(index) 2")
         }
         #expect(server.requests.withLockedValue { $0.filter { $0.hasPrefix("POST") } } == ["POST /api/0 2", "POST /api/1 2", "POST /api/2 2"])
@@ -216,5 +216,19 @@ struct HTTPTransportTests {
         let v6 = try HTTPTransport(host: "[fd00::5]", port: 8443, tls: nil)
         #expect(v6.host == "fd00::5" && v6.authority == "[fd00::5]:8443")
         #expect(try HTTPTransport(host: "store", port: 9000, tls: nil).authority == "store:9000")
+    }
+
+    @Test("a connection sets TCP_NODELAY at the TCP level and no socket option that needs a privilege, so an agent without capabilities (the packaged service) can connect")
+    func unprivilegedSocketOptions() async throws {
+        let server = try await Server(.answer)
+        let transport = try HTTPTransport(host: "127.0.0.1", port: server.port, tls: nil)
+        let connection = try await transport.connect()
+        let noDelay = try await connection.channel.getOption(.tcpOption(.tcp_nodelay)).get()
+        let debug = try await connection.channel.getOption(.socketOption(NIOBSDSocket.Option(rawValue: SO_DEBUG))).get()
+        #expect(noDelay != 0, "TCP_NODELAY is set")
+        #expect(debug == 0, "SO_DEBUG (CAP_NET_ADMIN) is not set: TCP_NODELAY's number at the socket level is SO_DEBUG's")
+        try await connection.channel.close()
+        await transport.shutdown()
+        await server.stop()
     }
 }

@@ -63,9 +63,9 @@ struct HostRecordingTests {
         }
 
         func remove() {
-            for agent in agents { agent.terminate() }
+            // Each spool goes once its agent has exited: a recording agent finishes its files on SIGTERM.
+            for (agent, spool) in zip(agents, spools) { agent.terminate(removing: [URL(fileURLWithPath: spool)]) }
             pki.remove()
-            for spool in spools { try? FileManager.default.removeItem(atPath: spool) }
             try? FileManager.default.removeItem(atPath: work)
         }
     }

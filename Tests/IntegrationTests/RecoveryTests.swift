@@ -112,7 +112,7 @@ struct RecoveryTests {
         // The agent is killed and comes back with its spool; a new coordinator connects to both.
         await second.crash()
         second = try await AgentProcess.start(Self.agent("agent-2", pki, spool: spool))
-        defer { second.terminate() }
+        defer { second.terminate(removing: [URL(fileURLWithPath: spool)]) }
         sink.failing.withLockedValue { $0 = nil }
         let again = try await SessionTests.readyPool([first, second], pki: pki)
         let collected = try await MissingResultCollector(pool: again, sink: sink, logger: Logger(label: "test")).collect()
@@ -159,7 +159,7 @@ struct RecoveryTests {
         #expect(report.manifest.state == .incomplete && missing.agent == "agent-2" && missing.collectable)
 
         second = try await AgentProcess.start(Self.agent("agent-2", pki, spool: spool))
-        defer { second.terminate() }
+        defer { second.terminate(removing: [URL(fileURLWithPath: spool)]) }
         let again = try await SessionTests.readyPool([first, second], pki: pki)
         let collector = MissingResultCollector(pool: again, sink: store, logger: Logger(label: "test"))
         // Until 3 s after the trigger instant an agent may still be about to store its photo: not lost yet.

@@ -116,7 +116,7 @@ struct EnrollmentClient: Sendable {
         }
         let answer: HTTPTransport.Response
         do {
-            answer = try await transport.execute(head, body: body.map { ByteBuffer(bytes: $0) }, limit: 1 << 20, timeout: timeout, idempotent: method == .GET)
+            answer = try await transport.execute(head, body: body.map { ByteBuffer(bytes: $0) }, limit: 1 << 20, timeout: timeout)
         } catch {
             await transport.shutdown()
             if let why = refusal.refusal {

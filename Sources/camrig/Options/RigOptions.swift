@@ -117,12 +117,15 @@ struct RigOptions: ParsableArguments {
             guard let directory = try tlsDirectoryPath() else { return nil }
             let client = try ServiceClient(url: url, directory: TLSDirectory(path: directory), identityName: tls.identity ?? file?.identity)
             do {
-                let _: Access = try await client.get("/api/v1/whoami")
+                // A service that does not answer within seconds is gone around (said below), not waited for.
+                let _: Access = try await client.get("/api/v1/whoami", timeout: .seconds(10))
                 return client
             } catch {
                 await client.shutdown()
                 throw error
             }
+        } catch let invalid as ServiceClient.InvalidAddress {
+            throw CommandFailure("\(invalid) (from --service, the rig file's service: or CAMRIG_SERVICE)")
         } catch let failure as ServiceClient.Failure {
             // It answered: going around it would hide the reason (and find its cameras leased by it).
             if failure.status == 401 || failure.status == 403 {
