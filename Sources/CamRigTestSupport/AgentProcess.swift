@@ -100,6 +100,8 @@ public final class AgentProcess: @unchecked Sendable {
         }
         guard first else { return }
         local.process.terminate()
+        // A task of its own, detached: `terminate` is called from a `defer` and from `deinit`, neither of
+        // which can await, and the waiting must not hold the caller's thread.
         Self.exiting.add(
             Task.detached {
                 await local.stop(timeout: .seconds(10))
@@ -107,6 +109,8 @@ public final class AgentProcess: @unchecked Sendable {
             })
     }
 
+    /// Whether `terminate` ran: a test's `defer` and `deinit` both call it, possibly on different threads,
+    /// and the reaping task must start once.
     private let terminated = NIOLockedValueBox(false)
 
     deinit {
@@ -117,6 +121,8 @@ public final class AgentProcess: @unchecked Sendable {
     /// Agents terminated and not yet exited.
     private static let exiting = Exiting()
 
+    /// The one list of agents on their way out, shared by every test in the process (any of them may start
+    /// the next agent), hence a lock rather than an owner task: `drain` must see it at once.
     private final class Exiting: Sendable {
         private let tasks = NIOLockedValueBox<[Task<Void, Never>]>([])
 
